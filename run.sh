@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One entry point that also does the set-up: a virtualenv in .venv with a CPU build of PyTorch
+# (unless TORCH_SPEC / TORCH_PIP_ARGS say otherwise), this package and its test extras.
+#   bash run.sh demo     the main job (see README)
+#   bash run.sh test     the test suite
+#   bash run.sh bench    the benchmarks (slow; writes benchmarks/results/*.json)
+# Environment: VENV (default .venv), PYTHON (default python3), TORCH_SPEC (default torch==2.13.0),
+# TORCH_PIP_ARGS (extra pip arguments for torch, e.g. an index holding CPU-only or CUDA wheels).
+set -euo pipefail
+cd "$(dirname "$0")"
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+TORCH_PIP_ARGS=${TORCH_PIP_ARGS:-}
+
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$VENV"
+fi
+stamp="$VENV/.spacy-elmo-installed-$(cat setup.py | cksum | cut -d' ' -f1)"
+if [ ! -f "$stamp" ]; then
+  echo "setting up $VENV (torch: $TORCH_SPEC) ..."
+  "$VENV/bin/python" -m pip install -q --upgrade pip setuptools wheel
+  # torch first: with it installed, the package's torch requirement pulls nothing more
+  # shellcheck disable=SC2086
+  "$VENV/bin/python" -m pip install -q $TORCH_PIP_ARGS "$TORCH_SPEC"
+  "$VENV/bin/python" -m pip install -q -e ".[test,project]"
+  touch "$stamp"
+fi
+PY="$VENV/bin/python"
+task=${1:-demo}
+shift || true
+case "$task" in
+  demo) exec "$PY" -m spacy_elmo.demo "$@" ;;
+  test) exec "$PY" -m pytest -q -p no:cacheprovider tests "$@" ;;
+  bench) exec "$PY" benchmarks/bilm_throughput.py "$@" ;;
+  *) echo "usage: bash run.sh {demo|test|bench} [args]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,1 @@
+"""The PyTorch biLM: character CNN + highway + projection, projected LSTMs, the LM head."""

@@ -1,0 +1,83 @@
+"""The bidirectional language model: token layer + contextual layers, every layer exposed."""
+from dataclasses import dataclass
+from typing import List, Optional
+
+import torch
+from torch import nn
+
+from .char_cnn import CharacterEncoder
+from .config import BiLMOptions
+from .lstm import BiLSTMStack, LSTMState
+from .softmax import SoftmaxHead
+
+
+@dataclass
+class BiLMOutput:
+    """layers: (L+1, B, T, 2P), layer 0 = [token; token]; mask: (B, T) bool, True at real tokens."""
+
+    layers: torch.Tensor
+    mask: torch.Tensor
+    final_state: Optional[LSTMState] = None
+
+
+class BiLM(nn.Module):
+    """ELMo's biLM. Input: character ids (B, T, max_chars) in the AllenNLP layout, 0 = no token.
+
+    Rows hold their tokens first and padding after. Sentence boundaries are the caller's to add
+    (see `chars.batch_to_ids`); the biLM treats `<S>` and `</S>` as ordinary tokens.
+    """
+
+    def __init__(self, options: BiLMOptions, with_softmax: Optional[bool] = None) -> None:
+        super().__init__()
+        if with_softmax is None:
+            with_softmax = options.n_tokens_vocab > 0
+        if with_softmax and not options.n_tokens_vocab:
+            raise ValueError("a softmax needs option 'n_tokens_vocab' (the vocabulary size)")
+        self.options = options
+        self.token_encoder = CharacterEncoder(options)
+        self.lstm = BiLSTMStack(options)
+        # The LM head exists only for models with a vocabulary (pretraining, or an export that kept it).
+        self.softmax: Optional[SoftmaxHead] = (
+            SoftmaxHead(options.n_tokens_vocab, options.projection_dim) if with_softmax else None
+        )
+        self.vocab: Optional[List[str]] = None
+
+    def reset_parameters(self, seed: int = 0) -> None:
+        generator = torch.Generator().manual_seed(seed)
+        self.token_encoder.reset_parameters(generator)
+        self.lstm.reset_parameters(generator)
+        if self.softmax is not None:
+            self.softmax.reset_parameters(generator)
+
+    @property
+    def device(self) -> torch.device:
+        return self.lstm.bias[0].device
+
+    def embed_tokens(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """The context-independent layer for (B, T, chars) ids -> (B, T, P), zero at padding.
+
+        Each distinct token of the batch goes through the CNN once: in running text most tokens
+        repeat (punctuation, function words, the boundary tokens), so this is exact and cheaper.
+        """
+        mask = char_ids.gt(0).any(-1)
+        flat = char_ids[mask]
+        unique, inverse = torch.unique(flat, dim=0, return_inverse=True)
+        vectors = self.token_encoder(unique).index_select(0, inverse)
+        out = vectors.new_zeros(*mask.shape, vectors.shape[-1])
+        out[mask] = vectors
+        return out
+
+    def forward(
+        self,
+        char_ids: torch.Tensor,
+        initial_state: Optional[LSTMState] = None,
+        return_final_state: bool = False,
+        dropout: float = 0.0,
+    ) -> BiLMOutput:
+        mask = char_ids.gt(0).any(-1)
+        lengths = mask.sum(1)
+        tokens = self.embed_tokens(char_ids)
+        contextual, final = self.lstm(tokens, lengths, initial_state, return_final_state, dropout)
+        token_layer = torch.cat([tokens, tokens], dim=-1)
+        layers = torch.stack([token_layer, *contextual])
+        return BiLMOutput(layers=layers, mask=mask, final_state=final)

@@ -1,0 +1,82 @@
+"""The context-independent token layer: character embedding -> CNN -> highway -> projection.
+
+Parameters are stored in the orientation of the bilm-tf checkpoint (matrices as (in, out), highway
+gates named as there) so that import and export are plain copies and a round trip is bit for bit.
+"""
+from typing import List
+
+import torch
+from torch import nn
+
+from .. import chars
+from .config import BiLMOptions
+
+
+class CharacterEncoder(nn.Module):
+    """Maps (n_tokens, max_chars) character ids to (n_tokens, P) token vectors."""
+
+    def __init__(self, options: BiLMOptions) -> None:
+        super().__init__()
+        self.options = options
+        dim = options.char_embedding_dim
+        # Row 0 is the "no token" id of the AllenNLP layout and stays zero.
+        self.char_embedding = nn.Parameter(torch.zeros(chars.N_CHARACTERS, dim))
+        self.conv_weights = nn.ParameterList(
+            [nn.Parameter(torch.zeros(n, dim, width)) for width, n in options.filters]
+        )
+        self.conv_biases = nn.ParameterList([nn.Parameter(torch.zeros(n)) for _, n in options.filters])
+        n_filters = options.n_filters
+        self.highway_carry_w = nn.ParameterList(
+            [nn.Parameter(torch.zeros(n_filters, n_filters)) for _ in range(options.n_highway)]
+        )
+        self.highway_carry_b = nn.ParameterList(
+            [nn.Parameter(torch.zeros(n_filters)) for _ in range(options.n_highway)]
+        )
+        self.highway_transform_w = nn.ParameterList(
+            [nn.Parameter(torch.zeros(n_filters, n_filters)) for _ in range(options.n_highway)]
+        )
+        self.highway_transform_b = nn.ParameterList(
+            [nn.Parameter(torch.zeros(n_filters)) for _ in range(options.n_highway)]
+        )
+        self.projection_w = nn.Parameter(torch.zeros(n_filters, options.projection_dim))
+        self.projection_b = nn.Parameter(torch.zeros(options.projection_dim))
+        self.activation = torch.relu if options.activation == "relu" else torch.tanh
+
+    def reset_parameters(self, generator: torch.Generator = None) -> None:
+        """Random initialisation for training from scratch (the import overwrites all of it)."""
+        with torch.no_grad():
+            self.char_embedding.uniform_(-1.0, 1.0, generator=generator)
+            self.char_embedding[0].zero_()
+            for weight, bias in zip(self.conv_weights, self.conv_biases):
+                fan_in = weight.shape[1] * weight.shape[2]
+                weight.uniform_(-(fan_in**-0.5), fan_in**-0.5, generator=generator)
+                bias.zero_()
+            for params in (self.highway_carry_w, self.highway_transform_w):
+                for w in params:
+                    w.normal_(0.0, (1.0 / w.shape[0]) ** 0.5, generator=generator)
+            for b in self.highway_transform_b:
+                b.zero_()
+            for b in self.highway_carry_b:
+                # bias the gate towards carrying the input through at the start, as bilm-tf does
+                b.fill_(-2.0)
+            self.projection_w.normal_(0.0, (1.0 / self.projection_w.shape[0]) ** 0.5, generator=generator)
+            self.projection_b.zero_()
+
+    def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """char_ids (n_tokens, max_chars) int -> (n_tokens, P)."""
+        embedded = nn.functional.embedding(char_ids.long(), self.char_embedding)  # (N, chars, dim)
+        embedded = embedded.transpose(1, 2)  # (N, dim, chars) for conv1d
+        pooled: List[torch.Tensor] = []
+        for weight, bias in zip(self.conv_weights, self.conv_biases):
+            conv = nn.functional.conv1d(embedded, weight, bias)  # (N, n, chars - width + 1)
+            # max then activation equals activation then max: both activations are monotonic
+            pooled.append(conv.amax(dim=2))
+        x = self.activation(torch.cat(pooled, dim=1))
+        for carry_w, carry_b, transform_w, transform_b in zip(
+            self.highway_carry_w, self.highway_carry_b, self.highway_transform_w, self.highway_transform_b
+        ):
+            # bilm-tf's naming: the sigmoid "carry" gate scales the relu "transform" branch
+            gate = torch.sigmoid(torch.addmm(carry_b, x, carry_w))
+            transformed = torch.relu(torch.addmm(transform_b, x, transform_w))
+            x = gate * transformed + (1.0 - gate) * x
+        return torch.addmm(self.projection_b, x, self.projection_w)

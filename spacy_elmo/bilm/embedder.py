@@ -1,0 +1,114 @@
+"""Sentences in, per-sentence layer arrays out: boundaries, length-sorted batches, optional state.
+
+This is the numpy-facing entry point shared by the spaCy pipe, the `embed` command and the tests.
+Stateless (the default): every sentence starts from a zero state, so its vectors do not depend on
+which batch it lands in, and batches are built by sorting sentences by length under a token budget.
+Stateful: the reference behaviour of bilm-tf/AllenNLP, for parity; batch row i starts from the state
+row i ended with in the previous call, and sentences are embedded in the order and grouping given.
+"""
+from typing import Iterable, List, Optional, Sequence
+
+import numpy
+import torch
+
+from .. import chars
+from .bilm import BiLM
+from .lstm import LSTMState
+
+DEFAULT_TOKEN_BUDGET = 4096
+
+
+def length_sorted_batches(lengths: Sequence[int], token_budget: int, max_batch_size: int = 1024) -> List[List[int]]:
+    """Group indices into batches of similar length, each with padded size <= token_budget."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: List[List[int]] = []
+    current: List[int] = []
+    for index in order:
+        width = max(lengths[current[0]], 1) if current else max(lengths[index], 1)
+        if current and ((len(current) + 1) * width > token_budget or len(current) >= max_batch_size):
+            batches.append(current)
+            current = []
+        current.append(index)
+    if current:
+        batches.append(current)
+    return batches
+
+
+class BiLMEmbedder:
+    """Runs a BiLM over tokenized sentences and returns (L+1, n_tokens, 2P) float32 arrays."""
+
+    def __init__(
+        self,
+        bilm: BiLM,
+        token_budget: int = DEFAULT_TOKEN_BUDGET,
+        stateful: bool = False,
+        max_batch_size: int = 1024,
+    ) -> None:
+        self.bilm = bilm
+        self.token_budget = token_budget
+        self.stateful = stateful
+        self.max_batch_size = max_batch_size
+        self._state: Optional[LSTMState] = None
+
+    def reset_state(self) -> None:
+        self._state = None
+
+    @torch.no_grad()
+    def embed_batch(self, sentences: Sequence[Sequence[str]]) -> List[numpy.ndarray]:
+        """One forward pass over exactly these sentences (stateful mode carries state by row)."""
+        bilm = self.bilm
+        was_training = bilm.training
+        bilm.eval()
+        try:
+            ids = chars.batch_to_ids(sentences, max_characters_per_token=bilm.options.max_characters_per_token)
+            char_ids = torch.from_numpy(ids).to(bilm.device)
+            initial, track = None, False
+            if self.stateful:
+                track = True
+                initial = self._rows_of_state(len(sentences), char_ids.device)
+            output = bilm(char_ids, initial_state=initial, return_final_state=track)
+            if self.stateful:
+                self._store_state(output.final_state)
+            layers = output.layers.float().cpu().numpy()
+        finally:
+            bilm.train(was_training)
+        # strip <S> and </S>
+        return [numpy.ascontiguousarray(layers[:, row, 1 : len(sent) + 1]) for row, sent in enumerate(sentences)]
+
+    def embed_sentences(self, sentences: Sequence[Sequence[str]]) -> List[numpy.ndarray]:
+        """Embed any number of sentences; stateless mode groups them into length-sorted batches."""
+        if self.stateful:
+            raise ValueError("stateful embedding keeps the caller's batches: call embed_batch per batch")
+        results: List[Optional[numpy.ndarray]] = [None] * len(sentences)
+        lengths = [len(s) + 2 for s in sentences]
+        for batch in length_sorted_batches(lengths, self.token_budget, self.max_batch_size):
+            for index, array in zip(batch, self.embed_batch([sentences[i] for i in batch])):
+                results[index] = array
+        return results  # type: ignore[return-value]
+
+    def embed_tokens(self, tokens: Iterable[str], batch_size: int = 4096) -> numpy.ndarray:
+        """Context-independent token vectors (n, P): what `elmo_token_embeddings.hdf5` holds."""
+        tokens = list(tokens)
+        out = []
+        with torch.no_grad():
+            for start in range(0, len(tokens), batch_size):
+                ids = chars.tokens_to_ids(tokens[start : start + batch_size], self.bilm.options.max_characters_per_token)
+                vectors = self.bilm.token_encoder(torch.from_numpy(ids).to(self.bilm.device))
+                out.append(vectors.float().cpu().numpy())
+        P = self.bilm.options.projection_dim
+        return numpy.concatenate(out) if out else numpy.zeros((0, P), dtype=numpy.float32)
+
+    def _rows_of_state(self, n_rows: int, device: torch.device) -> LSTMState:
+        have = 0 if self._state is None else self._state.h.shape[2]
+        if have < n_rows:
+            grown = self.bilm.lstm.zero_state(n_rows, device)
+            if self._state is not None:
+                grown.h[:, :, :have] = self._state.h
+                grown.c[:, :, :have] = self._state.c
+            self._state = grown
+        return LSTMState(self._state.h[:, :, :n_rows], self._state.c[:, :, :n_rows])
+
+    def _store_state(self, final: LSTMState) -> None:
+        n_rows = final.h.shape[2]
+        self._state.h[:, :, :n_rows] = final.h
+        self._state.c[:, :, :n_rows] = final.c

@@ -1,0 +1,182 @@
+"""The contextual layers: stacked LSTMs with a projection, both directions computed together.
+
+Numerics follow TensorFlow's `LSTMCell(num_proj=P, cell_clip, proj_clip, forget_bias=1.0)` as used
+by bilm-tf: gates in the order i, j, f, o; the forget bias added at run time; the cell clipped, then
+the projected output clipped; a residual connection around every layer but the first.
+
+Speed: per layer, the input-to-hidden products of all time steps and both directions are one batched
+matrix product before the loop; the loop does only the recurrent product, the cell update and the
+projection, on a batch that shrinks as rows (sorted by length, longest first) run out of tokens. The
+backward direction reads each row reversed within its own length, so both directions see their
+padding at the end and share one loop.
+"""
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+import torch
+from torch import nn
+
+from .config import BiLMOptions
+
+FORGET_BIAS = 1.0
+FORWARD, BACKWARD = 0, 1
+
+
+@dataclass
+class LSTMState:
+    """Recurrent state of every layer and direction: h (L, 2, B, P), c (L, 2, B, C)."""
+
+    h: torch.Tensor
+    c: torch.Tensor
+
+    def select(self, rows: torch.Tensor) -> "LSTMState":
+        return LSTMState(self.h[:, :, rows], self.c[:, :, rows])
+
+
+def reverse_within_lengths(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Reverse each row of x (B, T, ...) within its first lengths[b] steps; padding stays in place."""
+    n_rows, n_steps = x.shape[0], x.shape[1]
+    steps = torch.arange(n_steps, device=x.device).expand(n_rows, n_steps)
+    lengths = lengths.to(x.device).unsqueeze(1)
+    index = torch.where(steps < lengths, lengths - 1 - steps, steps)
+    index = index.view(n_rows, n_steps, *([1] * (x.dim() - 2))).expand_as(x)
+    return x.gather(1, index)
+
+
+class BiLSTMStack(nn.Module):
+    """L layers of projected LSTMs, a forward and a backward stack, parameters stacked by direction."""
+
+    def __init__(self, options: BiLMOptions) -> None:
+        super().__init__()
+        self.options = options
+        P, C, L = options.projection_dim, options.lstm_dim, options.n_layers
+        # W_0 of bilm-tf split into its input rows and its recurrent rows; direction is dim 0.
+        self.input_w = nn.ParameterList([nn.Parameter(torch.zeros(2, P, 4 * C)) for _ in range(L)])
+        self.recurrent_w = nn.ParameterList([nn.Parameter(torch.zeros(2, P, 4 * C)) for _ in range(L)])
+        self.bias = nn.ParameterList([nn.Parameter(torch.zeros(2, 4 * C)) for _ in range(L)])
+        self.proj_w = nn.ParameterList([nn.Parameter(torch.zeros(2, C, P)) for _ in range(L)])
+        forget = torch.zeros(4 * C)
+        forget[2 * C : 3 * C] = FORGET_BIAS
+        self.register_buffer("forget_bias", forget, persistent=False)
+
+    def reset_parameters(self, generator: Optional[torch.Generator] = None) -> None:
+        with torch.no_grad():
+            for group in (self.input_w, self.recurrent_w, self.proj_w):
+                for w in group:
+                    bound = (6.0 / (w.shape[1] + w.shape[2])) ** 0.5
+                    w.uniform_(-bound, bound, generator=generator)
+            for b in self.bias:
+                b.zero_()
+
+    def zero_state(self, batch_size: int, device: torch.device, dtype: torch.dtype = torch.float32) -> LSTMState:
+        o = self.options
+        return LSTMState(
+            h=torch.zeros(o.n_layers, 2, batch_size, o.projection_dim, device=device, dtype=dtype),
+            c=torch.zeros(o.n_layers, 2, batch_size, o.lstm_dim, device=device, dtype=dtype),
+        )
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        lengths: torch.Tensor,
+        initial_state: Optional[LSTMState] = None,
+        return_final_state: bool = False,
+        dropout: float = 0.0,
+    ) -> Tuple[List[torch.Tensor], Optional[LSTMState]]:
+        """tokens (B, T, P), lengths (B,) -> one (B, T, 2P) tensor a layer ([forward; backward]).
+
+        Positions at or beyond a row's length are zero in every output. The final state (at each
+        row's own length; the initial state for empty rows) is returned when asked for.
+        """
+        n_rows, n_steps, _ = tokens.shape
+        lengths_cpu = lengths.detach().to("cpu", torch.long)
+        order = torch.argsort(lengths_cpu, descending=True, stable=True)
+        sorted_lengths = lengths_cpu[order]
+        # batch_sizes[t]: rows still running at step t (rows are sorted longest first)
+        n_steps = int(sorted_lengths[0]) if n_rows else 0
+        batch_sizes = (sorted_lengths.unsqueeze(0) > torch.arange(n_steps).unsqueeze(1)).sum(1).tolist()
+        order_dev = order.to(tokens.device)
+        x = tokens.index_select(0, order_dev)[:, :n_steps]
+        lengths_dev = sorted_lengths.to(tokens.device)
+        both = torch.stack([x, reverse_within_lengths(x, lengths_dev)])  # (2, B, T, P)
+        frames = both.transpose(1, 2).contiguous()  # time-major (2, T, B, P)
+        state = initial_state.select(order_dev) if initial_state is not None else None
+        final_h: List[torch.Tensor] = []
+        final_c: List[torch.Tensor] = []
+        layer_outputs: List[torch.Tensor] = []
+        for layer in range(self.options.n_layers):
+            inputs = frames
+            if dropout > 0.0 and self.training:
+                inputs = nn.functional.dropout(inputs, dropout, training=True)
+            h0 = state.h[layer] if state is not None else None
+            c0 = state.c[layer] if state is not None else None
+            out, h_last, c_last = self._run_layer(layer, inputs, batch_sizes, h0, c0, return_final_state)
+            if self.options.use_skip_connections and layer > 0:
+                out = out + frames
+            frames = out
+            layer_outputs.append(out)
+            if return_final_state:
+                final_h.append(h_last)
+                final_c.append(c_last)
+        unsort = torch.argsort(order_dev)
+        results = []
+        for out in layer_outputs:
+            out = out.transpose(1, 2)  # (2, B, T, P)
+            backward = reverse_within_lengths(out[BACKWARD], lengths_dev)
+            merged = torch.cat([out[FORWARD], backward], dim=-1).index_select(0, unsort)
+            if merged.shape[1] < tokens.shape[1]:
+                merged = nn.functional.pad(merged, (0, 0, 0, tokens.shape[1] - merged.shape[1]))
+            results.append(merged)
+        final = None
+        if return_final_state:
+            final = LSTMState(torch.stack(final_h)[:, :, unsort], torch.stack(final_c)[:, :, unsort])
+        return results, final
+
+    def _run_layer(
+        self,
+        layer: int,
+        inputs: torch.Tensor,
+        batch_sizes: List[int],
+        h0: Optional[torch.Tensor],
+        c0: Optional[torch.Tensor],
+        track_final: bool,
+    ) -> Tuple[torch.Tensor, Optional[torch.Tensor], Optional[torch.Tensor]]:
+        """One layer, both directions: inputs (2, T, B, P) -> outputs (2, T, B, P), zero past each length."""
+        o = self.options
+        _, n_steps, n_rows, P = inputs.shape
+        C = o.lstm_dim
+        w_in, w_rec, w_proj = self.input_w[layer], self.recurrent_w[layer], self.proj_w[layer]
+        bias = (self.bias[layer] + self.forget_bias.to(self.bias[layer].dtype)).unsqueeze(1)  # (2, 1, 4C)
+        # All time steps' input products at once: (2, T*B, P) @ (2, P, 4C)
+        pre = torch.baddbmm(bias, inputs.reshape(2, n_steps * n_rows, P), w_in).view(2, n_steps, n_rows, 4 * C)
+        if h0 is None:
+            h = inputs.new_zeros(2, n_rows, P)
+            c = inputs.new_zeros(2, n_rows, C)
+        else:
+            h, c = h0, c0
+        final_h = h.clone() if track_final else None
+        final_c = c.clone() if track_final else None
+        steps: List[torch.Tensor] = []
+        cell_clip, proj_clip = o.cell_clip, o.proj_clip
+        for t in range(n_steps):
+            n = batch_sizes[t]
+            if n < h.shape[1]:
+                if track_final:
+                    final_h[:, n : h.shape[1]] = h[:, n:]
+                    final_c[:, n : h.shape[1]] = c[:, n:]
+                h, c = h[:, :n], c[:, :n]
+            gates = torch.baddbmm(pre[:, t, :n], h, w_rec)
+            i, j, f, og = gates.chunk(4, dim=-1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j)
+            if cell_clip is not None:
+                c = c.clamp(-cell_clip, cell_clip)
+            m = torch.sigmoid(og) * torch.tanh(c)
+            h = torch.bmm(m, w_proj)
+            if proj_clip is not None:
+                h = h.clamp(-proj_clip, proj_clip)
+            steps.append(h if n == n_rows else nn.functional.pad(h, (0, 0, 0, n_rows - n)))
+        if track_final and n_steps:
+            final_h[:, : h.shape[1]] = h
+            final_c[:, : c.shape[1]] = c
+        out = torch.stack(steps, dim=1) if steps else inputs.new_zeros(2, 0, n_rows, P)
+        return out, final_h, final_c

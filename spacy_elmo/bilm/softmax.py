@@ -1,0 +1,31 @@
+"""The language-model head: one softmax over the word vocabulary, shared by both directions.
+
+Stored as in bilm-tf's checkpoint (`softmax/W` (V, P), `softmax/b` (V,)), so an exported model keeps it.
+"""
+import torch
+from torch import nn
+
+
+class SoftmaxHead(nn.Module):
+    def __init__(self, n_vocab: int, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(n_vocab, dim))
+        self.bias = nn.Parameter(torch.zeros(n_vocab))
+
+    @property
+    def n_vocab(self) -> int:
+        return self.weight.shape[0]
+
+    def reset_parameters(self, generator: torch.Generator = None) -> None:
+        with torch.no_grad():
+            self.weight.normal_(0.0, self.weight.shape[1] ** -0.5, generator=generator)
+            self.bias.zero_()
+
+    def log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Full softmax: hidden (..., P) -> log-probabilities (..., V)."""
+        return torch.log_softmax(nn.functional.linear(hidden, self.weight, self.bias).float(), dim=-1)
+
+    def nll(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Full-softmax negative log-likelihood of each target: hidden (N, P), targets (N,) -> (N,)."""
+        logits = nn.functional.linear(hidden, self.weight, self.bias).float()
+        return nn.functional.cross_entropy(logits, targets, reduction="none")

@@ -1,0 +1,112 @@
+"""Tokens to ELMo character ids.
+
+Each token becomes its UTF-8 bytes framed by begin/end-of-word markers and padded to a fixed width,
+exactly as bilm-tf and AllenNLP do, so imported weights see the inputs they were trained on. Ids use
+the AllenNLP layout (every id shifted by +1) so that 0 means "no token here" and can serve as a mask.
+The mapping is vectorised over a whole batch: Python touches each token once (to encode it), never
+each character.
+"""
+from typing import List, Sequence
+
+import numpy
+
+MAX_CHARACTERS_PER_TOKEN = 50
+
+# Raw (unshifted) ids of bilm-tf: bytes 0-255, then the markers.
+BOS_CHAR = 256  # the character of the sentence-start token <S>
+EOS_CHAR = 257  # the character of the sentence-end token </S>
+BOW_CHAR = 258  # begin of word
+EOW_CHAR = 259  # end of word
+PAD_CHAR = 260  # padding inside a token
+ID_SHIFT = 1  # AllenNLP layout: raw id + 1, so that 0 is "no token"
+N_CHARACTERS = 262  # 261 raw ids + the "no token" id 0
+
+BOS_TOKEN = "<S>"
+EOS_TOKEN = "</S>"
+
+
+def _marker_token(char: int, width: int) -> numpy.ndarray:
+    row = numpy.full(width, PAD_CHAR, dtype=numpy.int32)
+    row[:3] = (BOW_CHAR, char, EOW_CHAR)
+    return row + ID_SHIFT
+
+
+def encode_token(token: str) -> bytes:
+    """The UTF-8 bytes of a token; unencodable code points (lone surrogates) are dropped, as in bilm-tf."""
+    return token.encode("utf-8", "ignore")
+
+
+def batch_to_ids(
+    sentences: Sequence[Sequence[str]],
+    *,
+    add_boundaries: bool = True,
+    max_characters_per_token: int = MAX_CHARACTERS_PER_TOKEN,
+) -> numpy.ndarray:
+    """Character ids for a batch of tokenized sentences, shape (batch, max_len, max_chars), int32.
+
+    With `add_boundaries`, each sentence is framed by `<S>` and `</S>` (the biLM was trained so).
+    Rows shorter than the longest sentence are padded with id 0. A token longer than
+    `max_characters_per_token - 2` bytes is truncated (its end-of-word marker is kept).
+    """
+    if max_characters_per_token < 3:
+        raise ValueError(f"max_characters_per_token must be at least 3, got {max_characters_per_token}")
+    width = max_characters_per_token
+    n_bytes_max = width - 2
+    offset = 1 if add_boundaries else 0
+    lengths = numpy.asarray([len(s) for s in sentences], dtype=numpy.int64)
+    n_rows = len(sentences)
+    max_len = int(lengths.max()) + 2 * offset if n_rows else 0
+    out = numpy.zeros((n_rows, max_len, width), dtype=numpy.int32)
+    if n_rows == 0:
+        return out
+    # Positions (row, column) of every real token, in order.
+    rows = numpy.repeat(numpy.arange(n_rows), lengths)
+    starts = numpy.cumsum(lengths) - lengths
+    cols = numpy.arange(int(lengths.sum())) - numpy.repeat(starts, lengths) + offset
+    encoded = [encode_token(tok) for sent in sentences for tok in sent]
+    if encoded:
+        byte_lengths = numpy.fromiter((len(b) for b in encoded), dtype=numpy.int64, count=len(encoded))
+        kept = numpy.minimum(byte_lengths, n_bytes_max)
+        token_chars = numpy.full((len(encoded), width), PAD_CHAR + ID_SHIFT, dtype=numpy.int32)
+        token_chars[:, 0] = BOW_CHAR + ID_SHIFT
+        token_chars[numpy.arange(len(encoded)), kept + 1] = EOW_CHAR + ID_SHIFT
+        all_bytes = numpy.frombuffer(b"".join(encoded), dtype=numpy.uint8).astype(numpy.int32)
+        # Which bytes survive truncation, and where they go.
+        byte_starts = numpy.cumsum(byte_lengths) - byte_lengths
+        byte_token = numpy.repeat(numpy.arange(len(encoded)), kept)
+        byte_pos = numpy.arange(int(kept.sum())) - numpy.repeat(numpy.cumsum(kept) - kept, kept)
+        src = numpy.repeat(byte_starts, kept) + byte_pos
+        token_chars[byte_token, byte_pos + 1] = all_bytes[src] + ID_SHIFT
+        # The literal tokens "<S>" and "</S>" are the boundary tokens, as in bilm-tf and AllenNLP.
+        flat = [tok for sent in sentences for tok in sent]
+        for marker, char in ((BOS_TOKEN, BOS_CHAR), (EOS_TOKEN, EOS_CHAR)):
+            where = [k for k, tok in enumerate(flat) if tok == marker]
+            if where:
+                token_chars[where] = _marker_token(char, width)
+        out[rows, cols] = token_chars
+    if add_boundaries:
+        nonempty = numpy.arange(n_rows)
+        out[nonempty, 0] = _marker_token(BOS_CHAR, width)
+        out[nonempty, lengths + 1] = _marker_token(EOS_CHAR, width)
+    return out
+
+
+def tokens_to_ids(tokens: Sequence[str], max_characters_per_token: int = MAX_CHARACTERS_PER_TOKEN) -> numpy.ndarray:
+    """Character ids of single tokens, shape (n_tokens, max_chars): for context-free token embeddings."""
+    ids = batch_to_ids([list(tokens)], add_boundaries=False, max_characters_per_token=max_characters_per_token)
+    return ids[0] if len(tokens) else ids.reshape(0, max_characters_per_token)
+
+
+def ids_to_text(ids: numpy.ndarray) -> List[str]:
+    """Decode a (n_tokens, max_chars) id array back to strings (for debugging and error messages)."""
+    words = []
+    for row in numpy.asarray(ids):
+        raw = row[row > 0] - ID_SHIFT
+        if len(raw) >= 2 and raw[1] == BOS_CHAR:
+            words.append(BOS_TOKEN)
+        elif len(raw) >= 2 and raw[1] == EOS_CHAR:
+            words.append(EOS_TOKEN)
+        else:
+            data = bytes(int(c) for c in raw if c < 256)
+            words.append(data.decode("utf-8", "replace"))
+    return words

@@ -1,0 +1,51 @@
+"""A short tour: load a biLM, embed sentences, show the layers and a similarity.
+
+    python -m spacy_elmo.demo [MODEL]
+
+MODEL is a native or bilm-tf/AllenNLP model (see `loading.load_bilm`); by default the shipped English
+model, or the repository's bilm-tf test fixture when no model is shipped yet.
+"""
+import sys
+import time
+from pathlib import Path
+
+import numpy
+
+from .bilm.embedder import BiLMEmbedder
+from .loading import DEFAULT_MODEL, available_models, load_bilm
+
+FIXTURE = Path(__file__).parent.parent / "tests" / "fixtures" / "elmo-fixture"
+
+SENTENCES = [
+    "We sat on the bank of the river and watched the water .".split(),
+    "The bank raised its interest rates on savings accounts .".split(),
+    "She deposited the cheque at the bank on Monday .".split(),
+    "Fish swam near the muddy bank of the stream .".split(),
+]
+
+
+def cosine(a: numpy.ndarray, b: numpy.ndarray) -> float:
+    return float(a @ b / (numpy.linalg.norm(a) * numpy.linalg.norm(b) + 1e-12))
+
+
+def main(model: str = "") -> None:
+    if not model:
+        model = DEFAULT_MODEL if DEFAULT_MODEL in available_models() else str(FIXTURE)
+    started = time.perf_counter()
+    bilm = load_bilm(model)
+    o = bilm.options
+    print(f"model: {model}")
+    print(f"  char CNN {o.n_filters} filters, {o.n_highway} highway, {o.n_layers}x LSTM {o.lstm_dim}->{o.projection_dim}")
+    embedder = BiLMEmbedder(bilm)
+    layers = embedder.embed_sentences(SENTENCES)
+    print(f"loaded and embedded {len(SENTENCES)} sentences in {time.perf_counter() - started:.2f}s")
+    for sentence, array in zip(SENTENCES, layers):
+        print(f"  {' '.join(sentence)[:50]:50s} layers {array.shape}  (n_layers, n_tokens, 2P)")
+    bank = [array[-1, sentence.index("bank")] for sentence, array in zip(SENTENCES, layers)]
+    print("top-layer cosine of 'bank' (river, money, money, river):")
+    for i in range(len(bank)):
+        print("  " + "  ".join(f"{cosine(bank[i], bank[j]):+.3f}" for j in range(len(bank))))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "")
