@@ -1,0 +1,80 @@
+"""biLM inference throughput (tokens/s) and its share of the machine's own matrix-product rate.
+
+    python benchmarks/bilm_throughput.py [--device cpu|cuda] [--configs full,small] [--batch-sizes 1,32,128]
+
+Random weights, sentences of `--length` tokens (+ <S>, </S>), fp32 by default. For every
+(configuration, batch size) one JSON line: tokens/s, achieved GFLOP/s (2 FLOPs per multiply-add,
+boundary tokens not counted) and that as a fraction of the square-matmul rate measured in the same run.
+"""
+import argparse
+import time
+
+import torch
+
+from common import best_time, bilm_flops_per_token, describe_machine, emit, matmul_rate
+from spacy_elmo import chars
+from spacy_elmo.bilm.bilm import BiLM
+from spacy_elmo.bilm.config import full_options, small_options
+
+CONFIGS = {"full": full_options, "small": small_options}
+WORDS = "the of and to in a is that for it as was with be by on not he I this are or his from at which".split()
+
+
+def make_batch(batch_size: int, length: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(batch_size * 1000 + length)
+    picks = torch.randint(len(WORDS), (batch_size, length), generator=generator).tolist()
+    sentences = [[WORDS[i] + ("s" if (r + c) % 3 == 0 else "") for c, i in enumerate(row)] for r, row in enumerate(picks)]
+    return torch.from_numpy(chars.batch_to_ids(sentences))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--configs", default="full,small")
+    parser.add_argument("--batch-sizes", default="1,32,128")
+    parser.add_argument("--length", type=int, default=20, help="tokens a sentence, boundaries excluded")
+    parser.add_argument("--min-seconds", type=float, default=3.0, help="time each point at least this long")
+    parser.add_argument("--output", default="", help="append JSON lines to this file too")
+    args = parser.parse_args()
+    device = args.device
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    machine = describe_machine(device)
+    rate = matmul_rate(device)
+    emit({"bench": "matmul_fp32", "gflops": round(rate, 1), "date": time.strftime("%Y-%m-%d"), **machine}, args.output)
+    for name in args.configs.split(","):
+        options = CONFIGS[name]()
+        bilm = BiLM(options).to(device).eval()
+        bilm.reset_parameters(0)
+        bilm.to(device)
+        flops = bilm_flops_per_token(options)
+        for batch_size in [int(b) for b in args.batch_sizes.split(",")]:
+            ids = make_batch(batch_size, args.length).to(device)
+            with torch.no_grad():
+                bilm(ids)  # warm-up
+                once = best_time(lambda: bilm(ids), 1, sync)
+                repeats = max(2, int(args.min_seconds / max(once, 1e-3)))
+                seconds = best_time(lambda: bilm(ids), min(repeats, 20), sync)
+            tokens = batch_size * args.length
+            tokens_per_s = tokens / seconds
+            achieved = tokens_per_s * flops / 1e9
+            emit(
+                {
+                    "bench": "bilm_inference",
+                    "config": name,
+                    "batch_size": batch_size,
+                    "length": args.length,
+                    "tokens_per_s": round(tokens_per_s, 1),
+                    "gflops": round(achieved, 1),
+                    "fraction_of_matmul": round(achieved / rate, 3),
+                    "matmul_gflops": round(rate, 1),
+                    "mflop_per_token": round(flops / 1e6, 1),
+                    "device": machine["device"],
+                },
+                args.output,
+            )
+        # the matmul rate again, to show the machine did not change under us
+        emit({"bench": "matmul_fp32_after", "config": name, "gflops": round(matmul_rate(device), 1)}, args.output)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""Shared by the benchmarks: the machine's own matrix-product rate, FLOP counts, machine description."""
+import json
+import os
+import platform
+import time
+from typing import Callable, Dict
+
+import torch
+
+from spacy_elmo.bilm.config import BiLMOptions
+
+
+def describe_machine(device: str = "cpu") -> Dict[str, object]:
+    info: Dict[str, object] = {"python": platform.python_version(), "torch": torch.__version__}
+    if device.startswith("cuda"):
+        info["device"] = torch.cuda.get_device_name(torch.device(device))
+    else:
+        model = "unknown CPU"
+        try:
+            for line in open("/proc/cpuinfo", encoding="utf-8"):
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+        except OSError:
+            pass
+        info["device"] = f"{model}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
+    return info
+
+
+def best_time(fn: Callable[[], object], repeats: int, sync: Callable[[], None] = lambda: None) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
+        fn()
+        sync()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def matmul_rate(device: str = "cpu", dtype: torch.dtype = torch.float32, n: int = 2048, repeats: int = 5) -> float:
+    """Best-of-N GFLOP/s of a square matrix product: the ceiling the biLM is measured against."""
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    for _ in range(2):
+        a @ b
+    seconds = best_time(lambda: a @ b, repeats, sync)
+    return 2 * n**3 / seconds / 1e9
+
+
+def bilm_flops_per_token(options: BiLMOptions) -> float:
+    """FLOPs (2 per multiply-add) of one token through the biLM, inference, boundaries excluded."""
+    o = options
+    chars = o.max_characters_per_token
+    cnn = sum(2 * width * o.char_embedding_dim * n * (chars - width + 1) for width, n in o.filters)
+    F = o.n_filters
+    highway = o.n_highway * 2 * (2 * F * F)
+    projection = 2 * F * o.projection_dim
+    per_layer_direction = 2 * (2 * o.projection_dim * 4 * o.lstm_dim) + 2 * o.lstm_dim * o.projection_dim
+    lstm = 2 * o.n_layers * per_layer_direction
+    return float(cnn + highway + projection + lstm)
+
+
+def emit(record: Dict[str, object], path: str = "") -> None:
+    line = json.dumps(record)
+    print(line, flush=True)
+    if path:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(line + "\n")

@@ -1,0 +1,92 @@
+"""Stateless means a sentence's vectors do not depend on its batch: size, order, neighbours."""
+import json
+import random
+
+import numpy
+import pytest
+import torch
+
+from spacy_elmo import chars
+from spacy_elmo.bilm.embedder import BiLMEmbedder, length_sorted_batches
+
+
+@pytest.fixture(scope="module")
+def all_sentences(fixture_dir):
+    data = json.loads((fixture_dir / "sentences.json").read_text())
+    return [s.split() for group in data for s in group]
+
+
+@pytest.mark.parametrize("token_budget", [1, 60, 500, 100000])
+def test_same_outputs_whatever_the_batch_size(reference_bilm, all_sentences, token_budget):
+    alone = [BiLMEmbedder(reference_bilm).embed_batch([s])[0] for s in all_sentences]
+    batched = BiLMEmbedder(reference_bilm, token_budget=token_budget).embed_sentences(all_sentences)
+    for a, b in zip(alone, batched):
+        numpy.testing.assert_allclose(a, b, atol=1e-6, rtol=0)
+
+
+def test_same_outputs_whatever_the_order(reference_bilm, all_sentences):
+    order = list(range(len(all_sentences)))
+    random.Random(0).shuffle(order)
+    embedder = BiLMEmbedder(reference_bilm)
+    straight = embedder.embed_batch(all_sentences)
+    shuffled = embedder.embed_batch([all_sentences[i] for i in order])
+    for position, index in enumerate(order):
+        numpy.testing.assert_allclose(straight[index], shuffled[position], atol=1e-6, rtol=0)
+
+
+def test_padding_positions_are_zero_and_masked(make_bilm):
+    bilm = make_bilm()
+    ids = torch.from_numpy(chars.batch_to_ids([["a", "b", "c", "d"], ["e"]]))
+    out = bilm(ids)
+    assert out.mask.tolist() == [[True] * 6, [True] * 3 + [False] * 3]
+    assert out.layers.shape == (3, 2, 6, 16)
+    assert torch.all(out.layers[:, 1, 3:] == 0)
+
+
+@pytest.mark.parametrize("skip", [True, False])
+@pytest.mark.parametrize("clips", [(None, None), (0.5, 0.25), (0.0, 3.0)])
+def test_configurations_run_and_stay_batch_independent(make_bilm, skip, clips):
+    bilm = make_bilm(use_skip_connections=skip, cell_clip=clips[0], proj_clip=clips[1], n_layers=3,
+                       n_highway=0, activation="tanh")
+    sentences = [["x"] * n for n in (1, 7, 3, 12)]
+    embedder = BiLMEmbedder(bilm)
+    together = embedder.embed_batch(sentences)
+    for sentence, got in zip(sentences, together):
+        numpy.testing.assert_allclose(embedder.embed_batch([sentence])[0], got, atol=1e-6, rtol=0)
+    if clips[1] is not None:
+        P = bilm.options.projection_dim
+        # without skip connections a layer's output is the clipped projection itself
+        if not skip:
+            assert numpy.abs(together[1][1:]).max() <= clips[1] + 1e-7
+
+
+def test_proj_clip_zero_is_a_value_not_off(make_bilm):
+    bilm = make_bilm(proj_clip=0.0, use_skip_connections=False)
+    layers = BiLMEmbedder(bilm).embed_sentences([["a", "b"]])[0]
+    assert numpy.all(layers[1:] == 0)
+
+
+def test_length_sorted_batches_respect_budget():
+    lengths = [5, 50, 3, 49, 10, 1, 2]
+    batches = length_sorted_batches(lengths, token_budget=60)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for batch in batches:
+        assert len(batch) == 1 or len(batch) * max(lengths[i] for i in batch) <= 60
+
+
+def test_empty_sentence_and_empty_batch(reference_bilm):
+    embedder = BiLMEmbedder(reference_bilm)
+    out = embedder.embed_sentences([[], ["a"]])
+    assert out[0].shape == (3, 0, 32) and out[1].shape == (3, 1, 32)
+    assert embedder.embed_sentences([]) == []
+
+
+def test_stateful_state_depends_on_history(reference_bilm, all_sentences):
+    stateful = BiLMEmbedder(reference_bilm, stateful=True)
+    first = stateful.embed_batch([all_sentences[0]])[0]
+    second = stateful.embed_batch([all_sentences[0]])[0]
+    assert not numpy.allclose(first, second, atol=1e-6)
+    stateful.reset_state()
+    numpy.testing.assert_array_equal(stateful.embed_batch([all_sentences[0]])[0], first)
+    with pytest.raises(ValueError, match="stateful"):
+        stateful.embed_sentences([all_sentences[0]])

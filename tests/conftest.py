@@ -1,0 +1,48 @@
+"""Shared fixtures: the bilm-tf/AllenNLP reference model and small random biLMs."""
+from pathlib import Path
+
+import pytest
+import torch
+
+from spacy_elmo.bilm.bilm import BiLM
+from spacy_elmo.bilm.config import BiLMOptions
+from spacy_elmo.convert import load_bilm_tf
+
+FIXTURES = Path(__file__).parent / "fixtures"
+ELMO_FIXTURE = FIXTURES / "elmo-fixture"
+
+torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+
+
+@pytest.fixture(scope="session")
+def fixture_dir() -> Path:
+    return ELMO_FIXTURE
+
+
+@pytest.fixture(scope="session")
+def reference_bilm() -> BiLM:
+    """The tiny real bilm-tf model of AllenNLP's test fixtures (read-only: do not train it)."""
+    return load_bilm_tf(ELMO_FIXTURE / "options.json", ELMO_FIXTURE / "lm_weights.hdf5")
+
+
+def random_bilm(seed: int = 0, **overrides) -> BiLM:
+    """A small random biLM; overrides go to BiLMOptions."""
+    kwargs = dict(
+        filters=[(1, 8), (2, 8), (3, 16)],
+        char_embedding_dim=4,
+        n_highway=1,
+        lstm_dim=24,
+        projection_dim=8,
+        n_layers=2,
+    )
+    kwargs.update(overrides)
+    bilm = BiLM(BiLMOptions(**kwargs))
+    bilm.reset_parameters(seed)
+    bilm.eval()
+    return bilm
+
+
+@pytest.fixture(scope="session")
+def make_bilm():
+    """Factory fixture: make_bilm(seed=0, **option_overrides) -> a small random BiLM in eval mode."""
+    return random_bilm
