@@ -9,6 +9,7 @@ from .char_cnn import CharacterEncoder
 from .config import BiLMOptions
 from .lstm import BiLSTMStack, LSTMState
 from .softmax import SoftmaxHead
+from .token_cache import TokenCache
 
 
 @dataclass
@@ -41,6 +42,13 @@ class BiLM(nn.Module):
             SoftmaxHead(options.n_tokens_vocab, options.projection_dim) if with_softmax else None
         )
         self.vocab: Optional[List[str]] = None
+        # Inference-time options (not weights): see `embed_tokens`.
+        self.dedupe_tokens = True
+        self.token_cache: Optional[TokenCache] = None
+
+    def set_token_cache(self, max_size: Optional[int]) -> None:
+        """Keep the token vectors of up to `max_size` recent word types (None or 0: no cache)."""
+        self.token_cache = TokenCache(max_size) if max_size else None
 
     def reset_parameters(self, seed: int = 0) -> None:
         generator = torch.Generator().manual_seed(seed)
@@ -56,13 +64,22 @@ class BiLM(nn.Module):
     def embed_tokens(self, char_ids: torch.Tensor) -> torch.Tensor:
         """The context-independent layer for (B, T, chars) ids -> (B, T, P), zero at padding.
 
-        Each distinct token of the batch goes through the CNN once: in running text most tokens
-        repeat (punctuation, function words, the boundary tokens), so this is exact and cheaper.
+        Each distinct token of the batch goes through the CNN once (`dedupe_tokens`): in running text
+        most tokens repeat, so this is exact and cheaper. At inference, the optional LRU `token_cache`
+        also skips the CNN for tokens seen in earlier batches.
         """
         mask = char_ids.gt(0).any(-1)
         flat = char_ids[mask]
-        unique, inverse = torch.unique(flat, dim=0, return_inverse=True)
-        vectors = self.token_encoder(unique).index_select(0, inverse)
+        use_cache = self.token_cache is not None and not self.training and not torch.is_grad_enabled()
+        if use_cache or self.dedupe_tokens:
+            unique, inverse = torch.unique(flat, dim=0, return_inverse=True)
+            if use_cache:
+                vectors = self.token_cache.encode(unique, self.token_encoder, self.token_encoder)
+            else:
+                vectors = self.token_encoder(unique)
+            vectors = vectors.index_select(0, inverse)
+        else:
+            vectors = self.token_encoder(flat)
         out = vectors.new_zeros(*mask.shape, vectors.shape[-1])
         out[mask] = vectors
         return out

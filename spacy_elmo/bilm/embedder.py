@@ -6,6 +6,7 @@ which batch it lands in, and batches are built by sorting sentences by length un
 Stateful: the reference behaviour of bilm-tf/AllenNLP, for parity; batch row i starts from the state
 row i ended with in the previous call, and sentences are embedded in the order and grouping given.
 """
+import contextlib
 from typing import Iterable, List, Optional, Sequence
 
 import numpy
@@ -16,6 +17,12 @@ from .bilm import BiLM
 from .lstm import LSTMState
 
 DEFAULT_TOKEN_BUDGET = 4096
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    oom_type = getattr(torch.cuda, "OutOfMemoryError", ())
+    return isinstance(error, oom_type) or (isinstance(error, RuntimeError) and "out of memory" in str(error))
 
 
 def length_sorted_batches(lengths: Sequence[int], token_budget: int, max_batch_size: int = 1024) -> List[List[int]]:
@@ -43,8 +50,16 @@ class BiLMEmbedder:
         token_budget: int = DEFAULT_TOKEN_BUDGET,
         stateful: bool = False,
         max_batch_size: int = 1024,
+        token_cache_size: Optional[int] = None,
+        precision: str = "fp32",
     ) -> None:
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
         self.bilm = bilm
+        self.precision = precision
+        self.n_splits = 0  # batches split after running out of memory
+        if token_cache_size is not None:
+            bilm.set_token_cache(token_cache_size)
         self.token_budget = token_budget
         self.stateful = stateful
         self.max_batch_size = max_batch_size
@@ -53,9 +68,34 @@ class BiLMEmbedder:
     def reset_state(self) -> None:
         self._state = None
 
-    @torch.no_grad()
     def embed_batch(self, sentences: Sequence[Sequence[str]]) -> List[numpy.ndarray]:
-        """One forward pass over exactly these sentences (stateful mode carries state by row)."""
+        """One forward pass over these sentences (stateful mode carries state by row).
+
+        Stateless batches that run out of device memory are split in halves and retried, and the
+        token budget is lowered for the batches that follow: no sentence is ever dropped.
+        """
+        if self.stateful:
+            return self._forward(sentences)
+        try:
+            return self._forward(sentences)
+        except (RuntimeError, MemoryError) as error:
+            if not is_out_of_memory(error):
+                raise
+            if len(sentences) == 1:
+                raise MemoryError(
+                    f"a single sentence of {len(sentences[0])} tokens does not fit in memory on "
+                    f"{self.bilm.device}; split long texts into sentences or windows first"
+                ) from error
+        self.n_splits += 1
+        if self.bilm.device.type == "cuda":
+            torch.cuda.empty_cache()
+        n_tokens = sum(len(s) + 2 for s in sentences)
+        self.token_budget = max(1, min(self.token_budget, n_tokens // 2))
+        half = len(sentences) // 2
+        return self.embed_batch(sentences[:half]) + self.embed_batch(sentences[half:])
+
+    @torch.no_grad()
+    def _forward(self, sentences: Sequence[Sequence[str]]) -> List[numpy.ndarray]:
         bilm = self.bilm
         was_training = bilm.training
         bilm.eval()
@@ -66,9 +106,17 @@ class BiLMEmbedder:
             if self.stateful:
                 track = True
                 initial = self._rows_of_state(len(sentences), char_ids.device)
-            output = bilm(char_ids, initial_state=initial, return_final_state=track)
+            dtype = PRECISIONS[self.precision]
+            autocast = (
+                torch.autocast(device_type=char_ids.device.type, dtype=dtype)
+                if dtype is not None
+                else contextlib.nullcontext()
+            )
+            with autocast:
+                output = bilm(char_ids, initial_state=initial, return_final_state=track)
             if self.stateful:
                 self._store_state(output.final_state)
+            # one copy back to the host for the whole batch
             layers = output.layers.float().cpu().numpy()
         finally:
             bilm.train(was_training)

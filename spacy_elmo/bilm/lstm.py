@@ -149,6 +149,9 @@ class BiLSTMStack(nn.Module):
         bias = (self.bias[layer] + self.forget_bias.to(self.bias[layer].dtype)).unsqueeze(1)  # (2, 1, 4C)
         # All time steps' input products at once: (2, T*B, P) @ (2, P, 4C)
         pre = torch.baddbmm(bias, inputs.reshape(2, n_steps * n_rows, P), w_in).view(2, n_steps, n_rows, 4 * C)
+        # One view a step: the backward of `unbind` stacks the steps' gradients once, where indexing
+        # `pre[:, t]` in the loop would allocate and add a gradient the size of all of `pre` every step.
+        pre_steps = pre.unbind(1)
         if h0 is None:
             h = inputs.new_zeros(2, n_rows, P)
             c = inputs.new_zeros(2, n_rows, C)
@@ -165,7 +168,7 @@ class BiLSTMStack(nn.Module):
                     final_h[:, n : h.shape[1]] = h[:, n:]
                     final_c[:, n : h.shape[1]] = c[:, n:]
                 h, c = h[:, :n], c[:, :n]
-            gates = torch.baddbmm(pre[:, t, :n], h, w_rec)
+            gates = torch.baddbmm(pre_steps[t][:, :n], h, w_rec)
             i, j, f, og = gates.chunk(4, dim=-1)
             c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j)
             if cell_clip is not None:

@@ -90,3 +90,46 @@ def test_stateful_state_depends_on_history(reference_bilm, all_sentences):
     numpy.testing.assert_array_equal(stateful.embed_batch([all_sentences[0]])[0], first)
     with pytest.raises(ValueError, match="stateful"):
         stateful.embed_sentences([all_sentences[0]])
+
+
+def test_out_of_memory_batch_is_split_and_completes(reference_bilm, all_sentences, monkeypatch):
+    expected = BiLMEmbedder(reference_bilm, token_budget=100000).embed_sentences(all_sentences)
+    embedder = BiLMEmbedder(reference_bilm, token_budget=100000)
+    real_forward = embedder._forward
+
+    def forward_that_fits_4(batch):
+        if len(batch) > 4:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB (simulated)")
+        return real_forward(batch)
+
+    monkeypatch.setattr(embedder, "_forward", forward_that_fits_4)
+    got = embedder.embed_sentences(all_sentences)
+    assert embedder.n_splits > 0 and embedder.token_budget < 100000
+    assert len(got) == len(expected)
+    for a, b in zip(expected, got):
+        numpy.testing.assert_allclose(a, b, atol=1e-6, rtol=0)
+
+
+def test_other_errors_are_not_swallowed(reference_bilm, monkeypatch):
+    embedder = BiLMEmbedder(reference_bilm)
+    monkeypatch.setattr(embedder, "_forward", lambda batch: (_ for _ in ()).throw(RuntimeError("shape mismatch")))
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        embedder.embed_sentences([["a"], ["b"]])
+
+
+def test_single_sentence_out_of_memory_is_a_clear_error(reference_bilm, monkeypatch):
+    embedder = BiLMEmbedder(reference_bilm)
+    monkeypatch.setattr(embedder, "_forward", lambda batch: (_ for _ in ()).throw(RuntimeError("out of memory")))
+    with pytest.raises(MemoryError, match="single sentence of 3 tokens"):
+        embedder.embed_sentences([["a", "b", "c"]])
+
+
+def test_bf16_precision_close_to_fp32(reference_bilm, all_sentences):
+    fp32 = BiLMEmbedder(reference_bilm).embed_sentences(all_sentences[:5])
+    bf16 = BiLMEmbedder(reference_bilm, precision="bf16").embed_sentences(all_sentences[:5])
+    for a, b in zip(fp32, bf16):
+        assert b.dtype == numpy.float32
+        relative = numpy.linalg.norm(a - b) / numpy.linalg.norm(a)
+        assert relative < 2e-2
+    with pytest.raises(ValueError, match="precision"):
+        BiLMEmbedder(reference_bilm, precision="fp8")

@@ -1,0 +1,82 @@
+"""An LRU cache of token-layer vectors (char CNN + highway + projection) keyed by character ids.
+
+Word frequencies are Zipfian, so across batches most tokens have been seen before; looking their
+vectors up instead of running the CNN is exact (the layer is context-free). Vectors live in one
+device tensor, so a batch's hits are a single gather. The cache is cleared whenever a parameter of
+the encoder changes in place (an optimizer step, a weight load), so it can never serve stale vectors.
+"""
+from collections import OrderedDict
+from typing import Callable, List, Tuple
+
+import numpy
+import torch
+
+
+class TokenCache:
+    def __init__(self, max_size: int) -> None:
+        if max_size < 1:
+            raise ValueError(f"token cache size must be >= 1, got {max_size}")
+        self.max_size = max_size
+        self._slots: "OrderedDict[bytes, int]" = OrderedDict()
+        self._store: torch.Tensor = torch.empty(0)
+        self._weights_key: Tuple = ()
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def clear(self) -> None:
+        self._slots.clear()
+        self._store = torch.empty(0)
+
+    def _check_weights(self, module: torch.nn.Module) -> None:
+        key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in module.parameters())
+        if key != self._weights_key:
+            self.clear()
+            self._weights_key = key
+
+    def encode(self, unique_ids: torch.Tensor, module: torch.nn.Module, encoder: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """Vectors of distinct token rows (n, chars): cached ones gathered, the rest encoded and stored."""
+        self._check_weights(module)
+        rows = unique_ids.detach().to("cpu").numpy()
+        keys = [row.tobytes() for row in numpy.ascontiguousarray(rows, dtype=numpy.int32)]
+        hit_positions: List[int] = []
+        hit_slots: List[int] = []
+        miss_positions: List[int] = []
+        for position, key in enumerate(keys):
+            slot = self._slots.get(key)
+            if slot is None:
+                miss_positions.append(position)
+            else:
+                self._slots.move_to_end(key)
+                hit_positions.append(position)
+                hit_slots.append(slot)
+        self.hits += len(hit_positions)
+        self.misses += len(miss_positions)
+        device = unique_ids.device
+        fresh = encoder(unique_ids[torch.tensor(miss_positions, dtype=torch.long, device=device)]) if miss_positions else None
+        template = fresh if fresh is not None else self._store
+        out = template.new_empty(len(keys), template.shape[-1])
+        if hit_positions:
+            out[torch.tensor(hit_positions, device=device)] = self._store[torch.tensor(hit_slots, device=device)]
+        if fresh is not None:
+            out[torch.tensor(miss_positions, device=device)] = fresh
+            self._insert([keys[p] for p in miss_positions], fresh)
+        return out
+
+    def _insert(self, keys: List[str], vectors: torch.Tensor) -> None:
+        if self._store.numel() == 0 or self._store.dtype != vectors.dtype or self._store.device != vectors.device:
+            self._slots.clear()
+            self._store = vectors.new_empty(self.max_size, vectors.shape[-1])
+        # Only the most recent max_size of this batch's misses can stay.
+        keys, vectors = keys[-self.max_size :], vectors[-self.max_size :]
+        slots: List[int] = []
+        for key in keys:
+            if len(self._slots) < self.max_size:
+                slots.append(len(self._slots))
+            else:
+                _, slot = self._slots.popitem(last=False)  # evict the least recently used
+                slots.append(slot)
+            self._slots[key] = slots[-1]
+        self._store[torch.tensor(slots, device=vectors.device)] = vectors

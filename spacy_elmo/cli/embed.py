@@ -1,0 +1,34 @@
+"""`spacy elmo embed`: a text or JSONL file to HDF5 (all layers, the top one, or their average)."""
+from pathlib import Path
+
+import typer
+from tqdm import tqdm
+
+from ..embed import LAYER_CHOICES, EmbedSettings, embed_file
+from . import elmo_cli
+
+
+@elmo_cli.command("embed")
+def embed_cli(
+    model: str = typer.Argument(..., help="A native or bilm-tf/AllenNLP model, or a shipped model name"),
+    input_path: Path = typer.Argument(..., help="Text (one sentence a line; .gz ok) or JSONL file"),
+    output_path: Path = typer.Argument(..., help="HDF5 output; an existing one is resumed"),
+    layers: str = typer.Option("all", "--layers", help=f"one of {', '.join(LAYER_CHOICES)}"),
+    text_field: str = typer.Option("text", "--text-field", help="JSONL field holding the text"),
+    tokenizer: str = typer.Option("whitespace", "--tokenizer", help="'whitespace' or a spaCy language code"),
+    token_budget: int = typer.Option(4096, "--batch-tokens", help="padded tokens per batch"),
+    dtype: str = typer.Option("float32", "--dtype", help="float32 or float16 storage"),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:1, ..."),
+    precision: str = typer.Option("fp32", "--precision", help="fp32, bf16 or fp16 compute"),
+    workers: int = typer.Option(1, "--workers", help="worker processes (CPU)"),
+) -> None:
+    """Embed every line of INPUT_PATH into OUTPUT_PATH (dataset "i" = line i)."""
+    settings = EmbedSettings(model=model, layers=layers, text_field=text_field, tokenizer=tokenizer,
+                             token_budget=token_budget, dtype=dtype, device=device, precision=precision)
+    with tqdm(unit=" lines", desc="embedding") as bar:
+        try:
+            written = embed_file(input_path, output_path, settings, workers=workers, progress=bar.update)
+        except (FileNotFoundError, ValueError) as err:
+            typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(1)
+    typer.echo(f"wrote {written} lines to {output_path}")

@@ -1,0 +1,156 @@
+"""Embed a text or JSONL file into HDF5, like the old `allennlp elmo` command, but resumable.
+
+Every input line (or JSONL record) is one sentence; its vectors go to the dataset named by its line
+index ("0", "1", ...): all layers (L+1, n_tokens, 2P), the top layer or the average (n_tokens, 2P).
+The input is streamed in chunks; each finished chunk is flushed, so an interrupted run started again
+skips the lines already written. Worker processes (CPU) each load the model once and embed whole chunks.
+"""
+import gzip
+import json
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
+
+import h5py
+import numpy
+
+LAYER_CHOICES = ("all", "top", "average")
+
+
+@dataclass
+class EmbedSettings:
+    model: str
+    layers: str = "all"
+    text_field: str = "text"
+    tokenizer: str = "whitespace"  # or a spaCy language code such as "en"
+    token_budget: int = 4096
+    dtype: str = "float32"
+    device: str = "cpu"
+    precision: str = "fp32"
+    chunk_size: int = 256
+
+
+def read_lines(path: Path, text_field: str = "text") -> Iterator[str]:
+    """Lines of a .txt/.txt.gz file, or the `text_field` of each record of a .jsonl/.jsonl.gz file."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    is_jsonl = ".jsonl" in path.suffixes or ".json" in path.suffixes
+    with opener(path, "rt", encoding="utf-8", errors="surrogateescape") as handle:
+        for number, line in enumerate(handle, 1):
+            line = line.rstrip("\n")
+            if not is_jsonl:
+                yield line
+                continue
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{number}: not valid JSON ({err.msg})") from None
+            if not isinstance(record, dict) or text_field not in record:
+                raise ValueError(f"{path}:{number}: record has no field {text_field!r} (set --text-field)")
+            yield str(record[text_field])
+
+
+def make_tokenizer(name: str) -> Callable[[str], List[str]]:
+    if name == "whitespace":
+        return lambda text: text.split()
+    import spacy
+
+    nlp = spacy.blank(name)
+    return lambda text: [t.text for t in nlp.make_doc(text) if not t.is_space]
+
+
+def reduce_layers(layers: numpy.ndarray, how: str) -> numpy.ndarray:
+    if how == "all":
+        return layers
+    if how == "top":
+        return layers[-1]
+    return layers.mean(axis=0)
+
+
+_worker_state: dict = {}
+
+
+def _init_worker(settings: EmbedSettings, threads: int) -> None:
+    import torch
+
+    from .bilm.embedder import BiLMEmbedder
+    from .loading import load_bilm
+
+    torch.set_num_threads(threads)
+    bilm = load_bilm(settings.model).to(settings.device)
+    _worker_state["embedder"] = BiLMEmbedder(bilm, token_budget=settings.token_budget, precision=settings.precision,
+                                             token_cache_size=16384)
+    _worker_state["tokenize"] = make_tokenizer(settings.tokenizer)
+    _worker_state["settings"] = settings
+
+
+def _embed_chunk(chunk: Sequence[Tuple[int, str]]) -> List[Tuple[int, numpy.ndarray]]:
+    settings: EmbedSettings = _worker_state["settings"]
+    tokenized = [_worker_state["tokenize"](text) for _, text in chunk]
+    arrays = _worker_state["embedder"].embed_sentences(tokenized)
+    return [(index, reduce_layers(a, settings.layers).astype(settings.dtype)) for (index, _), a in zip(chunk, arrays)]
+
+
+def _chunks(lines: Iterator[str], done: set, size: int) -> Iterator[List[Tuple[int, str]]]:
+    chunk: List[Tuple[int, str]] = []
+    for index, text in enumerate(lines):
+        if str(index) in done:
+            continue
+        chunk.append((index, text))
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def embed_file(
+    input_path: Path,
+    output_path: Path,
+    settings: EmbedSettings,
+    workers: int = 1,
+    progress: Optional[Callable[[int], None]] = None,
+) -> int:
+    """Embed every line of `input_path` into `output_path`; returns the number of lines written now."""
+    if settings.layers not in LAYER_CHOICES:
+        raise ValueError(f"layers must be one of {LAYER_CHOICES}, got {settings.layers!r}")
+    if not input_path.exists():
+        raise FileNotFoundError(f"input file not found: {input_path}")
+    try:
+        handle = h5py.File(output_path, "a")
+    except OSError as err:
+        raise ValueError(f"{output_path}: cannot open for writing or resuming (corrupt HDF5?): {err}") from None
+    written = 0
+    with handle:
+        previous = handle.attrs.get("settings")
+        current = json.dumps({"model": settings.model, "layers": settings.layers, "tokenizer": settings.tokenizer,
+                              "dtype": settings.dtype})
+        if previous is not None and previous != current:
+            raise ValueError(
+                f"{output_path} was started with other settings ({previous}); use a new output file or the same settings"
+            )
+        handle.attrs["settings"] = current
+        done = set(handle.keys())
+        chunks = _chunks(read_lines(input_path, settings.text_field), done, settings.chunk_size)
+        if workers <= 1:
+            _init_worker(settings, threads=max(1, os.cpu_count() or 1))
+            results = map(_embed_chunk, chunks)
+            pool = None
+        else:
+            pool = ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(settings, 1))
+            results = pool.map(_embed_chunk, chunks)
+        try:
+            for chunk_result in results:
+                for index, array in chunk_result:
+                    handle.create_dataset(str(index), data=array)
+                handle.flush()
+                written += len(chunk_result)
+                if progress is not None:
+                    progress(len(chunk_result))
+        finally:
+            if pool is not None:
+                pool.shutdown(cancel_futures=True)
+    return written

@@ -1,0 +1,85 @@
+"""`spacy elmo embed`: every line embedded, layers reduced as asked, resumable, workers agree."""
+import json
+import subprocess
+import sys
+
+import h5py
+import numpy
+import pytest
+
+from spacy_elmo.bilm.embedder import BiLMEmbedder
+from spacy_elmo.embed import EmbedSettings, embed_file
+
+LINES = ["The cat sat on the mat .", "", "Ünïcödé 日本語 👍🏽 text", "x" * 300, "a b c d e f g h i j k"]
+
+
+@pytest.fixture
+def text_file(tmp_path):
+    path = tmp_path / "input.txt"
+    path.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    return path
+
+
+def read_all(path):
+    with h5py.File(path, "r") as handle:
+        return {key: handle[key][...] for key in handle.keys()}
+
+
+def test_embeds_every_line_with_reference_values(reference_bilm, fixture_dir, text_file, tmp_path):
+    out = tmp_path / "out.hdf5"
+    assert embed_file(text_file, out, EmbedSettings(model=str(fixture_dir), layers="all")) == len(LINES)
+    data = read_all(out)
+    assert sorted(data, key=int) == [str(i) for i in range(len(LINES))]
+    expected = BiLMEmbedder(reference_bilm).embed_sentences([line.split() for line in LINES])
+    for i, array in enumerate(expected):
+        assert data[str(i)].shape == array.shape
+        numpy.testing.assert_allclose(data[str(i)], array, atol=1e-6, rtol=0)
+    assert data["1"].shape == (3, 0, 32)
+
+
+@pytest.mark.parametrize("layers,reduce", [("top", lambda a: a[-1]), ("average", lambda a: a.mean(0))])
+def test_top_and_average(fixture_dir, text_file, tmp_path, layers, reduce):
+    all_layers = tmp_path / "all.hdf5"
+    embed_file(text_file, all_layers, EmbedSettings(model=str(fixture_dir)))
+    reduced = tmp_path / f"{layers}.hdf5"
+    embed_file(text_file, reduced, EmbedSettings(model=str(fixture_dir), layers=layers))
+    full, small = read_all(all_layers), read_all(reduced)
+    for key in full:
+        numpy.testing.assert_allclose(small[key], reduce(full[key]), atol=1e-6)
+
+
+def test_resume_skips_written_lines(fixture_dir, text_file, tmp_path):
+    out = tmp_path / "out.hdf5"
+    settings = EmbedSettings(model=str(fixture_dir), chunk_size=2)
+    first = text_file.with_name("first.txt")
+    first.write_text("\n".join(LINES[:3]) + "\n", encoding="utf-8")
+    assert embed_file(first, out, settings) == 3  # an interrupted run: the first 3 lines
+    assert embed_file(text_file, out, settings) == 2  # resumed: only the rest
+    assert sorted(read_all(out), key=int) == [str(i) for i in range(len(LINES))]
+    with pytest.raises(ValueError, match="other settings"):
+        embed_file(text_file, out, EmbedSettings(model=str(fixture_dir), layers="top"))
+
+
+def test_jsonl_and_errors(fixture_dir, tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_text(json.dumps({"text": "hello world"}) + "\n" + json.dumps({"body": "x"}) + "\n")
+    with pytest.raises(ValueError, match=r"in\.jsonl:2: record has no field 'text'"):
+        embed_file(path, tmp_path / "o.hdf5", EmbedSettings(model=str(fixture_dir)))
+    with pytest.raises(FileNotFoundError, match="missing.txt"):
+        embed_file(tmp_path / "missing.txt", tmp_path / "o2.hdf5", EmbedSettings(model=str(fixture_dir)))
+
+
+def test_cli_with_two_workers_matches_one(fixture_dir, text_file, tmp_path):
+    outputs = []
+    for workers in (1, 2):
+        out = tmp_path / f"w{workers}.hdf5"
+        done = subprocess.run(
+            [sys.executable, "-m", "spacy_elmo", "embed", str(fixture_dir), str(text_file), str(out),
+             "--layers", "top", "--workers", str(workers)],
+            capture_output=True, text=True,
+        )
+        assert done.returncode == 0, done.stderr
+        outputs.append(read_all(out))
+    assert outputs[0].keys() == outputs[1].keys()
+    for key in outputs[0]:
+        numpy.testing.assert_allclose(outputs[0][key], outputs[1][key], atol=1e-6)
