@@ -1,0 +1,132 @@
+"""The Doc, Span and Token extensions the `elmo` pipe fills, and its opt-in vector hooks.
+
+- doc._.elmo_layers: (n_layers, n_tokens, 2P) biLM layer outputs (layer 0 = [token; token], layer
+  j = [forward_j; backward_j]), or None when the pipe was told not to keep them.
+- doc._.elmo_mix: the (n_layers,) weights of the pipe's default mix ("average", "top" or given).
+- doc._.elmo / span._.elmo / token._.elmo: per-token ELMo vectors (n, 2P) / (2P,) under that mix,
+  computed from the layers on access, or the stored vectors when the pipe keeps vectors.
+
+Only plain arrays are stored (in `doc.user_data`), so `Doc.to_bytes`, `DocBin(store_user_data=True)`
+and `nlp.pipe(n_process=...)` keep them (numpy arrays; cupy arrays kept on the GPU do not serialize).
+"""
+from typing import Any, Optional, Union
+
+import numpy
+from spacy.tokens import Doc, Span, Token
+
+LAYERS = "elmo_layers"
+MIX = "elmo_mix"
+VECTORS = "elmo"
+STORED_VECTORS = "_elmo_vectors"
+
+
+def _mix(layers: Any, weights: Any) -> Any:
+    xp = _xp(layers)
+    out = xp.tensordot(xp.asarray(weights, dtype="float32"), layers.astype("float32", copy=False), axes=(0, 0))
+    return out.astype(layers.dtype, copy=False)
+
+
+def _xp(array: Any) -> Any:
+    return numpy if isinstance(array, numpy.ndarray) else __import__("cupy")
+
+
+def _slice(doc: Doc, start: int, end: int) -> Optional[Any]:
+    stored = doc._.get(STORED_VECTORS)
+    if stored is not None:
+        return stored[start:end]
+    layers, weights = doc._.get(LAYERS), doc._.get(MIX)
+    if layers is None or weights is None:
+        return None
+    return _mix(layers[:, start:end], weights)
+
+
+def get_doc_elmo(doc: Doc) -> Optional[Any]:
+    return _slice(doc, 0, len(doc))
+
+
+def get_span_elmo(span: Span) -> Optional[Any]:
+    return _slice(span.doc, span.start, span.end)
+
+
+def get_token_elmo(token: Token) -> Optional[Any]:
+    rows = _slice(token.doc, token.i, token.i + 1)
+    return None if rows is None else rows[0]
+
+
+def install_extensions() -> None:
+    """Register the extensions (idempotent; an existing registration by this package is replaced)."""
+    Doc.set_extension(LAYERS, default=None, force=True)
+    Doc.set_extension(MIX, default=None, force=True)
+    Doc.set_extension(STORED_VECTORS, default=None, force=True)
+    Doc.set_extension(VECTORS, getter=get_doc_elmo, force=True)
+    Span.set_extension(VECTORS, getter=get_span_elmo, force=True)
+    Token.set_extension(VECTORS, getter=get_token_elmo, force=True)
+
+
+# Vector hooks: .vector is the mean of the token vectors (a token's own vector for a token), and
+# .similarity the cosine of two .vector values; zero vectors have similarity 0.
+
+
+def _mean_vector(doc: Doc, start: int, end: int) -> numpy.ndarray:
+    rows = _slice(doc, start, end)
+    if rows is None or not len(rows):
+        width = _width(doc)
+        return numpy.zeros((width,), dtype="float32")
+    mean = rows.astype("float32").mean(axis=0)
+    return mean.get() if hasattr(mean, "get") else mean
+
+
+def _width(doc: Doc) -> int:
+    layers = doc._.get(LAYERS)
+    if layers is not None:
+        return int(layers.shape[-1])
+    stored = doc._.get(STORED_VECTORS)
+    return int(stored.shape[-1]) if stored is not None else 0
+
+
+def doc_vector(doc: Doc) -> numpy.ndarray:
+    return _mean_vector(doc, 0, len(doc))
+
+
+def span_vector(span: Span) -> numpy.ndarray:
+    return _mean_vector(span.doc, span.start, span.end)
+
+
+def token_vector(token: Token) -> numpy.ndarray:
+    return _mean_vector(token.doc, token.i, token.i + 1)
+
+
+def _norm(vector: numpy.ndarray) -> float:
+    return float(numpy.sqrt((vector.astype("float64") ** 2).sum()))
+
+
+def cosine(a: Union[Doc, Span, Token, Any], b: Union[Doc, Span, Token, Any]) -> float:
+    va, vb = numpy.asarray(a.vector, dtype="float64"), numpy.asarray(b.vector, dtype="float64")
+    if va.shape != vb.shape:
+        raise ValueError(
+            f"similarity: vectors of different widths ({va.shape[-1]} and {vb.shape[-1]}); compare "
+            f"objects embedded by the same elmo pipe"
+        )
+    na, nb = _norm(va), _norm(vb)
+    if na == 0.0 or nb == 0.0:
+        return 0.0
+    return float(va.dot(vb) / (na * nb))
+
+
+def set_vector_hooks(doc: Doc) -> None:
+    """Make doc/span/token .vector, .vector_norm, .has_vector and .similarity use ELMo."""
+    doc.user_hooks["vector"] = doc_vector
+    doc.user_hooks["vector_norm"] = lambda d: _norm(doc_vector(d))
+    doc.user_hooks["has_vector"] = lambda d: _slice(d, 0, 0) is not None
+    doc.user_hooks["similarity"] = cosine
+    doc.user_span_hooks["vector"] = span_vector
+    doc.user_span_hooks["vector_norm"] = lambda s: _norm(span_vector(s))
+    doc.user_span_hooks["has_vector"] = lambda s: _slice(s.doc, 0, 0) is not None
+    doc.user_span_hooks["similarity"] = cosine
+    doc.user_token_hooks["vector"] = token_vector
+    doc.user_token_hooks["vector_norm"] = lambda t: _norm(token_vector(t))
+    doc.user_token_hooks["has_vector"] = lambda t: _slice(t.doc, 0, 0) is not None
+    doc.user_token_hooks["similarity"] = cosine
+
+
+install_extensions()

@@ -1,0 +1,167 @@
+"""Listening to the `elmo` pipe: the listener layer and the architectures built on it.
+
+Same protocol as spaCy's Tok2VecListener and spacy-transformers' TransformerListener: while training,
+the `elmo` pipe's `update` broadcasts each batch's layer outputs (and a backprop callback) to every
+listener; at prediction time, a listener reads the layers the pipe stored on the doc
+(`doc._.elmo_layers`), since components may batch docs differently there. A listener passes the
+raw layers (n_layers, n_tokens, 2P) on; the scalar mix after it is the listening task's own.
+"""
+import warnings
+from typing import Any, Callable, List, Optional, Tuple
+
+from spacy.tokens import Doc
+from spacy.util import registry
+from thinc.api import Model, chain
+from thinc.types import Floats2d, Floats3d
+
+from .scalar_mix import ScalarMix_v1
+
+LISTENER_ARCHITECTURE = "spacy-elmo.ElmoListener.v1"
+STANDALONE_ARCHITECTURE = "spacy-elmo.Elmo.v1"
+LAYERS_EXTENSION = "elmo_layers"
+
+
+def _no_backprop(d_outputs: Any) -> List[Doc]:
+    return []
+
+
+class ElmoListener(Model):
+    """The node of a task model that stands in for the `elmo` pipe's biLM.
+
+    Dims: nO = 2P (the width of a layer), nL = L+1 (the number of layers); both come from the
+    upstream pipe (`width` in the config fixes nO up front and is checked against the biLM).
+    """
+
+    name = "elmo-listener"
+
+    def __init__(self, upstream_name: str, width: int = 0) -> None:
+        Model.__init__(self, name=self.name, forward=forward, init=init, dims={"nO": width or None, "nL": None})
+        self.upstream_name = upstream_name
+        self._batch_id: Optional[int] = None
+        self._outputs: Optional[List[Floats3d]] = None
+        self._backprop: Optional[Callable] = None
+        # Set by the upstream pipe (find_listeners): () -> (nO, nL), loading its biLM if need be.
+        self.upstream_dims: Optional[Callable[[], Tuple[int, int]]] = None
+        self._init_inputs: Optional[List[Doc]] = None
+
+    @classmethod
+    def get_batch_id(cls, inputs: List[Doc]) -> int:
+        """A content hash of a batch, to check that a listener gets the batch its upstream embedded."""
+        return sum(sum(token.orth for token in doc) for doc in inputs)
+
+    def receive(self, batch_id: int, outputs: List[Floats3d], backprop: Callable) -> None:
+        self._batch_id = batch_id
+        self._outputs = outputs
+        self._backprop = backprop
+
+    def verify_inputs(self, inputs: List[Doc]) -> bool:
+        if self._batch_id is None and self._outputs is None:
+            raise ValueError(
+                f"ElmoListener: no ELMo layers were received from the upstream '{self.upstream_name}' "
+                f"pipe for this batch"
+            )
+        batch_id = self.get_batch_id(inputs)
+        if batch_id != self._batch_id:
+            raise ValueError(
+                f"ElmoListener: got a batch ({batch_id}) that differs from the one the upstream "
+                f"'{self.upstream_name}' pipe embedded ({self._batch_id}); a listening component "
+                f"must be updated with the same examples as its upstream"
+            )
+        return True
+
+    def set_upstream_dims(self, width: int, n_layers: int) -> None:
+        if self.has_dim("nO") and self.get_dim("nO") != width:
+            raise ValueError(
+                f"ElmoListener: width={self.get_dim('nO')} but the upstream '{self.upstream_name}' "
+                f"biLM gives vectors of width {width} (2 x projection_dim); set width = {width} or 0"
+            )
+        if not self.has_dim("nO"):
+            self.set_dim("nO", width)
+        if self.has_dim("nL") and self.get_dim("nL") != n_layers:
+            raise ValueError(
+                f"ElmoListener: built for {self.get_dim('nL')} layers but the upstream "
+                f"'{self.upstream_name}' biLM has {n_layers}"
+            )
+        if not self.has_dim("nL"):
+            self.set_dim("nL", n_layers)
+
+
+def _layers_from_docs(model: ElmoListener, docs: List[Doc], is_train: bool) -> List[Floats3d]:
+    ops = model.ops
+    outputs = []
+    missing = 0
+    for doc in docs:
+        layers = doc._.get(LAYERS_EXTENSION)
+        if layers is not None:
+            outputs.append(ops.asarray3f(layers))
+            continue
+        if is_train and len(doc):
+            raise ValueError(
+                f"ElmoListener: the upstream '{model.upstream_name}' pipe was not updated and did not "
+                f"annotate the training docs. If it is in [training] frozen_components, also list it "
+                f"in [training] annotating_components"
+            )
+        if len(doc):
+            missing += 1
+        outputs.append(ops.alloc3f(model.get_dim("nL"), len(doc), model.get_dim("nO")))
+    if missing and docs is not model._init_inputs:
+        warnings.warn(
+            f"ElmoListener: {missing} doc(s) have no ELMo layers (doc._.elmo_layers is None): the "
+            f"'{model.upstream_name}' pipe did not run before this component, so zeros were used"
+        )
+    return outputs
+
+
+def forward(model: ElmoListener, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3d], Callable]:
+    if is_train:
+        if model._batch_id is None:
+            return _layers_from_docs(model, docs, True), _no_backprop
+        model.verify_inputs(docs)
+        return model._outputs, model._backprop  # type: ignore[return-value]
+    return _layers_from_docs(model, docs, False), _no_backprop
+
+
+def init(model: ElmoListener, X: Optional[List[Doc]] = None, Y: Any = None) -> None:
+    if (not model.has_dim("nO") or not model.has_dim("nL")) and model.upstream_dims is not None:
+        model.set_upstream_dims(*model.upstream_dims())
+    if not model.has_dim("nO") or not model.has_dim("nL"):
+        raise ValueError(
+            f"ElmoListener: no upstream '{model.upstream_name}' pipe told this listener the biLM's "
+            f"size. Add the 'elmo' pipe (named '{model.upstream_name}') before the listening component"
+        )
+    model._init_inputs = X
+
+
+@registry.architectures(LISTENER_ARCHITECTURE)
+def ElmoListener_v1(
+    width: int = 0,
+    upstream: str = "elmo",
+    mix: Optional[Model[List[Floats3d], List[Floats2d]]] = None,
+) -> Model[List[Doc], List[Floats2d]]:
+    """Per-token ELMo vectors from an upstream `elmo` pipe, under this task's own scalar mix.
+
+    width: the width of the ELMo vectors (2 x the biLM's projection_dim); 0 = take it from the
+        upstream pipe. Give it when a downstream layer needs the width when it is built.
+    upstream: the name of the `elmo` pipe to listen to ("*" = any).
+    mix: the scalar mix (default: spacy-elmo.ScalarMix.v1 with its defaults).
+    """
+    mix = mix if mix is not None else ScalarMix_v1()
+    model: Model = chain(ElmoListener(upstream, width), mix)
+    if width:
+        model.set_dim("nO", width)
+    return model
+
+
+@registry.architectures(STANDALONE_ARCHITECTURE)
+def Elmo_v1(
+    bilm: Model[List[Doc], List[Floats3d]],
+    mix: Optional[Model[List[Floats3d], List[Floats2d]]] = None,
+) -> Model[List[Doc], List[Floats2d]]:
+    """Per-token ELMo vectors from a biLM this model owns (what `nlp.replace_listeners` turns an
+    ElmoListener.v1 into): bilm is a spacy-elmo.BiLM.v1 layer, mix a spacy-elmo.ScalarMix.v1."""
+    mix = mix if mix is not None else ScalarMix_v1()
+    return chain(bilm, mix)
+
+
+def find_elmo_listeners(model: Model) -> List[ElmoListener]:
+    return [node for node in model.walk() if isinstance(node, ElmoListener)]

@@ -1,0 +1,136 @@
+"""The task-specific scalar mix of the paper: ELMo_k = gamma * sum_j softmax(s)_j * h_kj.
+
+Weights `s` start at zero (the plain average of the layers) and `gamma` at one. Options:
+- layer_norm: normalise each layer's vector of each token (zero mean, unit variance over its 2P
+  features, no learned scale) before mixing; computed per token, so the result for a doc does not
+  depend on the batch (AllenNLP normalises over the whole batch instead).
+- dropout: dropout on the mixed vectors while training (the paper adds "a moderate amount"). It is
+  stored as the attribute "elmo_dropout", so spaCy's `[training] dropout` does not override it.
+- l2: the penalty lambda * ||s||^2 that pulls the weights toward the plain average (added to the
+  gradient of `s` at every update).
+"""
+from typing import Callable, List, Optional, Tuple
+
+import numpy
+
+from spacy.util import registry
+from thinc.api import Model
+from thinc.types import Floats1d, Floats2d, Floats3d
+
+LAYER_NORM_EPS = 1e-12
+DROPOUT_ATTR = "elmo_dropout"
+
+
+def _softmax(ops, s: Floats1d) -> Floats1d:
+    e = ops.xp.exp(s - s.max())
+    return e / e.sum()
+
+
+def mix_weights(model: Model) -> Floats1d:
+    """The normalised layer weights softmax(s) (without gamma)."""
+    return _softmax(model.ops, model.get_param("weights"))
+
+
+def forward(model: Model, Xs: List[Floats3d], is_train: bool) -> Tuple[List[Floats2d], Callable]:
+    ops = model.ops
+    xp = ops.xp
+    n_layers = model.get_dim("nL")
+    for X in Xs:
+        if X.shape[0] != n_layers:
+            raise ValueError(
+                f"spacy-elmo.ScalarMix.v1: got {X.shape[0]} layers but the mix was built for "
+                f"n_layers={n_layers}; the biLM does not match this mix"
+            )
+    lengths = [int(X.shape[1]) for X in Xs]
+    width = int(Xs[0].shape[2]) if Xs else model.get_dim("nO")
+    if not sum(lengths):
+        return [ops.alloc2f(0, width) for _ in Xs], lambda dYs: [ops.alloc3f(n_layers, 0, width) for _ in Xs]
+    X = xp.concatenate(Xs, axis=1) if len(Xs) > 1 else Xs[0]
+    X = X.astype("float32", copy=False)
+    layer_norm = bool(model.attrs["layer_norm"])
+    if layer_norm:
+        mean = X.mean(axis=-1, keepdims=True)
+        inv_std = 1.0 / xp.sqrt(X.var(axis=-1, keepdims=True) + LAYER_NORM_EPS)
+        Xn = (X - mean) * inv_std
+    else:
+        Xn = X
+    s = model.get_param("weights")
+    gamma = model.get_param("gamma")
+    w = _softmax(ops, s)
+    mixed = xp.tensordot(w, Xn, axes=(0, 0))  # (N, 2P)
+    Y = gamma[0] * mixed
+    rate = float(model.attrs[DROPOUT_ATTR])
+    mask: Optional[Floats2d] = None
+    if is_train and rate > 0.0:
+        mask = ops.get_dropout_mask(Y.shape, rate)
+        Y = Y * mask
+    splits = numpy.cumsum(lengths)[:-1].tolist()
+    Ys = xp.split(Y, splits, axis=0)
+
+    def backprop(dYs: List[Floats2d]) -> List[Floats3d]:
+        dY = xp.concatenate(dYs, axis=0) if len(dYs) > 1 else dYs[0]
+        if mask is not None:
+            dY = dY * mask
+        d_gamma = (dY * mixed).sum()
+        d_w = gamma[0] * xp.tensordot(Xn, dY, axes=([1, 2], [0, 1]))  # (nL,)
+        d_s = w * (d_w - (w * d_w).sum())
+        l2 = float(model.attrs["l2"])
+        if l2:
+            d_s = d_s + 2.0 * l2 * s
+        model.inc_grad("weights", d_s.astype("float32"))
+        model.inc_grad("gamma", xp.asarray([d_gamma], dtype="float32"))
+        dXn = (gamma[0] * w)[:, None, None] * dY[None]
+        if layer_norm:
+            dX = inv_std * (
+                dXn - dXn.mean(axis=-1, keepdims=True) - Xn * (dXn * Xn).mean(axis=-1, keepdims=True)
+            )
+        else:
+            dX = dXn
+        return xp.split(dX, splits, axis=1)
+
+    return Ys, backprop
+
+
+def init(model: Model, X: Optional[List[Floats3d]] = None, Y=None) -> None:
+    if X:
+        if not model.has_dim("nL"):
+            model.set_dim("nL", int(X[0].shape[0]))
+        if not model.has_dim("nO"):
+            model.set_dim("nO", int(X[0].shape[2]))
+    if not model.has_dim("nL"):
+        raise ValueError(
+            "spacy-elmo.ScalarMix.v1: n_layers is 0 (infer) but no sample was given to infer it from; "
+            "the mix learns it from its upstream elmo pipe at nlp.initialize()"
+        )
+    n_layers = model.get_dim("nL")
+    model.set_param("weights", model.ops.alloc1f(n_layers))
+    model.set_param("gamma", model.ops.asarray1f([1.0]))
+
+
+@registry.architectures("spacy-elmo.ScalarMix.v1")
+def ScalarMix_v1(
+    n_layers: int = 0,
+    dropout: float = 0.0,
+    layer_norm: bool = False,
+    l2: float = 0.0,
+) -> Model[List[Floats3d], List[Floats2d]]:
+    """A learned softmax-weighted mix of the biLM's layers, scaled by gamma.
+
+    n_layers: the number of biLM layers (L+1); 0 infers it from the biLM at initialization.
+    dropout: dropout rate on the mixed vectors while training.
+    layer_norm: normalise each layer per token before mixing.
+    l2: L2 penalty on the (pre-softmax) layer weights; pulls the mix toward the plain average.
+    """
+    if n_layers < 0 or dropout < 0 or dropout >= 1 or l2 < 0:
+        raise ValueError(
+            f"spacy-elmo.ScalarMix.v1: need n_layers >= 0, 0 <= dropout < 1, l2 >= 0; got "
+            f"n_layers={n_layers}, dropout={dropout}, l2={l2}"
+        )
+    return Model(
+        "elmo-scalar-mix",
+        forward,
+        init=init,
+        dims={"nL": n_layers or None, "nO": None},
+        params={"weights": None, "gamma": None},
+        attrs={DROPOUT_ATTR: dropout, "layer_norm": layer_norm, "l2": l2},
+    )

@@ -1,0 +1,331 @@
+"""The `elmo` pipeline component: runs the biLM over docs, stores its layers, feeds its listeners.
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")                      # the shipped model; no nlp.initialize() needed
+    doc = nlp("The biLM reads every sentence in both directions.")
+    doc._.elmo_layers.shape                    # (L+1, len(doc), 2P)
+    doc[1]._.elmo                              # (2P,) under the default mix
+
+The pipe owns the model (a `spacy-elmo.BiLM.v1` layer) and the bookkeeping of its listeners
+(`listeners.py`); the layer owns the cutting into sentences/windows and the batching
+(`layers/bilm_model.py`, `layers/segments.py`).
+
+Training: `update` embeds the batch and broadcasts the layers to every `spacy-elmo.ElmoListener.v1`;
+each listening component learns its own scalar mix. With `fine_tune = false` (the default, the paper's
+recipe) the gradient stops at those mixes and the layers of each doc are computed once and then taken
+from a bounded cache (keyed by the doc's text, tokens and sentence boundaries) in later epochs and
+evaluations. With `fine_tune = true` the biLM is trained too (through thinc's PyTorch shim, by the
+training's optimizer) and nothing is cached.
+"""
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import numpy
+from spacy.language import Language
+from spacy.pipeline import TrainablePipe
+from spacy.tokens import Doc
+from spacy.training import Example, validate_examples, validate_get_examples
+from spacy.vocab import Vocab
+from thinc.api import Config, Model, Optimizer
+from thinc.types import Floats3d
+
+from . import extensions
+from .layers import bilm_model
+from .layers.cache import LayerCache, doc_key
+from .layers.listener import ElmoListener
+from .listeners import ListenerBookkeeping
+
+STORE_OPTIONS = ("layers", "vectors", "both", "none")
+STORE_DTYPES = ("float32", "float16")
+MIX_NAMES = ("average", "top")
+
+DEFAULT_MODEL_CONFIG = """
+[model]
+@architectures = "spacy-elmo.BiLM.v1"
+path = ""
+window_size = 128
+window_context = 16
+mixed_precision = false
+"""
+DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
+
+
+@Language.factory(
+    "elmo",
+    assigns=["doc._.elmo_layers", "doc._.elmo_mix", "doc._.elmo"],
+    default_config={
+        "model": DEFAULT_MODEL,
+        "batch_size": 4096,
+        "default_mix": "average",
+        "store": "layers",
+        "store_dtype": "float32",
+        "set_vector_hooks": False,
+        "stateful": False,
+        "fine_tune": False,
+        "to_cpu": True,
+        "cache_size_mb": 1024,
+    },
+)
+def make_elmo(
+    nlp: Language,
+    name: str,
+    model: Model[List[Doc], List[Floats3d]],
+    batch_size: int,
+    default_mix: Union[str, List[float]],
+    store: str,
+    store_dtype: str,
+    set_vector_hooks: bool,
+    stateful: bool,
+    fine_tune: bool,
+    to_cpu: bool,
+    cache_size_mb: int,
+) -> "Elmo":
+    """The `elmo` component. Settings (see `Elmo` for each):
+
+    model: the biLM layer, spacy-elmo.BiLM.v1 (its `path` picks the weights; "" = shipped default).
+    batch_size: tokens per biLM batch (padded size; sentences are sorted by length first).
+    default_mix: the mix behind doc._.elmo / span._.elmo / token._.elmo: "average", "top", or a
+        list of n_layers weights used as given.
+    store: what is kept on each doc: "layers" (doc._.elmo_layers; vectors mixed on access), "vectors"
+        (only the mixed vectors: 1/(L+1) of the memory), "both", or "none". Listening components read
+        the layers at prediction time, so with listeners the layers are kept whatever this says.
+    store_dtype: "float32" or "float16" (half the memory) for what is kept.
+    set_vector_hooks: make doc/span/token .vector (mean of token vectors) and .similarity (cosine) use ELMo.
+    stateful: carry the LSTM state from batch to batch as bilm-tf/AllenNLP do (results then depend on
+        what was embedded before; no sorting, no cache). Default: every sentence starts from zero.
+    fine_tune: train the biLM's weights with the listening components (default: frozen biLM).
+    to_cpu: store numpy arrays on the CPU; false keeps cupy arrays on the GPU when running there.
+    cache_size_mb: bound of the layer cache used while training with a frozen biLM (0 = no cache).
+    """
+    return Elmo(
+        nlp.vocab,
+        model,
+        name,
+        batch_size=batch_size,
+        default_mix=default_mix,
+        store=store,
+        store_dtype=store_dtype,
+        set_vector_hooks=set_vector_hooks,
+        stateful=stateful,
+        fine_tune=fine_tune,
+        to_cpu=to_cpu,
+        cache_size_mb=cache_size_mb,
+    )
+
+
+def mix_weights(default_mix: Union[str, Sequence[float]], n_layers: int) -> numpy.ndarray:
+    """The weights of a default mix over `n_layers` layers (float32, as given for a list)."""
+    if default_mix == "average":
+        return numpy.full((n_layers,), 1.0 / n_layers, dtype="float32")
+    if default_mix == "top":
+        weights = numpy.zeros((n_layers,), dtype="float32")
+        weights[-1] = 1.0
+        return weights
+    weights = numpy.asarray(default_mix, dtype="float32")
+    if weights.shape != (n_layers,):
+        raise ValueError(
+            f"elmo: default_mix has {weights.size} weights but the biLM has {n_layers} layers "
+            f"(token layer + {n_layers - 1} LSTM layers); give {n_layers} weights, 'average' or 'top'"
+        )
+    return weights
+
+
+class Elmo(ListenerBookkeeping, TrainablePipe):
+    """Embeds docs with a biLM; see the module docstring and `make_elmo` for the settings."""
+
+    def __init__(
+        self,
+        vocab: Vocab,
+        model: Model[List[Doc], List[Floats3d]],
+        name: str = "elmo",
+        *,
+        batch_size: int = 4096,
+        default_mix: Union[str, Sequence[float]] = "average",
+        store: str = "layers",
+        store_dtype: str = "float32",
+        set_vector_hooks: bool = False,
+        stateful: bool = False,
+        fine_tune: bool = False,
+        to_cpu: bool = True,
+        cache_size_mb: int = 1024,
+    ) -> None:
+        if store not in STORE_OPTIONS:
+            raise ValueError(f"elmo: store={store!r}; expected one of {STORE_OPTIONS}")
+        if store_dtype not in STORE_DTYPES:
+            raise ValueError(f"elmo: store_dtype={store_dtype!r}; expected one of {STORE_DTYPES}")
+        if isinstance(default_mix, str) and default_mix not in MIX_NAMES:
+            raise ValueError(f"elmo: default_mix={default_mix!r}; expected 'average', 'top' or a list of weights")
+        if batch_size < 1 or cache_size_mb < 0:
+            raise ValueError(f"elmo: batch_size must be >= 1 and cache_size_mb >= 0 (got {batch_size}, {cache_size_mb})")
+        if set_vector_hooks and store == "none":
+            raise ValueError("elmo: set_vector_hooks needs vectors on the doc; use store='layers', 'vectors' or 'both'")
+        if model.name != bilm_model.BILM_LAYER_NAME:
+            raise ValueError(f"elmo: model must be a spacy-elmo.BiLM.v1 layer, got {model.name!r}")
+        self.vocab = vocab
+        self.model = model
+        self.name = name
+        self.batch_size = batch_size
+        self.default_mix = default_mix if isinstance(default_mix, str) else [float(w) for w in default_mix]
+        self.store = store
+        self.store_dtype = store_dtype
+        self.set_vector_hooks = set_vector_hooks
+        self.stateful = stateful
+        self.fine_tune = fine_tune
+        self.to_cpu = to_cpu
+        self.cfg: Dict[str, Any] = {}
+        model.attrs["token_budget"] = batch_size
+        model.attrs["stateful"] = stateful
+        model.attrs["fine_tune"] = fine_tune
+        self.cache = LayerCache(cache_size_mb * 2**20)
+        self._cache_active = False
+        self._init_listeners()
+        extensions.install_extensions()
+
+    # --- the biLM -----------------------------------------------------------------------------
+
+    @property
+    def bilm(self):
+        """The PyTorch biLM (loaded on first access)."""
+        return bilm_model.ensure_bilm(self.model)
+
+    def listener_dims(self) -> Tuple[int, int]:
+        options = self.bilm.options
+        return options.output_dim, options.n_output_layers
+
+    def known_listener_dims(self) -> Optional[Tuple[int, int]]:
+        options = bilm_model.known_options(self.model)
+        return None if options is None else (options.output_dim, options.n_output_layers)
+
+    def reset_state(self) -> None:
+        """Stateful mode: forget the carried LSTM state."""
+        bilm_model.get_runner(self.model).reset_state()
+
+    def clear_cache(self) -> None:
+        self.cache.clear()
+
+    @property
+    def caching(self) -> bool:
+        """Whether layer outputs are cached: frozen, stateless, and in training (after initialize/update)."""
+        return self._cache_active and not self.fine_tune and not self.stateful and self.cache.max_bytes > 0
+
+    # --- prediction ---------------------------------------------------------------------------
+
+    def predict(self, docs: Iterable[Doc]) -> List[Floats3d]:
+        docs = list(docs)
+        if not self.caching:
+            return self.model.predict(docs) if docs else []
+        return self._cached_layers(docs)
+
+    def _cached_layers(self, docs: List[Doc]) -> List[Floats3d]:
+        keys = [doc_key(doc) for doc in docs]
+        found: List[Optional[Floats3d]] = [self.cache.get(key) for key in keys]
+        missing = [i for i, value in enumerate(found) if value is None]
+        if missing:
+            computed = self.model.predict([docs[i] for i in missing])
+            for i, layers in zip(missing, computed):
+                found[i] = layers
+                self.cache.put(keys[i], layers)
+        return found  # type: ignore[return-value]
+
+    def set_annotations(self, docs: Iterable[Doc], layers: List[Floats3d]) -> None:
+        keep_layers = self.store in ("layers", "both") or bool(self.listener_map)
+        keep_vectors = self.store in ("vectors", "both")
+        weights: Optional[numpy.ndarray] = None
+        for doc, doc_layers in zip(docs, layers):
+            if weights is None:
+                weights = mix_weights(self.default_mix, int(doc_layers.shape[0]))
+            stored = self._storable(doc_layers)
+            doc._.set(extensions.MIX, weights)
+            doc._.set(extensions.LAYERS, stored if keep_layers else None)
+            if keep_vectors:
+                vectors = extensions._mix(stored.astype("float32", copy=False), weights).astype(self.store_dtype)
+                doc._.set(extensions.STORED_VECTORS, vectors)
+            else:
+                doc._.set(extensions.STORED_VECTORS, None)
+            if self.set_vector_hooks:
+                extensions.set_vector_hooks(doc)
+
+    def _storable(self, layers: Floats3d) -> Any:
+        if self.to_cpu:
+            layers = self.model.ops.to_numpy(layers)
+        xp = numpy if isinstance(layers, numpy.ndarray) else self.model.ops.xp
+        return xp.array(layers, dtype=self.store_dtype, copy=True)
+
+    # --- training -----------------------------------------------------------------------------
+
+    def initialize(self, get_examples: Callable[[], Iterable[Example]], *, nlp: Optional[Language] = None) -> None:
+        """Load the biLM (a bad path or a mismatched weight file fails here), check it on a few
+        docs, tell the listeners its size, and start caching layer outputs for training."""
+        validate_get_examples(get_examples, "Elmo.initialize")
+        self.model.initialize()
+        sample = [eg.predicted for eg in _take(get_examples(), 5)]
+        if sample:
+            self.model.predict(sample)
+        dims = self.listener_dims()
+        for listener in self.listeners:
+            listener.set_upstream_dims(*dims)
+        self._cache_active = True
+
+    def update(
+        self,
+        examples: Iterable[Example],
+        *,
+        drop: float = 0.0,
+        sgd: Optional[Optimizer] = None,
+        losses: Optional[Dict[str, float]] = None,
+    ) -> Dict[str, float]:
+        """Embed the batch and hand the layers to the listeners (which do the learning)."""
+        if losses is None:
+            losses = {}
+        examples = list(examples)
+        validate_examples(examples, "Elmo.update")
+        losses.setdefault(self.name, 0.0)
+        if not self.listeners:
+            return losses
+        docs = [eg.predicted for eg in examples]
+        batch_id = ElmoListener.get_batch_id(docs)
+        if not self.fine_tune:
+            self._cache_active = True
+            layers = self._cached_layers(docs) if self.caching else self.model.predict(docs)
+
+            def stop_gradient(d_layers: List[Floats3d]) -> List[Doc]:
+                return []
+
+            for listener in self.listeners:
+                listener.receive(batch_id, layers, stop_gradient)
+            return losses
+        ops = self.model.ops
+        layers, bp_layers = self.model.begin_update(docs)
+        d_layers = [ops.alloc3f(*x.shape) for x in layers]
+
+        def accumulate_gradient(one_d_layers: List[Floats3d]) -> List[Doc]:
+            for i, d in enumerate(one_d_layers):
+                d_layers[i] += d
+                losses[self.name] += float((d**2).sum())
+            return []
+
+        def backprop(one_d_layers: List[Floats3d]) -> List[Doc]:
+            accumulate_gradient(one_d_layers)
+            d_docs = bp_layers(d_layers)
+            if sgd is not None:
+                self.finish_update(sgd)
+            return d_docs
+
+        for listener in self.listeners[:-1]:
+            listener.receive(batch_id, layers, accumulate_gradient)
+        self.listeners[-1].receive(batch_id, layers, backprop)
+        return losses
+
+    def get_loss(self, examples: Iterable[Example], scores: Any) -> None:
+        raise NotImplementedError("elmo: the listening components compute the losses")
+
+    def add_label(self, label: str) -> int:
+        raise NotImplementedError("elmo: this component has no labels")
+
+
+def _take(items: Iterable[Any], n: int) -> List[Any]:
+    out = []
+    for item in items:
+        if len(out) >= n:
+            break
+        out.append(item)
+    return out

@@ -1,0 +1,274 @@
+"""The `elmo` pipe on the bilm-tf fixture model: loading, layers, mixes, batching, bad input, storage."""
+import json
+import shutil
+from pathlib import Path
+
+import numpy
+import pytest
+import spacy
+import torch
+from spacy.tokens import Doc
+
+import spacy_elmo.loading
+from spacy_elmo.bilm.embedder import BiLMEmbedder
+from spacy_elmo.bilm.serialize import save_native
+from spacy_elmo.convert import WeightsError
+from spacy_elmo.pipeline import Elmo
+
+FIXTURE = Path(__file__).parent / "fixtures" / "elmo-fixture"
+N_LAYERS, WIDTH = 3, 32  # the fixture: 2 LSTM layers + the token layer; projection_dim 16
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """One torch thread: on the shared 2-core machine, more threads only wait on each other."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def elmo_nlp(**config) -> spacy.Language:
+    nlp = spacy.blank("en")
+    model = {"@architectures": "spacy-elmo.BiLM.v1", "path": str(FIXTURE)}
+    model.update(config.pop("model", {}))
+    nlp.add_pipe("elmo", config={"model": model, **config})
+    return nlp
+
+
+@pytest.fixture(scope="module")
+def nlp() -> spacy.Language:
+    return elmo_nlp()
+
+
+@pytest.fixture(scope="module")
+def embedder(reference_bilm) -> BiLMEmbedder:
+    return BiLMEmbedder(reference_bilm)
+
+
+def test_add_pipe_works_without_initialize(nlp):
+    doc = nlp("The biLM reads every sentence in both directions.")
+    assert isinstance(nlp.get_pipe("elmo"), Elmo)
+    assert doc._.elmo_layers.shape == (N_LAYERS, len(doc), WIDTH)
+    assert doc._.elmo_layers.dtype == numpy.float32
+    assert doc._.elmo.shape == (len(doc), WIDTH)
+    assert doc[2]._.elmo.shape == (WIDTH,)
+    assert doc[1:4]._.elmo.shape == (3, WIDTH)
+
+
+def test_layers_equal_the_core_embedder(nlp, embedder):
+    doc = nlp("A doc with no sentence boundaries is one window .")
+    expected = embedder.embed_sentences([[t.text for t in doc]])[0]
+    numpy.testing.assert_allclose(doc._.elmo_layers, expected, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "mix,weights",
+    [("average", [1 / 3, 1 / 3, 1 / 3]), ("top", [0.0, 0.0, 1.0]), ([0.5, 0.0, 2.0], [0.5, 0.0, 2.0])],
+)
+def test_default_mix_is_the_configured_mix(mix, weights):
+    doc = elmo_nlp(default_mix=mix)("Mixing the layers of the biLM.")
+    expected = numpy.tensordot(numpy.asarray(weights, dtype="float32"), doc._.elmo_layers, axes=(0, 0))
+    numpy.testing.assert_allclose(doc._.elmo, expected, atol=1e-6)
+    for token in doc:
+        numpy.testing.assert_allclose(token._.elmo, expected[token.i], atol=1e-6)
+    numpy.testing.assert_allclose(doc[2:4]._.elmo, expected[2:4], atol=1e-6)
+
+
+def test_default_mix_of_wrong_length_is_a_clear_error():
+    nlp = elmo_nlp(default_mix=[0.5, 0.5])
+    with pytest.raises(ValueError, match="default_mix has 2 weights but the biLM has 3 layers"):
+        nlp("two weights, three layers")
+
+
+def test_sentences_are_embedded_separately(embedder):
+    nlp = elmo_nlp()
+    nlp.add_pipe("sentencizer", first=True)
+    doc = nlp("This is the first sentence. And here is a second one!")
+    sents = [[t.text for t in s] for s in doc.sents]
+    assert len(sents) == 2
+    expected = numpy.concatenate(embedder.embed_sentences(sents), axis=1)
+    numpy.testing.assert_allclose(doc._.elmo_layers, expected, atol=1e-6, rtol=1e-5)
+
+
+def test_doc_alone_equals_doc_in_a_batch_of_64(nlp):
+    rng = numpy.random.default_rng(0)
+    words = "the cat sat on a mat while dogs bark at night , and birds sing songs !".split()
+    texts = [" ".join(rng.choice(words, size=int(n))) for n in rng.integers(1, 300, size=64)]
+    texts[10] = ""
+    batched = list(nlp.pipe(texts, batch_size=64))
+    for i in (0, 10, 17, 63):
+        alone = nlp(texts[i])
+        assert alone._.elmo_layers.shape == batched[i]._.elmo_layers.shape
+        numpy.testing.assert_allclose(alone._.elmo_layers, batched[i]._.elmo_layers, atol=1e-6, rtol=0)
+
+
+def test_edge_cases_empty_whitespace_long_unicode(nlp):
+    # spaCy's tokenizer refuses lone surrogates (its StringStore is UTF-8), so text holding them is
+    # escaped before tokenizing; the escaped form must embed like any other token.
+    surrogate = "lone\udc80surrogate \ud83d".encode("utf-8", "backslashreplace").decode("utf-8")
+    texts = [
+        "",
+        "   ",
+        "spaces   between\n\n\ttokens \n",
+        "x" * 300 + " and a long token",
+        "emoji 😀👍🏽 CJK 漢字かな 한국어 combining e\u0301 a\u0308\u0301 zero\u200bwidth",
+        surrogate,
+    ]
+    for text in texts:
+        doc = nlp(text)
+        layers = doc._.elmo_layers
+        assert layers.shape == (N_LAYERS, len(doc), WIDTH), repr(text)
+        assert numpy.isfinite(layers).all()
+        for token in doc:
+            if token.is_space:
+                assert not layers[:, token.i].any(), "whitespace tokens get zero vectors"
+            else:
+                assert layers[:, token.i].any(), repr(token.text)
+
+
+def test_long_doc_without_boundaries(nlp):
+    words = ("word " * 20000).split()
+    doc = nlp(Doc(nlp.vocab, words=[f"{w}{i % 97}" for i, w in enumerate(words)]))
+    assert doc._.elmo_layers.shape == (N_LAYERS, 20000, WIDTH)
+    assert doc._.elmo_layers[:, :, :].any(axis=(0, 2)).all()
+
+
+def test_window_tokens_see_context_on_both_sides(embedder):
+    """A token in the middle of a long doc gets the vectors of its own window (with context)."""
+    nlp = elmo_nlp(model={"window_size": 12, "window_context": 3})
+    words = [f"w{i}" for i in range(40)]
+    doc = nlp(Doc(nlp.vocab, words=words))
+    # stride 6: the 2nd window keeps [6, 12) and reads [3, 15)
+    expected = embedder.embed_sentences([words[3:15]])[0]
+    numpy.testing.assert_allclose(doc._.elmo_layers[:, 6:12], expected[:, 3:9], atol=1e-6, rtol=1e-5)
+
+
+def test_default_model_path(monkeypatch, tmp_path, reference_bilm):
+    save_native(reference_bilm, tmp_path / spacy_elmo.loading.DEFAULT_MODEL)
+    monkeypatch.setattr(spacy_elmo.loading, "SHIPPED_MODELS_DIR", tmp_path)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")
+    doc = nlp("the shipped model")
+    reference = elmo_nlp()("the shipped model")
+    numpy.testing.assert_allclose(doc._.elmo_layers, reference._.elmo_layers, atol=1e-6)
+
+
+def test_missing_default_model_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setattr(spacy_elmo.loading, "SHIPPED_MODELS_DIR", tmp_path)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")
+    with pytest.raises(FileNotFoundError, match="default biLM 'en_elmo_small' is not installed"):
+        nlp("no model")
+
+
+def test_missing_path_is_a_clear_error(tmp_path):
+    nlp = elmo_nlp(model={"path": str(tmp_path / "nowhere")})
+    with pytest.raises(FileNotFoundError, match="nowhere.*does not exist"):
+        nlp("no model")
+
+
+def test_options_that_do_not_match_the_weights(tmp_path):
+    shutil.copy(FIXTURE / "lm_weights.hdf5", tmp_path / "lm_weights.hdf5")
+    options = json.loads((FIXTURE / "options.json").read_text())
+    options["lstm"]["projection_dim"] = 8
+    (tmp_path / "options.json").write_text(json.dumps(options))
+    nlp = elmo_nlp(model={"path": str(tmp_path)})
+    with pytest.raises(WeightsError):
+        nlp("mismatched weights")
+
+
+@pytest.mark.parametrize("store", ["layers", "vectors", "both", "none"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_store_options(store, dtype):
+    full = elmo_nlp()("What to keep on the doc .")
+    doc = elmo_nlp(store=store, store_dtype=dtype)("What to keep on the doc .")
+    tol = 1e-6 if dtype == "float32" else 1e-2
+    if store in ("layers", "both"):
+        assert doc._.elmo_layers.dtype == numpy.dtype(dtype)
+        numpy.testing.assert_allclose(doc._.elmo_layers.astype("float32"), full._.elmo_layers, atol=tol, rtol=tol)
+    else:
+        assert doc._.elmo_layers is None
+    if store == "none":
+        assert doc._.elmo is None and doc[0]._.elmo is None
+    else:
+        assert doc._.elmo.dtype == numpy.dtype(dtype)
+        numpy.testing.assert_allclose(doc._.elmo.astype("float32"), full._.elmo, atol=tol, rtol=tol)
+        numpy.testing.assert_allclose(doc[3]._.elmo.astype("float32"), full._.elmo[3], atol=tol, rtol=tol)
+
+
+def test_bad_settings_are_clear_errors():
+    with pytest.raises(ValueError, match="store="):
+        elmo_nlp(store="everything")
+    with pytest.raises(ValueError, match="store_dtype="):
+        elmo_nlp(store_dtype="int8")
+    with pytest.raises(ValueError, match="default_mix="):
+        elmo_nlp(default_mix="bottom")
+    with pytest.raises(ValueError, match="window_context"):
+        elmo_nlp(model={"window_size": 10, "window_context": 5})
+
+
+def test_vector_hooks():
+    nlp = elmo_nlp(set_vector_hooks=True)
+    doc = nlp("A cat sat . A dog ran .")
+    numpy.testing.assert_allclose(doc.vector, doc._.elmo.mean(axis=0), atol=1e-6)
+    numpy.testing.assert_allclose(doc[0:3].vector, doc._.elmo[0:3].mean(axis=0), atol=1e-6)
+    numpy.testing.assert_allclose(doc[1].vector, doc._.elmo[1], atol=1e-6)
+    a, b = doc._.elmo[1], doc._.elmo[5]
+    cos = float(a @ b / numpy.linalg.norm(a) / numpy.linalg.norm(b))
+    assert doc[1].similarity(doc[5]) == pytest.approx(cos, abs=1e-5)
+    assert doc[0:3].similarity(doc[0:3]) == pytest.approx(1.0, abs=1e-6)
+    assert doc.similarity(nlp("Something else entirely")) < 1.0
+    assert doc.has_vector and doc[1].has_vector
+    assert doc.vector_norm == pytest.approx(float(numpy.linalg.norm(doc.vector)), rel=1e-5)
+
+
+def test_stateful_mode_carries_state():
+    nlp = elmo_nlp(stateful=True)
+    stateless = elmo_nlp()("The same sentence twice .")
+    first = nlp("The same sentence twice .")
+    second = nlp("The same sentence twice .")
+    numpy.testing.assert_allclose(first._.elmo_layers, stateless._.elmo_layers, atol=1e-6)
+    assert not numpy.allclose(second._.elmo_layers[1:], first._.elmo_layers[1:], atol=1e-4)
+    nlp.get_pipe("elmo").reset_state()
+    numpy.testing.assert_allclose(nlp("The same sentence twice .")._.elmo_layers, first._.elmo_layers, atol=1e-6)
+
+
+def test_doc_serialization_keeps_the_arrays(nlp):
+    doc = nlp("Docs keep their ELMo through to_bytes .")
+    restored = Doc(nlp.vocab).from_bytes(doc.to_bytes())
+    numpy.testing.assert_array_equal(restored._.elmo_layers, doc._.elmo_layers)
+    numpy.testing.assert_array_equal(restored._.elmo, doc._.elmo)
+
+
+def test_to_disk_and_spacy_load_round_trip(nlp, tmp_path):
+    texts = ["Saved and loaded again .", "", "A second, longer document with more words in it ."]
+    before = [d._.elmo_layers for d in nlp.pipe(texts)]
+    nlp.to_disk(tmp_path / "pipeline")
+    loaded = spacy.load(tmp_path / "pipeline")
+    after = [d._.elmo_layers for d in loaded.pipe(texts)]
+    for b, a in zip(before, after):
+        numpy.testing.assert_allclose(a, b, atol=1e-6, rtol=0)
+    from_bytes = spacy.blank("en")
+    from_bytes.add_pipe("elmo", config={"model": {"@architectures": "spacy-elmo.BiLM.v1", "path": "unused"}})
+    from_bytes.from_bytes(nlp.to_bytes())
+    numpy.testing.assert_allclose(from_bytes(texts[0])._.elmo_layers, before[0], atol=1e-6, rtol=0)
+
+
+def test_saved_pipeline_does_not_need_the_weights_path(tmp_path):
+    model_dir = tmp_path / "weights"
+    shutil.copytree(FIXTURE, model_dir)
+    nlp = elmo_nlp(model={"path": str(model_dir)})
+    expected = nlp("weights travel with the pipeline")._.elmo_layers
+    nlp.to_disk(tmp_path / "pipeline")
+    shutil.rmtree(model_dir)
+    loaded = spacy.load(tmp_path / "pipeline")
+    numpy.testing.assert_allclose(loaded("weights travel with the pipeline")._.elmo_layers, expected, atol=1e-6)
+
+
+def test_saved_weights_hold_no_pickle(nlp, tmp_path):
+    nlp("load the weights")
+    nlp.to_disk(tmp_path / "pipeline")
+    data = (tmp_path / "pipeline" / "elmo" / "model").read_bytes()
+    assert b"spacy-elmo.bilm.v1" in data
+    assert b"\x80\x02" not in data[:2] and b"PK\x03\x04" not in data, "no torch.save / pickle payloads"
