@@ -46,7 +46,8 @@ def forward(model: Model, Xs: List[Floats3d], is_train: bool) -> Tuple[List[Floa
     if not sum(lengths):
         return [ops.alloc2f(0, width) for _ in Xs], lambda dYs: [ops.alloc3f(n_layers, 0, width) for _ in Xs]
     X = xp.concatenate(Xs, axis=1) if len(Xs) > 1 else Xs[0]
-    X = X.astype("float32", copy=False)
+    if X.dtype not in (xp.float32, xp.float64):
+        X = X.astype("float32")  # float16 storage
     layer_norm = bool(model.attrs["layer_norm"])
     if layer_norm:
         mean = X.mean(axis=-1, keepdims=True)
@@ -77,8 +78,8 @@ def forward(model: Model, Xs: List[Floats3d], is_train: bool) -> Tuple[List[Floa
         l2 = float(model.attrs["l2"])
         if l2:
             d_s = d_s + 2.0 * l2 * s
-        model.inc_grad("weights", d_s.astype("float32"))
-        model.inc_grad("gamma", xp.asarray([d_gamma], dtype="float32"))
+        model.inc_grad("weights", d_s.astype(s.dtype))
+        model.inc_grad("gamma", xp.asarray([d_gamma], dtype=gamma.dtype))
         dXn = (gamma[0] * w)[:, None, None] * dY[None]
         if layer_norm:
             dX = inv_std * (

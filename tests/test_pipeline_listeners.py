@@ -1,0 +1,178 @@
+"""Listeners in-process: broadcast during update, the frozen-biLM cache, fine-tuning, replace_listeners,
+frozen + annotating components, and saving a pipeline with listeners."""
+import random
+from pathlib import Path
+
+import numpy
+import pytest
+import spacy
+import torch
+from spacy.tokens import DocBin
+from spacy.training import Example
+from spacy.util import load_config, load_model_from_config
+
+import spacy_elmo.bilm.bilm
+from spacy_elmo.layers import bilm_parameters, find_elmo_listeners
+
+FIXTURES = Path(__file__).parent / "fixtures"
+ELMO_FIXTURE = FIXTURES / "elmo-fixture"
+CONFIG = FIXTURES / "spacy" / "ner_textcat.cfg"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def count_bilm_calls(monkeypatch):
+    calls = {"n": 0}
+    forward = spacy_elmo.bilm.bilm.BiLM.forward
+
+    def counting(self, *args, **kwargs):
+        calls["n"] += 1
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(spacy_elmo.bilm.bilm.BiLM, "forward", counting)
+    return calls
+
+
+def build_nlp(**overrides) -> spacy.Language:
+    config = load_config(CONFIG, overrides={"paths.elmo": str(ELMO_FIXTURE), **overrides}, interpolate=False)
+    return load_model_from_config(config, auto_fill=True, validate=True)
+
+
+def examples(nlp, part: str, name: str, n: int):
+    docs = list(DocBin().from_disk(FIXTURES / "spacy" / part / f"{name}.spacy").get_docs(nlp.vocab))[:n]
+    return [Example(nlp.make_doc(doc.text), doc) for doc in docs]
+
+
+def train(nlp, data, epochs: int, on_epoch=None):
+    optimizer = nlp.initialize(lambda: data)
+    rng = random.Random(0)
+    for epoch in range(epochs):
+        if on_epoch:
+            on_epoch(epoch)
+        rng.shuffle(data)
+        # new Example objects each epoch, as spaCy's corpus reader makes
+        batch_data = [Example(nlp.make_doc(eg.reference.text), eg.reference) for eg in data]
+        for start in range(0, len(batch_data), 16):
+            nlp.update(batch_data[start : start + 16], sgd=optimizer, losses={})
+    return optimizer
+
+
+def mix_params(nlp, component):
+    mix = [n for n in nlp.get_pipe(component).model.walk() if n.name == "elmo-scalar-mix"][0]
+    return mix.get_param("weights").copy(), mix.get_param("gamma").copy()
+
+
+def test_listeners_are_found():
+    nlp = build_nlp()
+    elmo = nlp.get_pipe("elmo")
+    assert elmo.listening_components == ["ner", "textcat"]
+    assert len(elmo.listeners) == 2
+    assert all(listener.get_dim("nO") == 32 and listener.get_dim("nL") == 3 for listener in elmo.listeners)
+
+
+def test_frozen_training_runs_the_bilm_once_per_doc(count_bilm_calls):
+    nlp = build_nlp()
+    data = examples(nlp, "train", "wnut17", 24) + examples(nlp, "train", "mr", 24)
+    before = bilm_parameters(nlp.get_pipe("elmo").model)
+    counts = []
+    train(nlp, data, epochs=3, on_epoch=lambda e: counts.append(count_bilm_calls["n"]))
+    counts.append(count_bilm_calls["n"])
+    assert counts[1] > counts[0], "the first epoch runs the biLM"
+    assert counts[3] == counts[1], f"later epochs must not run the biLM: {counts}"
+    after = bilm_parameters(nlp.get_pipe("elmo").model)
+    assert all(numpy.array_equal(before[k], after[k]) for k in before), "frozen biLM changed"
+    for component in ("ner", "textcat"):
+        weights, gamma = mix_params(nlp, component)
+        assert numpy.abs(weights).max() > 1e-4 and abs(gamma[0] - 1.0) > 1e-4, component
+
+
+def test_fine_tuning_changes_the_bilm(count_bilm_calls):
+    nlp = build_nlp(**{"components.elmo.fine_tune": True})
+    data = examples(nlp, "train", "wnut17", 16) + examples(nlp, "train", "mr", 16)
+    before = bilm_parameters(nlp.get_pipe("elmo").model)
+    counts = []
+    train(nlp, data, epochs=2, on_epoch=lambda e: counts.append(count_bilm_calls["n"]))
+    counts.append(count_bilm_calls["n"])
+    after = bilm_parameters(nlp.get_pipe("elmo").model)
+    changed = [k for k in before if not numpy.array_equal(before[k], after[k])]
+    assert len(changed) == len(before), f"unchanged: {set(before) - set(changed)}"
+    assert counts[2] > counts[1], "fine-tuning runs the biLM every epoch"
+
+
+def test_replace_listeners_keeps_predictions(tmp_path):
+    nlp = build_nlp()
+    data = examples(nlp, "train", "wnut17", 24) + examples(nlp, "train", "mr", 16)
+    train(nlp, data, epochs=2)
+    texts = [eg.reference.text for eg in examples(nlp, "dev", "wnut17", 12)]
+    ents = [[(e.start, e.end, e.label_) for e in d.ents] for d in nlp.pipe(texts)]
+    tok2vec = nlp.get_pipe("ner").model.get_ref("tok2vec")
+    before = [a.copy() for a in tok2vec.predict(list(nlp.pipe(texts)))]
+    nlp.replace_listeners("elmo", "ner", ["model.tok2vec"])
+    assert nlp.get_pipe("elmo").listening_components == ["textcat"]
+    assert not find_elmo_listeners(nlp.get_pipe("ner").model)
+    assert nlp.get_pipe_config("ner")["model"]["tok2vec"]["elmo"]["@architectures"] == "spacy-elmo.Elmo.v1"
+    standalone = spacy.blank("en")
+    standalone.add_pipe("ner", source=nlp)
+    assert standalone.pipe_names == ["ner"]
+    docs = list(standalone.pipe(texts))
+    assert [[(e.start, e.end, e.label_) for e in d.ents] for d in docs] == ents
+    after = standalone.get_pipe("ner").model.get_ref("tok2vec").predict([standalone.make_doc(t) for t in texts])
+    for b, a in zip(before, after):
+        numpy.testing.assert_allclose(a, b, atol=1e-5)
+    standalone.to_disk(tmp_path / "ner-only")
+    loaded = spacy.load(tmp_path / "ner-only")
+    assert [[(e.start, e.end, e.label_) for e in d.ents] for d in loaded.pipe(texts)] == ents
+
+
+def test_frozen_and_annotating_elmo(count_bilm_calls, tmp_path):
+    nlp = build_nlp()
+    data = examples(nlp, "train", "wnut17", 16) + examples(nlp, "train", "mr", 8)
+    with nlp.select_pipes(disable=["elmo"]):
+        optimizer = nlp.initialize(lambda: data)
+    before = bilm_parameters(nlp.get_pipe("elmo").model)
+    for _ in range(2):
+        batch = [Example(nlp.make_doc(eg.reference.text), eg.reference) for eg in data]
+        nlp.update(batch, sgd=optimizer, exclude=["elmo"], annotates=["elmo"])
+    after = bilm_parameters(nlp.get_pipe("elmo").model)
+    assert all(numpy.array_equal(before[k], after[k]) for k in before)
+    weights, _ = mix_params(nlp, "ner")
+    assert numpy.abs(weights).max() > 0
+    batch = [Example(nlp.make_doc(eg.reference.text), eg.reference) for eg in data]
+    with pytest.raises(ValueError, match="annotating_components"):
+        nlp.update(batch, sgd=optimizer, exclude=["elmo"])
+
+
+def test_pipeline_with_listeners_round_trips(tmp_path):
+    nlp = build_nlp()
+    data = examples(nlp, "train", "wnut17", 16) + examples(nlp, "train", "mr", 16)
+    train(nlp, data, epochs=1)
+    texts = ["Going to New York City tomorrow", "a wonderful film", "\n"]  # (TextCatReduce fails on empty docs)
+    docs = list(nlp.pipe(texts))
+    nlp.to_disk(tmp_path / "pipeline")
+    loaded = spacy.load(tmp_path / "pipeline")
+    assert loaded.get_pipe("elmo").listening_components == ["ner", "textcat"]
+    for doc, again in zip(docs, loaded.pipe(texts)):
+        numpy.testing.assert_allclose(again._.elmo_layers, doc._.elmo_layers, atol=1e-6)
+        assert [(e.start, e.end, e.label_) for e in again.ents] == [(e.start, e.end, e.label_) for e in doc.ents]
+        assert again.cats == pytest.approx(doc.cats, abs=1e-6)
+
+
+def test_listener_warns_when_elmo_did_not_run():
+    nlp = build_nlp()
+    data = examples(nlp, "train", "wnut17", 8) + examples(nlp, "train", "mr", 8)
+    nlp.initialize(lambda: data)
+    with nlp.select_pipes(disable=["elmo"]):
+        with pytest.warns(UserWarning, match="have no ELMo layers"):
+            nlp("The elmo pipe is disabled")
+
+
+def test_listener_width_is_checked():
+    with pytest.raises(ValueError, match="width=64 but the upstream 'elmo' biLM gives vectors of width 32"):
+        build_nlp(**{"components.ner.model.tok2vec.elmo.width": 64})
