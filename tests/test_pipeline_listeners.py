@@ -176,3 +176,33 @@ def test_listener_warns_when_elmo_did_not_run():
 def test_listener_width_is_checked():
     with pytest.raises(ValueError, match="width=64 but the upstream 'elmo' biLM gives vectors of width 32"):
         build_nlp(**{"components.ner.model.tok2vec.elmo.width": 64})
+
+
+TEXTCAT_ARCHITECTURES = {
+    "spacy.TextCatReduce.v1": {"use_reduce_first": False, "use_reduce_last": True, "use_reduce_max": True, "use_reduce_mean": True},
+    "spacy.TextCatCNN.v2": {},
+    "spacy.TextCatParametricAttention.v1": {},
+    "spacy.TextCatEnsemble.v2": {"linear_model": {"@architectures": "spacy.TextCatBOW.v3", "exclusive_classes": True, "ngram_size": 1, "no_output_layer": False}},
+}
+
+
+@pytest.mark.parametrize("architecture", sorted(TEXTCAT_ARCHITECTURES))
+def test_elmo_tok2vec_in_every_textcat_architecture(architecture):
+    nlp = build_nlp()
+    nlp.remove_pipe("ner")
+    cfg = nlp.config.interpolate()["components"]["textcat"]["model"]
+    model = {"@architectures": architecture, "tok2vec": cfg["tok2vec"], **TEXTCAT_ARCHITECTURES[architecture]}
+    if architecture not in ("spacy.TextCatEnsemble.v2", "spacy.TextCatParametricAttention.v1"):
+        model["exclusive_classes"] = True
+        model["nO"] = None
+    elif architecture == "spacy.TextCatParametricAttention.v1":
+        model["exclusive_classes"] = True
+    nlp.remove_pipe("textcat")
+    nlp.add_pipe("textcat", config={"model": model})
+    assert nlp.get_pipe("elmo").listening_components == ["textcat"]
+    data = examples(nlp, "train", "mr", 16)
+    train(nlp, data, epochs=2)
+    weights, _ = mix_params(nlp, "textcat")
+    assert numpy.abs(weights).max() > 0
+    doc = nlp("a wonderful , touching film")
+    assert set(doc.cats) == {"POS", "NEG"}

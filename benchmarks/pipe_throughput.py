@@ -1,0 +1,124 @@
+"""`nlp.pipe` words/s with the `elmo` pipe: the shipped model (if installed) and the paper's full
+configuration (random weights), on the CPU and, with --gpu, on the GPU.
+
+    python benchmarks/pipe_throughput.py [--models shipped,full,fixture] [--words 20000] [--gpu]
+
+Docs are paragraphs of the project's Gutenberg validation sample (assets/gutenberg/valid_sample.txt.gz;
+generated sentences if it is missing), run through spacy.blank("en") + sentencizer + elmo with its
+defaults (store="layers", float32), all pipeline work included (tokenizer, sentence splits, char ids,
+biLM, scatter back, doc extensions). One warm-up pass over a few docs first; then the best of
+--repeats passes. One JSON line per model: words/s (all tokens, whitespace included), doc count,
+device, threads.
+"""
+import argparse
+import gzip
+import random
+import sys
+import time
+from pathlib import Path
+from typing import List
+
+import spacy
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import describe_machine, emit  # noqa: E402
+
+import spacy_elmo.loading  # noqa: E402
+from spacy_elmo.bilm.bilm import BiLM  # noqa: E402
+from spacy_elmo.bilm.config import full_options  # noqa: E402
+from spacy_elmo.layers import bilm_model  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "assets" / "gutenberg" / "valid_sample.txt.gz"
+FIXTURE = ROOT / "tests" / "fixtures" / "elmo-fixture"
+
+
+def load_texts(n_words: int) -> List[str]:
+    """Paragraphs (blank-line separated) up to n_words whitespace-separated words in all."""
+    if SAMPLE.exists():
+        text = gzip.open(SAMPLE, "rt", encoding="utf-8").read()
+        paragraphs = [" ".join(p.split()) for p in text.split("\n\n") if len(p.split()) >= 5]
+    else:
+        rng = random.Random(0)
+        words = "the of and to in a is that for it as was with be by on not he I this are or his from at".split()
+        paragraphs = [" ".join(rng.choice(words) for _ in range(rng.randint(10, 80))) + " ." for _ in range(5000)]
+    out, total = [], 0
+    for paragraph in paragraphs:
+        if total >= n_words:
+            break
+        out.append(paragraph)
+        total += len(paragraph.split())
+    return out
+
+
+def build(model: str) -> spacy.Language:
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    path = {"shipped": "", "fixture": str(FIXTURE), "full": "unused: weights are set below"}[model]
+    elmo = nlp.add_pipe("elmo", config={"model": {"@architectures": "spacy-elmo.BiLM.v1", "path": path}})
+    if model == "full":
+        bilm = BiLM(full_options())
+        bilm.reset_parameters(0)
+        bilm_model.get_runner(elmo.model).set_bilm(bilm, bilm_model.get_torch_default_device())
+    return nlp
+
+
+def measure(nlp: spacy.Language, texts: List[str], repeats: int, sync) -> float:
+    list(nlp.pipe(texts[:8]))  # warm-up (and lazy weight loading)
+    best = float("inf")
+    n_words = 0
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
+        n_words = sum(len(doc) for doc in nlp.pipe(texts))
+        sync()
+        best = min(best, time.perf_counter() - start)
+    return n_words / best, n_words
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default="shipped,full", help="comma-separated: shipped, full, fixture")
+    parser.add_argument("--words", type=int, default=20000, help="words of text for the small models")
+    parser.add_argument("--full-words", type=int, default=3000, help="words of text for the full model on CPU")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    parser.add_argument("--gpu", action="store_true", help="run on GPU 0 (spacy.require_gpu)")
+    parser.add_argument("--output", default="", help="append JSON lines to this file too")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = "cpu"
+    sync = lambda: None  # noqa: E731
+    if args.gpu:
+        spacy.require_gpu(0)
+        device = "cuda:0"
+        sync = torch.cuda.synchronize
+    machine = describe_machine(device)
+    for model in args.models.split(","):
+        record = {"bench": "pipe_throughput", "model": model, "date": time.strftime("%Y-%m-%d"), **machine}
+        if model == "shipped" and not spacy_elmo.loading.available_models():
+            emit({**record, "skipped": f"no shipped model in {spacy_elmo.loading.SHIPPED_MODELS_DIR}"}, args.output)
+            continue
+        n_words = args.full_words if model == "full" and not args.gpu else args.words
+        texts = load_texts(n_words)
+        nlp = build(model)
+        words_per_s, counted = measure(nlp, texts, args.repeats, sync)
+        options = nlp.get_pipe("elmo").bilm.options
+        emit(
+            {
+                **record,
+                "words_per_s": round(words_per_s, 1),
+                "words": counted,
+                "docs": len(texts),
+                "lstm_dim": options.lstm_dim,
+                "projection_dim": options.projection_dim,
+                "batch_size_tokens": nlp.get_pipe("elmo").batch_size,
+            },
+            args.output,
+        )
+
+
+if __name__ == "__main__":
+    main()
