@@ -12,6 +12,8 @@ def _group() -> None:
 # Each subcommand registers itself on `elmo_cli` when imported.
 from . import convert  # noqa: E402,F401
 from . import embed  # noqa: E402,F401
+from . import pretrain  # noqa: E402,F401
+from . import evaluate  # noqa: E402,F401
 
 try:  # as a spaCy CLI plugin: `spacy elmo ...`
     from spacy.cli._util import app as _spacy_app

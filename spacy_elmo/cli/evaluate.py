@@ -1,0 +1,47 @@
+"""`spacy elmo evaluate MODEL TEXT`: forward, backward and average perplexity on held-out text."""
+import json
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from . import elmo_cli
+
+
+@elmo_cli.command("evaluate")
+def evaluate_cli(
+    model: str = typer.Argument(..., help="A biLM with its softmax: native directory, bilm-tf directory, or shipped name"),
+    text: Path = typer.Argument(..., help="Held-out text: .txt/.txt.gz, .jsonl, or tokenized (see --format)"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Also write the results to this JSON file"),
+    fmt: str = typer.Option(
+        "text", "--format", help="text (raw, spaCy-tokenized), jsonl, tokenized (whitespace tokens), bilm-tf (a sentence a line)"
+    ),
+    text_field: str = typer.Option("text", "--text-field", help="JSONL field holding the text"),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Evaluate the first N words only"),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda[:N]"),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Keep the tokenized text here for reuse"),
+) -> None:
+    """Perplexity (full softmax) of each direction and their average, over whole sentences."""
+    import torch
+
+    from ..loading import load_bilm
+    from ..pretrain.corpus import CorpusError, CorpusSettings, prepare_corpus
+    from ..pretrain.perplexity import NoSoftmaxError, stream_perplexity
+
+    try:
+        bilm = load_bilm(model)
+        bilm.to(torch.device(device))
+        settings = CorpusSettings(format=fmt, text_field=text_field, max_tokens=max_tokens)
+        with tempfile.TemporaryDirectory() as tmp:
+            stream = prepare_corpus(text, settings, cache_dir if cache_dir is not None else tmp)
+            results = stream_perplexity(bilm, stream)
+    except (FileNotFoundError, CorpusError, NoSoftmaxError, ValueError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1)
+    results = {"model": str(model), "text": str(text), **results}
+    line = json.dumps(results, indent=2)
+    typer.echo(line)
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(line + "\n", encoding="utf-8")

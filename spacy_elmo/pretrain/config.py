@@ -1,0 +1,124 @@
+"""The pretraining config: spaCy/thinc config format, defaults filled in, overrides applied.
+
+A user config only needs what differs from `DEFAULT_CONFIG`; `--section.key value` overrides on the
+command line (as `spacy train` takes them) are applied after the defaults are merged, so any key can
+be overridden whether or not the file names it.
+"""
+from pathlib import Path
+from typing import Any, Dict, Optional, Union
+
+from thinc.api import Config
+
+from ..bilm.config import BiLMOptions
+
+DEFAULT_CONFIG = """
+[paths]
+train = null
+dev = null
+vocab = null
+init_from = null
+
+[corpus]
+train = ${paths.train}
+dev = ${paths.dev}
+format = "text"
+text_field = "text"
+lang = "en"
+max_train_tokens = null
+max_dev_tokens = 20000
+cache_dir = null
+
+[vocab]
+file = ${paths.vocab}
+max_size = 30000
+min_count = 1
+
+[model]
+filters = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256]]
+char_embedding_dim = 16
+n_highway = 1
+activation = "relu"
+lstm_dim = 512
+projection_dim = 128
+n_layers = 2
+cell_clip = 3.0
+proj_clip = 3.0
+use_skip_connections = true
+
+[training]
+seed = 0
+device = "cpu"
+n_threads = 0
+window = 20
+batch_size = 64
+max_steps = 1000
+max_epochs = 0
+max_minutes = 0
+dropout = 0.1
+grad_clip = 10.0
+n_negatives = 1024
+softmax_bias_init = "zero"
+mixed_precision = false
+log_every = 10
+eval_every = 200
+checkpoint_every = 200
+keep_checkpoints = 2
+
+[training.optimizer]
+name = "adam"
+learn_rate = 0.001
+warmup_steps = 0
+eps = 1e-8
+adagrad_initial_accumulator = 1.0
+"""
+
+MODEL_KEYS = (
+    "filters",
+    "char_embedding_dim",
+    "n_highway",
+    "activation",
+    "lstm_dim",
+    "projection_dim",
+    "n_layers",
+    "cell_clip",
+    "proj_clip",
+    "use_skip_connections",
+)
+
+
+class PretrainConfigError(ValueError):
+    """A pretraining config value that cannot be used."""
+
+
+def load_config(
+    path: Optional[Union[str, Path]] = None, overrides: Optional[Dict[str, Any]] = None, text: Optional[str] = None
+) -> Config:
+    """The config at `path` (or in `text`) over the defaults, with `overrides` ({"training.max_steps": 100})."""
+    defaults = Config().from_str(DEFAULT_CONFIG, interpolate=False)
+    if path is not None:
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"pretraining config not found: {path}")
+        user = Config().from_disk(path, interpolate=False)
+    else:
+        user = Config().from_str(text or "", interpolate=False)
+    merged = defaults.merge(user)
+    for key in overrides or {}:
+        section, _, leaf = key.rpartition(".")
+        node: Any = merged
+        for part in section.split(".") if section else []:
+            if not isinstance(node, dict) or part not in node:
+                raise PretrainConfigError(f"override --{key}: no section [{section}] in the pretraining config")
+            node = node[part]
+        if leaf not in node:
+            raise PretrainConfigError(f"override --{key}: unknown setting '{leaf}' in [{section}]")
+    return Config().from_str(merged.to_str(), overrides=overrides or {}, interpolate=True)
+
+
+def model_options(config: Config, n_vocab: int) -> BiLMOptions:
+    section = config["model"]
+    unknown = set(section) - set(MODEL_KEYS)
+    if unknown:
+        raise PretrainConfigError(f"[model]: unknown settings {sorted(unknown)}; expected {MODEL_KEYS}")
+    kwargs = {k: section[k] for k in MODEL_KEYS}
+    return BiLMOptions(**kwargs, n_tokens_vocab=n_vocab)

@@ -1,0 +1,350 @@
+"""Raw text -> a cached, memory-mapped token stream, so that training never reads text again.
+
+Input formats:
+- "text": .txt or .txt.gz; paragraphs are separated by blank lines (hard-wrapped lines are joined),
+  tokenized with spaCy's tokenizer and split into sentences by its sentencizer.
+- "jsonl": one JSON object a line (.jsonl or .jsonl.gz), its `text_field` tokenized as above.
+- "tokenized": whitespace-separated tokens, a line a paragraph; sentences split by the sentencizer.
+- "bilm-tf": bilm-tf's training format, one tokenized sentence a line.
+
+The stream holds *type* ids (every distinct token string seen, not only the vocabulary's words),
+each sentence framed by `<S>` (type 0) and `</S>` (type 1). Keeping the real strings matters: the
+biLM reads characters, so a rare word keeps its spelling as input and only its softmax target becomes
+`<UNK>`. Tokenization is per paragraph in spaCy; everything after it (framing, type ids, counts) is
+vectorised with numpy over spaCy's hash arrays.
+
+A cache entry is keyed by the input paths, sizes and modification times and by the settings; it is
+written to a temporary directory and renamed, so a killed run never leaves a half-written entry.
+"""
+import gzip
+import hashlib
+import io
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy
+import srsly
+
+from .. import chars
+from .vocab import BOS, EOS, Vocab
+
+CACHE_VERSION = 1
+FORMATS = ("text", "jsonl", "tokenized", "bilm-tf")
+PathLike = Union[str, Path]
+
+
+class CorpusError(ValueError):
+    """An input file or corpus setting that cannot be read."""
+
+
+@dataclass(frozen=True)
+class CorpusSettings:
+    """How text becomes tokens; part of the cache key."""
+
+    format: str = "text"
+    text_field: str = "text"
+    lang: str = "en"
+    max_tokens: Optional[int] = None  # stop after this many words (sentences are kept whole)
+    pipe_batch_size: int = 256
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise CorpusError(f"corpus.format is {self.format!r}; expected one of {FORMATS}")
+
+
+class TokenStream:
+    """A prepared corpus: `tokens` (N,) int32 type ids (memory-mapped), `types`, `counts`."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        meta = srsly.read_msgpack(self.directory / "types.msgpack")
+        self.types: List[str] = meta["types"]
+        self.counts = numpy.asarray(meta["counts"], dtype=numpy.int64)
+        self.tokens: numpy.ndarray = numpy.load(self.directory / "tokens.npy", mmap_mode="r")
+        self._chars: Optional[numpy.ndarray] = None
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def n_sentences(self) -> int:
+        return int(self.counts[0])
+
+    @property
+    def n_words(self) -> int:
+        """Tokens other than the sentence boundaries."""
+        return len(self) - 2 * self.n_sentences
+
+    def type_chars(self) -> numpy.ndarray:
+        """Character ids of every type, (n_types, 50) int16, computed once and cached on disk."""
+        if self._chars is None:
+            path = self.directory / "chars.npy"
+            if not path.exists():
+                ids = chars.tokens_to_ids(self.types).astype(numpy.int16)
+                _save_npy_atomic(path, ids)
+            self._chars = numpy.load(path)
+        return self._chars
+
+    def type_to_vocab(self, vocab: Vocab) -> numpy.ndarray:
+        """Softmax id of every type (int32): its vocabulary id, or `<UNK>`."""
+        return vocab.lookup(self.types)
+
+    def sentence_bounds(self) -> Tuple[numpy.ndarray, numpy.ndarray]:
+        """(starts, ends) of every framed sentence: tokens[starts[i]:ends[i]] = <S> ... </S>."""
+        tokens = numpy.asarray(self.tokens)
+        starts = numpy.flatnonzero(tokens == 0)
+        ends = numpy.flatnonzero(tokens == 1) + 1
+        return starts, ends
+
+
+def _save_npy_atomic(path: Path, array: numpy.ndarray) -> None:
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with open(tmp, "wb") as handle:
+        numpy.save(handle, array)
+    tmp.replace(path)
+
+
+def expand_paths(paths: Union[PathLike, Sequence[PathLike]]) -> List[Path]:
+    """Files named, or every regular file of a directory named (sorted), each checked to exist."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    files: List[Path] = []
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
+            if not found:
+                raise CorpusError(f"corpus directory {p} holds no files")
+            files.extend(found)
+        elif p.exists():
+            files.append(p)
+        else:
+            raise FileNotFoundError(f"corpus file not found: {p}")
+    if not files:
+        raise CorpusError("no corpus files given")
+    return files
+
+
+def _open_text(path: Path) -> io.TextIOBase:
+    if path.suffix == ".gz":
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="replace")
+    return open(path, "r", encoding="utf-8", errors="replace")
+
+
+def iter_paragraphs(path: Path) -> Iterator[str]:
+    """Paragraphs of a plain-text file: runs of non-blank lines, joined by single spaces."""
+    lines: List[str] = []
+    with _open_text(path) as handle:
+        for line in handle:
+            line = line.strip()
+            if line:
+                lines.append(line)
+            elif lines:
+                yield " ".join(lines)
+                lines = []
+    if lines:
+        yield " ".join(lines)
+
+
+def iter_jsonl(path: Path, field: str) -> Iterator[str]:
+    with _open_text(path) as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise CorpusError(f"{path}, line {number}: not valid JSON ({err})") from None
+            if not isinstance(record, dict) or field not in record:
+                raise CorpusError(f"{path}, line {number}: no {field!r} field (set corpus.text_field)")
+            text = record[field]
+            if not isinstance(text, str):
+                raise CorpusError(f"{path}, line {number}: field {field!r} is not a string")
+            yield text
+
+
+def iter_lines(path: Path) -> Iterator[List[str]]:
+    with _open_text(path) as handle:
+        for line in handle:
+            tokens = line.split()
+            if tokens:
+                yield tokens
+
+
+@dataclass
+class Tokenizer:
+    """spaCy's tokenizer for a language plus its rule-based sentencizer (no model, no download).
+
+    Built from the language's defaults directly rather than through `spacy.blank`, so that it does
+    not load every installed pipeline plugin just to split text.
+    """
+
+    vocab: "object"
+    tokenizer: "object"
+    sentencizer: "object"
+    max_length: int = 1_000_000
+
+    def pipe(self, texts, batch_size: int = 256):
+        return self.sentencizer.pipe(self.tokenizer.pipe(texts, batch_size=batch_size), batch_size=batch_size)
+
+
+def make_tokenizer(lang: str = "en") -> Tokenizer:
+    from spacy import util
+    from spacy.pipeline import Sentencizer
+    from spacy.tokenizer import Tokenizer as SpacyTokenizer
+    from spacy.vocab import create_vocab
+
+    try:
+        defaults = util.get_lang_class(lang).Defaults
+    except ImportError as err:
+        raise CorpusError(f"corpus.lang is {lang!r}, which spaCy does not know ({err})") from None
+    vocab = create_vocab(lang, defaults)
+    compile_or_none = lambda items, fn: fn(items) if items else None  # noqa: E731
+    prefix = compile_or_none(defaults.prefixes, util.compile_prefix_regex)
+    suffix = compile_or_none(defaults.suffixes, util.compile_suffix_regex)
+    infix = compile_or_none(defaults.infixes, util.compile_infix_regex)
+    tokenizer = SpacyTokenizer(
+        vocab,
+        rules=defaults.tokenizer_exceptions,
+        prefix_search=prefix.search if prefix else None,
+        suffix_search=suffix.search if suffix else None,
+        infix_finditer=infix.finditer if infix else None,
+        token_match=defaults.token_match,
+        url_match=defaults.url_match,
+    )
+    return Tokenizer(vocab=vocab, tokenizer=tokenizer, sentencizer=Sentencizer())
+
+
+def _frame(hashes: numpy.ndarray, starts: numpy.ndarray, bos: int, eos: int) -> numpy.ndarray:
+    """Insert <S>/</S> hashes around the sentences of a token array (starts: True at sentence starts)."""
+    n = len(hashes)
+    if n == 0:
+        return hashes
+    starts = starts.copy()
+    starts[0] = True
+    rank = numpy.cumsum(starts) - 1  # sentence index of each token
+    n_sent = int(rank[-1]) + 1
+    out = numpy.empty(n + 2 * n_sent, dtype=numpy.uint64)
+    positions = numpy.arange(n) + 2 * rank + 1
+    out[positions] = hashes
+    first = numpy.flatnonzero(starts)
+    out[first + 2 * numpy.arange(n_sent)] = bos
+    last = numpy.append(first[1:], n) - 1
+    out[last + 2 * numpy.arange(n_sent) + 2] = eos
+    return out
+
+
+def _doc_arrays(doc) -> Tuple[numpy.ndarray, numpy.ndarray]:
+    """Hashes and sentence-start flags of a Doc's non-space tokens."""
+    from spacy.attrs import IS_SPACE, ORTH, SENT_START
+
+    if len(doc) == 0:
+        return numpy.zeros(0, numpy.uint64), numpy.zeros(0, bool)
+    arr = doc.to_array([ORTH, IS_SPACE, SENT_START]).astype(numpy.uint64, copy=False)
+    starts = arr[:, 2] == 1
+    # a sentence that begins with a space token begins at its next kept token
+    rank = numpy.cumsum(starts)
+    keep = arr[:, 1] == 0
+    kept_rank = rank[keep]
+    kept_starts = numpy.ones(len(kept_rank), dtype=bool)
+    kept_starts[1:] = kept_rank[1:] != kept_rank[:-1]
+    return arr[keep, 0], kept_starts
+
+
+def _tokenize(files: List[Path], settings: CorpusSettings) -> Tuple[numpy.ndarray, "object"]:
+    """All files -> one framed uint64 hash array (and the StringStore that decodes it)."""
+    from spacy.tokens import Doc
+
+    nlp = make_tokenizer(settings.lang)
+    strings = nlp.vocab.strings
+    bos, eos = strings.add(BOS), strings.add(EOS)
+    chunks: List[numpy.ndarray] = []
+    n_words = 0
+    limit = settings.max_tokens
+
+    def add(hashes: numpy.ndarray, starts: numpy.ndarray) -> bool:
+        nonlocal n_words
+        if len(hashes):
+            chunks.append(_frame(hashes, starts, bos, eos))
+            n_words += len(hashes)
+        return limit is not None and n_words >= limit
+
+    for path in files:
+        fmt = settings.format
+        if fmt == "bilm-tf":
+            for tokens in iter_lines(path):
+                hashes = numpy.fromiter((strings.add(t) for t in tokens), dtype=numpy.uint64, count=len(tokens))
+                starts = numpy.zeros(len(tokens), dtype=bool)
+                if add(hashes, starts):
+                    break
+        elif fmt == "tokenized":
+            for tokens in iter_lines(path):
+                if add(*_doc_arrays(nlp.sentencizer(Doc(nlp.vocab, words=tokens)))):
+                    break
+        else:
+            texts = iter_paragraphs(path) if fmt == "text" else iter_jsonl(path, settings.text_field)
+            texts = (t[i : i + nlp.max_length] for t in texts for i in range(0, max(len(t), 1), nlp.max_length))
+            for doc in nlp.pipe(texts, batch_size=settings.pipe_batch_size):
+                if add(*_doc_arrays(doc)):
+                    break
+        if limit is not None and n_words >= limit:
+            break
+    if not chunks:
+        raise CorpusError(f"no tokens in {', '.join(map(str, files))}")
+    return numpy.concatenate(chunks), strings
+
+
+def cache_key(files: List[Path], settings: CorpusSettings) -> str:
+    described = [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
+    blob = json.dumps({"version": CACHE_VERSION, "files": described, "settings": asdict(settings)}, sort_keys=True)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:20]
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("SPACY_ELMO_CACHE", Path.home() / ".cache" / "spacy-elmo" / "corpus"))
+
+
+def prepare_corpus(
+    paths: Union[PathLike, Sequence[PathLike]],
+    settings: CorpusSettings = CorpusSettings(),
+    cache_dir: Optional[PathLike] = None,
+) -> TokenStream:
+    """The token stream of these files, from the cache when the files and settings are unchanged."""
+    files = expand_paths(paths)
+    cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    entry = cache_root / cache_key(files, settings)
+    if (entry / "tokens.npy").exists() and (entry / "types.msgpack").exists():
+        return TokenStream(entry)
+    hashes, strings = _tokenize(files, settings)
+    unique, inverse = numpy.unique(hashes, return_inverse=True)
+    counts = numpy.bincount(inverse, minlength=len(unique))
+    words = [strings[int(h)] for h in unique]
+    # Order types as the vocabulary will be: boundaries first, then by falling count (ties by string).
+    bos_i, eos_i = words.index(BOS), words.index(EOS)
+    rest = sorted((i for i in range(len(words)) if i not in (bos_i, eos_i)), key=lambda i: (-int(counts[i]), words[i]))
+    order = numpy.asarray([bos_i, eos_i, *rest], dtype=numpy.int64)
+    remap = numpy.empty(len(order), dtype=numpy.int32)
+    remap[order] = numpy.arange(len(order), dtype=numpy.int32)
+    tokens = remap[inverse.reshape(-1)]
+    cache_root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=entry.name + ".tmp", dir=cache_root))
+    with open(tmp / "tokens.npy", "wb") as handle:
+        numpy.save(handle, tokens)
+    srsly.write_msgpack(tmp / "types.msgpack", {"types": [words[i] for i in order], "counts": counts[order].tolist()})
+    meta = {"files": [str(f) for f in files], "settings": asdict(settings), "n_tokens": int(len(tokens))}
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    try:
+        tmp.rename(entry)
+    except OSError:  # another process (a DDP rank) finished the same entry first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return TokenStream(entry)
+
+
+def build_vocab(stream: TokenStream, max_size: Optional[int] = None, min_count: int = 1) -> Vocab:
+    """The vocabulary of a prepared corpus (frequency-sorted; see `Vocab.from_counts`)."""
+    return Vocab.from_counts(stream.types, stream.counts, max_size=max_size, min_count=min_count)
