@@ -308,12 +308,11 @@ def _pretrain(config: Config, output_dir: Path, resume: bool, init_from: Optiona
         stop["signal"] = signum
 
     previous_handlers = {}
-    if is_main or world == 1:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                previous_handlers[sig] = signal.signal(sig, request_stop)
-            except ValueError:  # not the main thread
-                pass
+    for sig in (signal.SIGTERM, signal.SIGINT):  # every process: under torchrun, a stop reaches all
+        try:
+            previous_handlers[sig] = signal.signal(sig, request_stop)
+        except ValueError:  # not the main thread
+            pass
 
     def save_checkpoint() -> None:
         if world > 1:
@@ -371,7 +370,31 @@ def _pretrain(config: Config, output_dir: Path, resume: bool, init_from: Optiona
             return True
         return stop["signal"] is not None
 
-    while not done():
+    def all_done() -> bool:
+        """`done` agreed by every process (wall time and signals differ between them)."""
+        local = done()
+        if world == 1:
+            return local
+        import torch.distributed as dist
+
+        flag = torch.tensor([1.0 if local else 0.0], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+    def log_interval() -> None:
+        nonlocal interval_loss, interval_steps, interval_tokens, interval_time
+        if not interval_steps:
+            return
+        mean = interval_loss / interval_steps
+        tps = interval_tokens / max(interval_time, 1e-9)
+        metrics.write({"type": "train", "step": state.step, "epoch": state.epoch, "tokens": state.tokens,
+                       "train_loss": mean, "train_ppl": math.exp(min(mean, 50.0)), "lr": _learn_rate(config, state.step - 1),
+                       "tokens_per_s": round(tps, 1), "wall_s": round(state.wall_s, 3)})
+        say(f"step {state.step:>7}  epoch {state.epoch}  tokens {state.tokens:>10}  loss {mean:.4f}  "
+            f"ppl {math.exp(min(mean, 50.0)):9.2f}  {tps:8.0f} tokens/s")
+        interval_loss, interval_steps, interval_tokens, interval_time = 0.0, 0, 0, 0.0
+
+    while not all_done():
         t0 = time.perf_counter()
         batch = batcher.batch(state.epoch, state.index).to(device)
         samples = sampler.sample(sampler_rng).to(device) if sampler is not None else None
@@ -410,20 +433,16 @@ def _pretrain(config: Config, output_dir: Path, resume: bool, init_from: Optiona
         interval_steps += 1
         interval_tokens += batch.n_tokens * world
         interval_time += step_time
-        if state.step % T["log_every"] == 0 or done():
-            mean = interval_loss / interval_steps
-            tps = interval_tokens / max(interval_time, 1e-9)
-            metrics.write({"type": "train", "step": state.step, "epoch": state.epoch, "tokens": state.tokens,
-                           "train_loss": mean, "train_ppl": math.exp(min(mean, 50.0)), "lr": _learn_rate(config, state.step - 1),
-                           "tokens_per_s": round(tps, 1), "wall_s": round(state.wall_s, 3)})
-            say(f"step {state.step:>7}  epoch {state.epoch}  tokens {state.tokens:>10}  loss {mean:.4f}  "
-                f"ppl {math.exp(min(mean, 50.0)):9.2f}  {tps:8.0f} tokens/s")
-            interval_loss, interval_steps, interval_tokens, interval_time = 0.0, 0, 0, 0.0
+        if state.step % T["log_every"] == 0 or (max_steps and state.step >= max_steps):
+            log_interval()
         if T["eval_every"] and state.step % T["eval_every"] == 0:
             result.last_eval = evaluate()
             session_start, wall_at_start = time.perf_counter(), state.wall_s  # evaluation time not counted
         if T["checkpoint_every"] and state.step % T["checkpoint_every"] == 0:
             save_checkpoint()
+    log_interval()
+    if stop["signal"] is not None:
+        say(f"stopping at step {state.step} (signal {stop['signal']})")
     if not (T["checkpoint_every"] and state.step % T["checkpoint_every"] == 0):
         save_checkpoint()
     if dev is not None and not (T["eval_every"] and state.step % T["eval_every"] == 0):
