@@ -7,6 +7,7 @@ Random weights, sentences of `--length` tokens (+ <S>, </S>), fp32 by default. F
 boundary tokens not counted) and that as a fraction of the square-matmul rate measured in the same run.
 """
 import argparse
+import contextlib
 import time
 
 import torch
@@ -35,21 +36,28 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=20, help="tokens a sentence, boundaries excluded")
     parser.add_argument("--min-seconds", type=float, default=3.0, help="time each point at least this long")
     parser.add_argument("--output", default="", help="append JSON lines to this file too")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
+    parser.add_argument("--compile", action="store_true", help="torch.compile the LSTM cell")
     args = parser.parse_args()
     device = args.device
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     machine = describe_machine(device)
-    rate = matmul_rate(device)
-    emit({"bench": "matmul_fp32", "gflops": round(rate, 1), "date": time.strftime("%Y-%m-%d"), **machine}, args.output)
+    dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.precision]
+    rate = matmul_rate(device, dtype or torch.float32, n=8192 if device.startswith("cuda") else 2048)
+    emit({"bench": f"matmul_{args.precision}", "gflops": round(rate, 1), "date": time.strftime("%Y-%m-%d"), **machine},
+         args.output)
+    autocast = (lambda: torch.autocast(device_type=device.split(":")[0], dtype=dtype)) if dtype else contextlib.nullcontext
     for name in args.configs.split(","):
         options = CONFIGS[name]()
         bilm = BiLM(options).to(device).eval()
         bilm.reset_parameters(0)
         bilm.to(device)
+        if args.compile:
+            bilm.lstm.compile_cell()
         flops = bilm_flops_per_token(options)
         for batch_size in [int(b) for b in args.batch_sizes.split(",")]:
             ids = make_batch(batch_size, args.length).to(device)
-            with torch.no_grad():
+            with torch.no_grad(), autocast():
                 bilm(ids)  # warm-up
                 once = best_time(lambda: bilm(ids), 1, sync)
                 repeats = max(2, int(args.min_seconds / max(once, 1e-3)))
@@ -61,6 +69,8 @@ def main() -> None:
                 {
                     "bench": "bilm_inference",
                     "config": name,
+                    "precision": args.precision,
+                    "compiled": args.compile,
                     "batch_size": batch_size,
                     "length": args.length,
                     "tokens_per_s": round(tokens_per_s, 1),
@@ -73,7 +83,8 @@ def main() -> None:
                 args.output,
             )
         # the matmul rate again, to show the machine did not change under us
-        emit({"bench": "matmul_fp32_after", "config": name, "gflops": round(matmul_rate(device), 1)}, args.output)
+        after = matmul_rate(device, dtype or torch.float32, n=8192 if device.startswith("cuda") else 2048)
+        emit({"bench": f"matmul_{args.precision}_after", "config": name, "gflops": round(after, 1)}, args.output)
 
 
 if __name__ == "__main__":
