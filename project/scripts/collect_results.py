@@ -1,0 +1,263 @@
+"""Gather every run of the workflow into one table: metrics/results.json and metrics/results.md.
+
+    python project/scripts/collect_results.py --training training --metrics metrics --output metrics/results
+
+A run is a trained pipeline `training/<task>-<variant>/model-best` with its evaluation
+`metrics/eval/<task>-<variant>.json` (from `spacy evaluate --per-component`) and its wall time
+`training/<task>-<variant>/timing.json` (from timed.py). Tasks and variants are the fixed lists
+below; optional tasks (CoNLL-2003, SST-5) appear when they were run. The learned layer weights of
+every ELMo run (the softmax of its scalar mix, as in the paper's Figure 2) are read from the trained
+pipeline itself, the perplexities and checks from their JSON files.
+"""
+import argparse
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from spacy.util import load_config
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    dataset: str
+    component: str
+    metric: str  # key in the component's scores
+    metric_label: str
+    eval_split: str  # the split `spacy evaluate` ran on
+    required: bool
+
+
+TASKS: Tuple[Task, ...] = (
+    Task("ner", "WNUT-17", "ner", "ents_f", "entity F1", "test", True),
+    Task("textcat", "MR", "textcat", "cats_micro_f", "accuracy", "test", True),
+    Task("conll", "CoNLL-2003", "ner", "ents_f", "entity F1", "dev", False),
+    Task("sst5", "SST-5", "textcat", "cats_micro_f", "accuracy", "dev", False),
+)
+VARIANTS: Dict[str, str] = {
+    "baseline": "baseline (spaCy tok2vec)",
+    "elmo": "ELMo (project biLM)",
+    "elmo_shipped": "ELMo (shipped en_elmo_small)",
+}
+
+
+@dataclass
+class Row:
+    task: str
+    dataset: str
+    variant: str
+    metric: str
+    dev: Optional[float]
+    test: Optional[float]
+    eval_split: str
+    seed: Optional[int]
+    wall_time_s: Optional[float]
+    layer_weights: Optional[List[float]] = None
+    gamma: Optional[float] = None
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"expected output not found: {path}") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from None
+
+
+def component_score(scores: Dict[str, Any], task: Task, path: Path) -> float:
+    """The task's metric from `spacy evaluate --per-component` output (or a flat score dict)."""
+    source = scores.get(task.component, scores)
+    if not isinstance(source, dict) or task.metric not in source:
+        raise KeyError(f"{path}: no '{task.metric}' score for component '{task.component}'")
+    value = source[task.metric]
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{path}: score '{task.metric}' is {value!r}, expected a finite number")
+    return float(value)
+
+
+def dev_score(model_dir: Path, task: Task) -> Optional[float]:
+    """The dev score of the best checkpoint, as `spacy train` stored it in meta.json."""
+    meta_path = model_dir / "meta.json"
+    if not meta_path.exists():
+        return None
+    value = read_json(meta_path).get("performance", {}).get(task.metric)
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def training_seed(model_dir: Path) -> Optional[int]:
+    config_path = model_dir / "config.cfg"
+    if not config_path.exists():
+        return None
+    seed = load_config(config_path, interpolate=False).get("system", {}).get("seed")
+    return int(seed) if isinstance(seed, int) else None
+
+
+MIX_WEIGHT_PARAMS = ("weights", "scalar_weights", "layer_weights", "s")
+
+
+def softmax(values: Sequence[float]) -> List[float]:
+    top = max(values)
+    exps = [math.exp(v - top) for v in values]
+    return [e / sum(exps) for e in exps]
+
+
+def node_mix(node: Any) -> Optional[Tuple[List[float], Optional[float]]]:
+    """(softmax of the mix weights, gamma) if this thinc node is an ELMo scalar mix, else None."""
+    if "mix" not in node.name.lower():
+        return None
+    for param in MIX_WEIGHT_PARAMS:
+        if node.has_param(param) and node.get_param(param) is not None:
+            raw = [float(v) for v in node.ops.to_numpy(node.get_param(param)).ravel()]
+            gamma = None
+            if node.has_param("gamma") and node.get_param("gamma") is not None:
+                gamma = float(node.ops.to_numpy(node.get_param("gamma")).ravel()[0])
+            return softmax(raw), gamma
+    return None
+
+
+def mix_weights(model_dir: Path) -> Dict[str, Tuple[List[float], Optional[float]]]:
+    """Per component of a trained pipeline: (softmax of its ELMo scalar-mix weights, gamma).
+
+    Loads the pipeline and walks each component's thinc model for its scalar-mix node.
+    """
+    import spacy  # the pipeline needs spacy_elmo's registered functions, found by entry point
+
+    nlp = spacy.load(model_dir)
+    found: Dict[str, Tuple[List[float], Optional[float]]] = {}
+    for name, component in nlp.pipeline:
+        model = getattr(component, "model", None)
+        if model is None or name == "elmo":
+            continue
+        for node in model.walk():
+            result = node_mix(node)
+            if result is not None:
+                found[name] = result
+                break
+    return found
+
+
+def collect_rows(training: Path, metrics: Path, with_weights: bool = True) -> List[Row]:
+    rows: List[Row] = []
+    missing: List[str] = []
+    for task in TASKS:
+        for variant in VARIANTS:
+            run = f"{task.name}-{variant}"
+            eval_path = metrics / "eval" / f"{run}.json"
+            model_dir = training / run / "model-best"
+            if not eval_path.exists():
+                if task.required:
+                    missing.append(str(eval_path))
+                continue
+            score = component_score(read_json(eval_path), task, eval_path)
+            timing = training / run / "timing.json"
+            row = Row(
+                task=task.name,
+                dataset=task.dataset,
+                variant=variant,
+                metric=task.metric_label,
+                dev=dev_score(model_dir, task),
+                test=score if task.eval_split == "test" else None,
+                eval_split=task.eval_split,
+                seed=training_seed(model_dir),
+                wall_time_s=read_json(timing)["wall_time_s"] if timing.exists() else None,
+            )
+            if task.eval_split == "dev":
+                row.dev = score  # `spacy evaluate` on the dev file: the number to report
+            if with_weights and variant != "baseline":
+                weights = mix_weights(model_dir).get(task.component)
+                if weights is None:
+                    raise ValueError(f"{model_dir}: no ELMo scalar mix found in component '{task.component}'")
+                row.layer_weights, row.gamma = weights
+            rows.append(row)
+    if missing:
+        raise FileNotFoundError("missing evaluation results for required runs: " + ", ".join(missing))
+    return rows
+
+
+def read_optional(path: Path) -> Optional[Any]:
+    return read_json(path) if path.exists() else None
+
+
+def fmt(value: Optional[float], scale: float = 100.0) -> str:
+    return "-" if value is None else f"{value * scale:.2f}"
+
+
+def markdown(rows: Sequence[Row], perplexity: Dict[str, Any], checks: Dict[str, Any]) -> str:
+    lines = ["# spacy-elmo project results", ""]
+    lines += [
+        "| task | data | variant | metric | dev | test | seed | train wall time (s) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        wall = "-" if r.wall_time_s is None else f"{r.wall_time_s:.0f}"
+        lines.append(
+            f"| {r.task} | {r.dataset} | {VARIANTS[r.variant]} | {r.metric} | {fmt(r.dev)} | {fmt(r.test)} "
+            f"| {'-' if r.seed is None else r.seed} | {wall} |"
+        )
+    weighted = [r for r in rows if r.layer_weights]
+    if weighted:
+        lines += ["", "## Learned layer weights (softmax of the scalar mix; layer 0 = token layer)", ""]
+        width = max(len(r.layer_weights or []) for r in weighted)
+        lines.append("| task | variant | " + " | ".join(f"layer {j}" for j in range(width)) + " | gamma |")
+        lines.append("|---|---|" + "---|" * (width + 1))
+        for r in weighted:
+            cells = [f"{w:.3f}" for w in r.layer_weights or []]
+            gamma = "-" if r.gamma is None else f"{r.gamma:.3f}"
+            lines.append(f"| {r.task} | {VARIANTS[r.variant]} | " + " | ".join(cells) + f" | {gamma} |")
+    if perplexity:
+        lines += ["", "## biLM perplexity (held-out text)", "", "| text | forward | backward | average | tokens |", "|---|---|---|---|---|"]
+        for name, p in perplexity.items():
+            lines.append(
+                f"| {name} | {p['forward_ppl']:.1f} | {p['backward_ppl']:.1f} | {p['average_ppl']:.1f} | {p['n_tokens']} |"
+            )
+    if checks:
+        lines += ["", "## Checks", ""]
+        for name, check in checks.items():
+            status = "passed" if check.get("passed") else "FAILED"
+            detail = check.get("summary", "")
+            lines.append(f"- {name}: {status}{' - ' + detail if detail else ''}")
+    return "\n".join(lines) + "\n"
+
+
+def collect(training: Path, metrics: Path, output: Path, with_weights: bool = True) -> Dict[str, Any]:
+    rows = collect_rows(training, metrics, with_weights)
+    perplexity = {}
+    for path in sorted((metrics / "perplexity").glob("*.json")):
+        data = read_json(path)
+        for key in ("forward_ppl", "backward_ppl", "average_ppl", "n_tokens"):
+            if key not in data:
+                raise KeyError(f"{path}: missing '{key}'")
+        perplexity[path.stem] = data
+    checks = {}
+    for name in ("roundtrip", "fixture_parity", "package"):
+        data = read_optional(metrics / "checks" / f"{name}.json")
+        if data is not None:
+            checks[name] = data
+    result = {"rows": [asdict(r) for r in rows], "perplexity": perplexity, "checks": checks}
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf8")
+    output.with_suffix(".md").write_text(markdown(rows, perplexity, checks), encoding="utf8")
+    return result
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--training", type=Path, default=Path("training"))
+    parser.add_argument("--metrics", type=Path, default=Path("metrics"))
+    parser.add_argument("--output", type=Path, default=Path("metrics/results"), help="writes OUTPUT.json and OUTPUT.md")
+    args = parser.parse_args(argv)
+    try:
+        result = collect(args.training, args.metrics, args.output)
+    except (FileNotFoundError, KeyError, ValueError) as err:
+        sys.exit(f"error: {err}")
+    print(args.output.with_suffix(".md").read_text(encoding="utf8"))
+    print(f"{len(result['rows'])} runs -> {args.output.with_suffix('.json')}, {args.output.with_suffix('.md')}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""Run a command and record its wall time (the results table reports training time per run).
+
+    python project/scripts/timed.py training/ner-baseline/timing.json python -m spacy train ...
+
+The command runs with this interpreter when it starts with `python`, as weasel does for its own
+commands, so the timed run uses the project's environment. The exit status is passed through and
+the timing file is only written when the command succeeds.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) < 2:
+        sys.exit("usage: timed.py OUTPUT.json COMMAND [ARGS...]")
+    output, command = Path(args[0]), args[1:]
+    if command[0] in ("python", "python3"):
+        command[0] = sys.executable
+    started = time.time()
+    result = subprocess.run(command, env=os.environ.copy())
+    wall = time.time() - started
+    if result.returncode != 0:
+        return result.returncode
+    output.parent.mkdir(parents=True, exist_ok=True)
+    record = {"command": command[1:] if command[0] == sys.executable else command, "wall_time_s": round(wall, 2)}
+    output.write_text(json.dumps(record, indent=2) + "\n", encoding="utf8")
+    print(f"wall time {wall:.1f}s -> {output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

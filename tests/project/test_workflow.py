@@ -1,0 +1,137 @@
+"""End to end: `spacy project run all` on tiny settings in a copy of the project, then every output
+checked for existence and sanity, then a second run that must skip every step.
+
+Tiny settings: the tiny pretraining config for a few steps on 20k words, 60 documents of each
+split, a handful of training steps, and the bilm-tf fixture standing in for the shipped model.
+The numbers it produces mean nothing; the test is about the plumbing.
+"""
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import spacy_elmo
+
+REPO = Path(__file__).resolve().parents[2]
+TINY_PRETRAIN = Path(spacy_elmo.__file__).parent / "configs" / "pretrain_tiny.cfg"
+TASKS = ("ner", "textcat")
+VARIANTS = ("baseline", "elmo", "elmo_shipped")
+TINY_VARS = {
+    "pretrain_config": str(TINY_PRETRAIN),
+    "pretrain_steps": 20,
+    "corpus_max_words": 20000,
+    "heldout_max_words": 2000,
+    "pretrained_elmo": "tests/fixtures/elmo-fixture",
+    "max_docs": 60,
+    "ner_epochs": 1,
+    "textcat_epochs": 1,
+    "max_steps": 6,
+    "eval_frequency": 3,
+}
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def run_workflow(project: Path) -> str:
+    overrides = [item for key, value in TINY_VARS.items() for item in (f"--vars.{key}", str(value))]
+    command = [sys.executable, "-m", "spacy", "project", "run", "all", str(project), *overrides]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=1500)
+    output = result.stdout + result.stderr
+    if result.returncode != 0:
+        pytest.fail(f"`spacy project run all` failed ({result.returncode}); last output:\n{output[-6000:]}")
+    return output
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    """A copy of the project (what a user clones) run once end to end."""
+    root = tmp_path_factory.mktemp("project")
+    shutil.copy(REPO / "project.yml", root / "project.yml")
+    shutil.copytree(REPO / "project", root / "project", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "assets", root / "assets")
+    shutil.copytree(REPO / "tests" / "fixtures" / "elmo-fixture", root / "tests" / "fixtures" / "elmo-fixture")
+    output = run_workflow(root)
+    return root, output
+
+
+def read_json(path: Path):
+    assert path.is_file(), f"missing output {path}"
+    return json.loads(path.read_text(encoding="utf8"))
+
+
+def test_corpus_and_data(project):
+    root, _ = project
+    for name in ("pretrain/train.txt", "pretrain/dev.txt", "heldout/gutenberg_test.txt", "heldout/wikitext_valid.txt"):
+        text = (root / "corpus" / name).read_text(encoding="utf8")
+        assert len(text.split()) >= 2000, name
+    for task in TASKS:
+        for split in ("train", "dev", "test"):
+            assert (root / "corpus" / task / f"{split}.spacy").stat().st_size > 0
+
+
+def test_pretraining_and_perplexity(project):
+    root, _ = project
+    assert (root / "training" / "bilm" / "model" / "model.msgpack").is_file()
+    records = [json.loads(line) for line in (root / "training" / "bilm" / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    assert any(r.get("type") == "train" for r in records)
+    for name in ("gutenberg_test", "wikitext_valid"):
+        ppl = read_json(root / "metrics" / "perplexity" / f"{name}.json")
+        for key in ("forward_ppl", "backward_ppl", "average_ppl"):
+            assert math.isfinite(ppl[key]) and ppl[key] > 1.0, (name, key, ppl[key])
+        assert ppl["n_tokens"] > 1000
+
+
+def test_export_fixture_and_package_checks_passed(project):
+    root, _ = project
+    for name in ("roundtrip", "fixture_parity", "package"):
+        check = read_json(root / "metrics" / "checks" / f"{name}.json")
+        assert check["passed"] is True, (name, check)
+    assert read_json(root / "metrics" / "checks" / "roundtrip.json")["max_abs_diff"] == 0.0
+    assert (root / "training" / "bilm-tf" / "weights.hdf5").is_file()
+    assert {"elmo", "ner"} <= set(read_json(root / "metrics" / "checks" / "package.json")["pipe_names"])
+
+
+def test_results_table_has_every_run(project):
+    root, _ = project
+    results = read_json(root / "metrics" / "results.json")
+    rows = {(r["task"], r["variant"]): r for r in results["rows"]}
+    assert set(rows) == {(t, v) for t in TASKS for v in VARIANTS}
+    for (task, variant), row in rows.items():
+        assert 0.0 <= row["test"] <= 1.0 and 0.0 <= row["dev"] <= 1.0, row
+        assert row["seed"] == 0 and row["wall_time_s"] > 0
+        if variant == "baseline":
+            assert row["layer_weights"] is None
+        else:
+            weights = row["layer_weights"]
+            assert len(weights) == 3 and abs(sum(weights) - 1.0) < 1e-5, row
+    assert set(results["perplexity"]) == {"gutenberg_test", "wikitext_valid"}
+    table = (root / "metrics" / "results.md").read_text(encoding="utf8")
+    assert len(re.findall(r"^\| (ner|textcat) \|", table, flags=re.M)) == 6 + 4  # scores + layer weights
+
+
+def test_plots_are_readable_pngs(project):
+    root, _ = project
+    import matplotlib.image
+
+    for name in ("pretraining", "layer_weights", "scores"):
+        path = root / "metrics" / "plots" / f"{name}.png"
+        assert path.read_bytes()[:8] == PNG_SIGNATURE, name
+        image = matplotlib.image.imread(path)
+        assert image.shape[0] >= 300 and image.shape[1] >= 500, (name, image.shape)
+        assert image.std() > 0.01, f"{name} looks blank"
+
+
+def test_a_second_run_skips_every_step(project):
+    root, _ = project
+    output = run_workflow(root)
+    commands = re.findall(r"^\s*- name: (\S+)", (root / "project.yml").read_text(encoding="utf8"), flags=re.M)
+    ran = re.findall(r"Running command: (.*)", output)
+    assert not ran, f"the second run re-ran: {ran}"
+    for command in commands:
+        assert f"Skipping '{command}': nothing changed" in output, command
