@@ -1,6 +1,7 @@
 """Property-based tests over arbitrary Unicode and token shapes: never an exception, shapes always
 right, results independent of batching."""
 import numpy
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -40,3 +41,28 @@ def test_embedder_shapes_and_batch_independence(make_bilm, batch):
         assert numpy.isfinite(layers).all()
         alone = BiLMEmbedder(bilm).embed_batch([sentence])[0]
         numpy.testing.assert_allclose(alone, layers, atol=1e-6, rtol=0)
+
+
+texts = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF), min_size=0, max_size=120)
+
+
+@pytest.fixture(scope="module")
+def elmo_nlp(fixture_dir):
+    import spacy
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"model": {"path": str(fixture_dir)}})
+    return nlp
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(texts, min_size=1, max_size=5))
+def test_component_on_arbitrary_text(elmo_nlp, batch):
+    docs = list(elmo_nlp.pipe(batch))
+    for text, doc in zip(batch, docs):
+        layers = doc._.elmo_layers
+        assert layers.shape == (3, len(doc), 32)
+        assert numpy.isfinite(layers).all()
+        assert doc._.elmo.shape == (len(doc), 32)
+        alone = elmo_nlp(text)
+        numpy.testing.assert_allclose(alone._.elmo_layers, layers, atol=1e-6, rtol=0)
