@@ -33,5 +33,6 @@ case "$task" in
   demo) exec "$PY" -m spacy_elmo.demo "$@" ;;
   test) exec "$PY" -m pytest -q -p no:cacheprovider tests "$@" ;;
   bench) exec "$PY" benchmarks/bilm_throughput.py "$@" ;;
+  project) exec "$PY" -m spacy project run all . "$@" ;;
   *) echo "usage: bash run.sh {demo|test|bench} [args]" >&2; exit 2 ;;
 esac
