@@ -40,7 +40,7 @@ TASKS: Tuple[Task, ...] = (
 VARIANTS: Dict[str, str] = {
     "baseline": "baseline (spaCy tok2vec)",
     "elmo": "ELMo (project biLM)",
-    "elmo_shipped": "ELMo (shipped en_elmo_small)",
+    "elmo_shipped": "ELMo (shipped model)",
 }
 
 
@@ -55,6 +55,7 @@ class Row:
     eval_split: str
     seed: Optional[int]
     wall_time_s: Optional[float]
+    bilm: Optional[str] = None  # the biLM an ELMo run used (its elmo pipe's model path)
     layer_weights: Optional[List[float]] = None
     gamma: Optional[float] = None
     extra: Dict[str, Any] = field(default_factory=dict)
@@ -87,6 +88,18 @@ def dev_score(model_dir: Path, task: Task) -> Optional[float]:
         return None
     value = read_json(meta_path).get("performance", {}).get(task.metric)
     return float(value) if isinstance(value, (int, float)) else None
+
+
+def bilm_source(model_dir: Path) -> Optional[str]:
+    """The path the run's elmo pipe loaded its biLM from; "" means the shipped default model."""
+    config_path = model_dir / "config.cfg"
+    if not config_path.exists():
+        return None
+    elmo = load_config(config_path, interpolate=True).get("components", {}).get("elmo")
+    if not elmo:
+        return None
+    path = elmo.get("model", {}).get("path")
+    return "en_elmo_small (shipped)" if path == "" else str(path)
 
 
 def training_seed(model_dir: Path) -> Optional[int]:
@@ -168,6 +181,8 @@ def collect_rows(training: Path, metrics: Path, with_weights: bool = True) -> Li
             )
             if task.eval_split == "dev":
                 row.dev = score  # `spacy evaluate` on the dev file: the number to report
+            if variant != "baseline":
+                row.bilm = bilm_source(model_dir)
             if with_weights and variant != "baseline":
                 weights = mix_weights(model_dir).get(task.component)
                 if weights is None:
@@ -190,13 +205,13 @@ def fmt(value: Optional[float], scale: float = 100.0) -> str:
 def markdown(rows: Sequence[Row], perplexity: Dict[str, Any], checks: Dict[str, Any]) -> str:
     lines = ["# spacy-elmo project results", ""]
     lines += [
-        "| task | data | variant | metric | dev | test | seed | train wall time (s) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| task | data | variant | biLM | metric | dev | test | seed | train wall time (s) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         wall = "-" if r.wall_time_s is None else f"{r.wall_time_s:.0f}"
         lines.append(
-            f"| {r.task} | {r.dataset} | {VARIANTS[r.variant]} | {r.metric} | {fmt(r.dev)} | {fmt(r.test)} "
+            f"| {r.task} | {r.dataset} | {VARIANTS[r.variant]} | {r.bilm or '-'} | {r.metric} | {fmt(r.dev)} | {fmt(r.test)} "
             f"| {'-' if r.seed is None else r.seed} | {wall} |"
         )
     weighted = [r for r in rows if r.layer_weights]

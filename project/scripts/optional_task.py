@@ -14,6 +14,7 @@ split to report: both data sets' test splits are held back.
 """
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -30,10 +31,14 @@ TASKS: Dict[str, Dict[str, str]] = {
 VARIANTS = ("baseline", "elmo", "elmo_shipped")
 
 
-def run(command: List[str]) -> float:
-    """Run a command with this interpreter; its wall time in seconds. Fails loudly."""
+def run(command: List[str], threads: int = 0) -> float:
+    """Run a command with this interpreter (math libraries capped at `threads`, 0 = their default);
+    its wall time in seconds. Fails loudly."""
+    env = os.environ.copy()
+    if threads > 0:
+        env.update({name: str(threads) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")})
     started = time.time()
-    result = subprocess.run([sys.executable, *command])
+    result = subprocess.run([sys.executable, *command], env=env)
     if result.returncode != 0:
         sys.exit(f"error: command failed ({result.returncode}): python {' '.join(command)}")
     return time.time() - started
@@ -57,6 +62,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--gpu-id", type=int, default=-1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=0, help="threads per process for the math libraries (0 = default)")
     parser.add_argument("--max-docs", type=int, default=0, help="cap each split (0 = all)")
     parser.add_argument("--configs", type=Path, default=Path("project/configs"))
     parser.add_argument("--corpus", type=Path, default=Path("corpus"))
@@ -105,11 +111,11 @@ def main(argv: Optional[List[str]] = None) -> None:
             train.append(f"--paths.elmo={args.elmo}")
         elif variant == "elmo_shipped":
             train.append(f"--paths.elmo={args.pretrained_elmo}")
-        wall = run(train)
+        wall = run(train, args.threads)
         (output / "timing.json").write_text(json.dumps({"command": train, "wall_time_s": round(wall, 2)}, indent=2) + "\n")
         scores = args.metrics / "eval" / f"{name}.json"
         run(["-m", "spacy", "evaluate", str(output / "model-best"), str(corpus / "dev.spacy"), "--output", str(scores),
-             "--per-component", "--gpu-id", str(args.gpu_id)])
+             "--per-component", "--gpu-id", str(args.gpu_id)], args.threads)
         runs.append({"variant": variant, "model": str(output / "model-best"), "scores": str(scores), "wall_time_s": round(wall, 2)})
     record = {"task": args.task, "skipped": False, "data_dir": str(data_dir), "sentences": splits, "runs": runs}
     marker.write_text(json.dumps(record, indent=2) + "\n", encoding="utf8")
