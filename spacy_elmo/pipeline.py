@@ -172,13 +172,28 @@ class Elmo(ListenerBookkeeping, TrainablePipe):
         self.fine_tune = fine_tune
         self.to_cpu = to_cpu
         self.cfg: Dict[str, Any] = {}
-        model.attrs["token_budget"] = batch_size
-        model.attrs["stateful"] = stateful
-        model.attrs["fine_tune"] = fine_tune
+        self._apply_settings()
         self.cache = LayerCache(cache_size_mb * 2**20)
         self._cache_active = False
         self._init_listeners()
         extensions.install_extensions()
+
+    def _apply_settings(self) -> None:
+        """The pipe's settings that the layer reads (re-applied after loading: saved layer attrs
+        must not override the settings of the config the pipeline is loaded with)."""
+        self.model.attrs["token_budget"] = self.batch_size
+        self.model.attrs["stateful"] = self.stateful
+        self.model.attrs["fine_tune"] = self.fine_tune
+
+    def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "Elmo":
+        super().from_bytes(bytes_data, exclude=exclude)
+        self._apply_settings()
+        return self
+
+    def from_disk(self, path: Any, *, exclude: Iterable[str] = tuple()) -> "Elmo":
+        super().from_disk(path, exclude=exclude)
+        self._apply_settings()
+        return self
 
     # --- the biLM -----------------------------------------------------------------------------
 

@@ -272,3 +272,11 @@ def test_saved_weights_hold_no_pickle(nlp, tmp_path):
     data = (tmp_path / "pipeline" / "elmo" / "model").read_bytes()
     assert b"spacy-elmo.bilm.v1" in data
     assert b"\x80\x02" not in data[:2] and b"PK\x03\x04" not in data, "no torch.save / pickle payloads"
+
+
+def test_loading_keeps_the_settings_of_the_loading_config(nlp, tmp_path):
+    nlp("load the weights")
+    nlp.to_disk(tmp_path / "pipeline")
+    loaded = spacy.load(tmp_path / "pipeline", config={"components": {"elmo": {"batch_size": 256, "stateful": True}}})
+    elmo = loaded.get_pipe("elmo")
+    assert elmo.model.attrs["token_budget"] == 256 and elmo.model.attrs["stateful"] is True

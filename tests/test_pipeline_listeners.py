@@ -9,7 +9,7 @@ import spacy
 import torch
 from spacy.tokens import DocBin
 from spacy.training import Example
-from spacy.util import load_config, load_model_from_config
+from spacy.util import fix_random_seed, load_config, load_model_from_config
 
 import spacy_elmo.bilm.bilm
 from spacy_elmo.layers import bilm_parameters, find_elmo_listeners
@@ -41,6 +41,7 @@ def count_bilm_calls(monkeypatch):
 
 
 def build_nlp(**overrides) -> spacy.Language:
+    fix_random_seed(0)
     config = load_config(CONFIG, overrides={"paths.elmo": str(ELMO_FIXTURE), **overrides}, interpolate=False)
     return load_model_from_config(config, auto_fill=True, validate=True)
 
@@ -90,7 +91,7 @@ def test_frozen_training_runs_the_bilm_once_per_doc(count_bilm_calls):
     assert all(numpy.array_equal(before[k], after[k]) for k in before), "frozen biLM changed"
     for component in ("ner", "textcat"):
         weights, gamma = mix_params(nlp, component)
-        assert numpy.abs(weights).max() > 1e-4 and abs(gamma[0] - 1.0) > 1e-4, component
+        assert numpy.abs(weights).max() > 1e-4 and abs(gamma[0] - 1.0) > 1e-4, (component, weights, gamma)
 
 
 def test_fine_tuning_changes_the_bilm(count_bilm_calls):

@@ -69,3 +69,26 @@ def test_package_installs_and_loads_without_pickle(tmp_path):
     for doc, layers, ents in zip(expected, out["layers"], out["ents"]):
         numpy.testing.assert_allclose(numpy.asarray(layers, dtype="float32").reshape(doc._.elmo_layers.shape), doc._.elmo_layers, atol=1e-6)
         assert ents == [[e.start, e.end, e.label_] for e in doc.ents]
+
+
+def test_standalone_ner_after_replace_listeners_loads_in_a_fresh_process(tmp_path):
+    """replace_listeners + removing the elmo pipe leaves an ner that owns its biLM, loadable alone."""
+    torch.set_num_threads(1)
+    config = load_config(FIXTURES / "spacy" / "ner_textcat.cfg", overrides={"paths.elmo": str(FIXTURES / "elmo-fixture")})
+    config["nlp"]["pipeline"] = ["elmo", "ner"]
+    nlp = load_model_from_config(config, auto_fill=True)
+    docs = list(DocBin().from_disk(FIXTURES / "spacy" / "train" / "wnut17.spacy").get_docs(nlp.vocab))[:8]
+    nlp.initialize(lambda: [Example(nlp.make_doc(d.text), d) for d in docs])
+    texts = ["New York is big", "Saw Justin Bieber in London"]
+    expected = [[[e.start, e.end, e.label_] for e in d.ents] for d in nlp.pipe(texts)]
+    nlp.replace_listeners("elmo", "ner", ["model.tok2vec"])
+    nlp.remove_pipe("elmo")
+    nlp.to_disk(tmp_path / "ner-only")
+    script = LOAD_SCRIPT.replace('"layers": [d._.elmo_layers.tolist() for d in docs],', "")
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "ner-only"), json.dumps(texts)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout)
+    assert out["pipe_names"] == ["ner"]
+    assert out["ents"] == expected
