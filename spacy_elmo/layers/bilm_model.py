@@ -308,7 +308,8 @@ def BiLM_v1(
     runner = BiLMRunner(path)
     shim = PyTorchShim(
         runner,
-        mixed_precision=mixed_precision,
+        # autocast is CUDA-only: without CUDA the setting is a no-op (and torch would warn each call)
+        mixed_precision=mixed_precision and torch.cuda.is_available(),
         serialize_model=serialize_runner,
         deserialize_model=deserialize_runner,
     )
