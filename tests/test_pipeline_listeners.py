@@ -207,3 +207,14 @@ def test_elmo_tok2vec_in_every_textcat_architecture(architecture):
     assert numpy.abs(weights).max() > 0
     doc = nlp("a wonderful , touching film")
     assert set(doc.cats) == {"POS", "NEG"}
+
+
+def test_listeners_get_layers_whatever_store_says():
+    nlp = build_nlp(**{"components.elmo.store": "vectors"})
+    data = examples(nlp, "train", "wnut17", 8) + examples(nlp, "train", "mr", 8)
+    nlp.initialize(lambda: data)
+    doc = nlp("Layers stay on the doc for the listeners")
+    assert doc._.elmo_layers is not None and doc._.elmo.shape == (len(doc), 32)
+    plain = spacy.blank("en")
+    plain.add_pipe("elmo", config={"store": "vectors", "model": {"@architectures": "spacy-elmo.BiLM.v1", "path": str(ELMO_FIXTURE)}})
+    assert plain("No listeners here")._.elmo_layers is None
