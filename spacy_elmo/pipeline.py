@@ -188,11 +188,13 @@ class Elmo(ListenerBookkeeping, TrainablePipe):
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "Elmo":
         super().from_bytes(bytes_data, exclude=exclude)
         self._apply_settings()
+        self.cache.clear()  # new weights: cached layers are stale
         return self
 
     def from_disk(self, path: Any, *, exclude: Iterable[str] = tuple()) -> "Elmo":
         super().from_disk(path, exclude=exclude)
         self._apply_settings()
+        self.cache.clear()
         return self
 
     # --- the biLM -----------------------------------------------------------------------------
