@@ -280,3 +280,15 @@ def test_loading_keeps_the_settings_of_the_loading_config(nlp, tmp_path):
     loaded = spacy.load(tmp_path / "pipeline", config={"components": {"elmo": {"batch_size": 256, "stateful": True}}})
     elmo = loaded.get_pipe("elmo")
     assert elmo.model.attrs["token_budget"] == 256 and elmo.model.attrs["stateful"] is True
+
+
+@pytest.mark.parametrize("kind", ["bilm-tf directory", "hdf5 file", "native directory"])
+def test_model_paths(kind, tmp_path, reference_bilm, nlp):
+    if kind == "bilm-tf directory":
+        path = FIXTURE
+    elif kind == "hdf5 file":
+        path = FIXTURE / "lm_weights.hdf5"
+    else:
+        path = save_native(reference_bilm, tmp_path / "native")
+    doc = elmo_nlp(model={"path": str(path)})("Every kind of model path")
+    numpy.testing.assert_allclose(doc._.elmo_layers, nlp("Every kind of model path")._.elmo_layers, atol=1e-6)
