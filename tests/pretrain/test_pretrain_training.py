@@ -8,13 +8,14 @@ import time
 import numpy
 import pytest
 
-from pretrain_support import ELMO_FIXTURE, SAMPLE_DEV, tiny_config
+from pretrain_support import ELMO_FIXTURE, FIXTURES, SAMPLE_DEV, tiny_config
 from spacy_elmo.bilm.serialize import load_native
 from spacy_elmo.convert import bilm_arrays, load_bilm_tf, save_bilm_tf
 from spacy_elmo.pretrain import checkpoint as ckpt
 from spacy_elmo.pretrain.corpus import CorpusSettings, prepare_corpus
 from spacy_elmo.pretrain.perplexity import stream_perplexity
 from spacy_elmo.pretrain.train import pretrain
+from spacy_elmo.pretrain.vocab import Vocab
 
 
 def read_metrics(path, kind):
@@ -135,3 +136,15 @@ def test_continuing_a_native_model_keeps_its_softmax_and_vocabulary(trained_tiny
              init_from=str(trained_tiny.output_dir / "model"), log=messages.append)
     assert any("with its own softmax" in m for m in messages)
     assert load_native(tmp_path / "more" / "model").vocab == load_native(trained_tiny.output_dir / "model").vocab
+
+
+def test_bilm_tf_training_format_with_its_vocabulary_file(tmp_path):
+    data = FIXTURES / "bilm-tf-train"
+    overrides = {"paths.train": str(data / "data.txt"), "paths.dev": str(data / "data.txt"),
+                 "corpus.format": "bilm-tf", "vocab.file": str(data / "vocab.txt"), "training.window": 5,
+                 "training.batch_size": 2, "training.max_steps": 4, "training.eval_every": 4,
+                 "training.checkpoint_every": 0, "training.n_negatives": 0}
+    result = pretrain(tiny_config(tmp_path / "cache", **overrides), tmp_path / "run", log=lambda m: None)
+    model = load_native(tmp_path / "run" / "model")
+    assert model.vocab == Vocab.from_file(data / "vocab.txt").words
+    assert result.state.tokens == 4 * 2 * 5 and result.last_eval["n_tokens"] > 0
