@@ -35,6 +35,14 @@ setup(
     },
     entry_points={
         "spacy_factories": ["elmo = spacy_elmo.pipeline:make_elmo"],
+        # so that a pipeline saved after `replace_listeners` (no elmo pipe left) still finds its layers
+        "spacy_architectures": [
+            "spacy-elmo.BiLM.v1 = spacy_elmo.layers.bilm_model:BiLM_v1",
+            "spacy-elmo.ScalarMix.v1 = spacy_elmo.layers.scalar_mix:ScalarMix_v1",
+            "spacy-elmo.ElmoListener.v1 = spacy_elmo.layers.listener:ElmoListener_v1",
+            "spacy-elmo.Elmo.v1 = spacy_elmo.layers.listener:Elmo_v1",
+            "spacy-elmo.ElmoTok2Vec.v1 = spacy_elmo.layers.tok2vec:ElmoTok2Vec_v1",
+        ],
         "spacy_cli": ["elmo = spacy_elmo.cli:elmo_cli"],
         "console_scripts": ["spacy-elmo = spacy_elmo.cli:main"],
     },
