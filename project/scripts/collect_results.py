@@ -154,7 +154,7 @@ def mix_weights(model_dir: Path) -> Dict[str, Tuple[List[float], Optional[float]
     return found
 
 
-def collect_rows(training: Path, metrics: Path, with_weights: bool = True) -> List[Row]:
+def collect_rows(training: Path, metrics: Path, with_weights: bool = True, allow_missing: bool = False) -> List[Row]:
     rows: List[Row] = []
     missing: List[str] = []
     for task in TASKS:
@@ -163,8 +163,10 @@ def collect_rows(training: Path, metrics: Path, with_weights: bool = True) -> Li
             eval_path = metrics / "eval" / f"{run}.json"
             model_dir = training / run / "model-best"
             if not eval_path.exists():
-                if task.required:
+                if task.required and not allow_missing:
                     missing.append(str(eval_path))
+                elif task.required:
+                    print(f"warning: no results for {run} ({eval_path} not found); left out of the table")
                 continue
             score = component_score(read_json(eval_path), task, eval_path)
             timing = training / run / "timing.json"
@@ -225,10 +227,12 @@ def markdown(rows: Sequence[Row], perplexity: Dict[str, Any], checks: Dict[str, 
             gamma = "-" if r.gamma is None else f"{r.gamma:.3f}"
             lines.append(f"| {r.task} | {VARIANTS[r.variant]} | " + " | ".join(cells) + f" | {gamma} |")
     if perplexity:
-        lines += ["", "## biLM perplexity (held-out text)", "", "| text | forward | backward | average | tokens |", "|---|---|---|---|---|"]
+        lines += ["", "## biLM perplexity (held-out text)", "",
+                  "| text | forward | backward | average | tokens | out of vocabulary |", "|---|---|---|---|---|---|"]
         for name, p in perplexity.items():
+            oov = f"{100 * p['oov_rate']:.1f}%" if isinstance(p.get("oov_rate"), (int, float)) else "-"
             lines.append(
-                f"| {name} | {p['forward_ppl']:.1f} | {p['backward_ppl']:.1f} | {p['average_ppl']:.1f} | {p['n_tokens']} |"
+                f"| {name} | {p['forward_ppl']:.1f} | {p['backward_ppl']:.1f} | {p['average_ppl']:.1f} | {p['n_tokens']} | {oov} |"
             )
     if checks:
         lines += ["", "## Checks", ""]
@@ -239,8 +243,10 @@ def markdown(rows: Sequence[Row], perplexity: Dict[str, Any], checks: Dict[str, 
     return "\n".join(lines) + "\n"
 
 
-def collect(training: Path, metrics: Path, output: Path, with_weights: bool = True) -> Dict[str, Any]:
-    rows = collect_rows(training, metrics, with_weights)
+def collect(
+    training: Path, metrics: Path, output: Path, with_weights: bool = True, allow_missing: bool = False
+) -> Dict[str, Any]:
+    rows = collect_rows(training, metrics, with_weights, allow_missing)
     perplexity = {}
     for path in sorted((metrics / "perplexity").glob("*.json")):
         data = read_json(path)
@@ -265,9 +271,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--training", type=Path, default=Path("training"))
     parser.add_argument("--metrics", type=Path, default=Path("metrics"))
     parser.add_argument("--output", type=Path, default=Path("metrics/results"), help="writes OUTPUT.json and OUTPUT.md")
+    parser.add_argument("--allow-missing", action="store_true", help="leave out runs with no results instead of failing")
     args = parser.parse_args(argv)
     try:
-        result = collect(args.training, args.metrics, args.output)
+        result = collect(args.training, args.metrics, args.output, allow_missing=args.allow_missing)
     except (FileNotFoundError, KeyError, ValueError) as err:
         sys.exit(f"error: {err}")
     print(args.output.with_suffix(".md").read_text(encoding="utf8"))

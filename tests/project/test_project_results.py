@@ -32,7 +32,7 @@ def make_runs(root, scores=SCORES):
         write(run / "timing.json", {"wall_time_s": 12.5})
         write(root / "metrics" / "eval" / f"{task}-{variant}.json", {spec.component: {spec.metric: score}})
     write(root / "metrics" / "perplexity" / "wikitext_valid.json",
-          {"forward_ppl": 420.0, "backward_ppl": 440.0, "average_ppl": 430.0, "n_tokens": 2000})
+          {"forward_ppl": 420.0, "backward_ppl": 440.0, "average_ppl": 430.0, "n_tokens": 2000, "oov_rate": 0.035})
     write(root / "metrics" / "checks" / "roundtrip.json", {"passed": True, "summary": "bit for bit"})
 
 
@@ -62,7 +62,7 @@ def test_collect_writes_every_row(tmp_path, fake_weights):
     table = (tmp_path / "metrics" / "results.md").read_text()
     assert "| ner | WNUT-17 | baseline (spaCy tok2vec) | - | entity F1 | 29.00 | 30.00 | 0 | 12 |" in table
     assert "| textcat | ELMo (project biLM) | 0.200 | 0.500 | 0.300 | 1.500 |" in table
-    assert "| wikitext_valid | 420.0 | 440.0 | 430.0 | 2000 |" in table
+    assert "| wikitext_valid | 420.0 | 440.0 | 430.0 | 2000 | 3.5% |" in table
     assert "- roundtrip: passed - bit for bit" in table
     assert json.loads((tmp_path / "metrics" / "results.json").read_text()) == result
 
@@ -72,6 +72,13 @@ def test_a_missing_required_run_is_an_error(tmp_path, fake_weights):
     (tmp_path / "metrics" / "eval" / "textcat-elmo.json").unlink()
     with pytest.raises(FileNotFoundError, match="textcat-elmo.json"):
         collect_results.collect(tmp_path / "training", tmp_path / "metrics", tmp_path / "out")
+
+
+def test_allow_missing_leaves_runs_out(tmp_path, fake_weights):
+    make_runs(tmp_path)
+    (tmp_path / "metrics" / "eval" / "textcat-elmo_shipped.json").unlink()
+    rows = collect_results.collect(tmp_path / "training", tmp_path / "metrics", tmp_path / "out", allow_missing=True)["rows"]
+    assert len(rows) == 5 and ("textcat", "elmo_shipped") not in {(r["task"], r["variant"]) for r in rows}
 
 
 def test_optional_tasks_appear_only_when_run_and_report_dev(tmp_path, fake_weights):
