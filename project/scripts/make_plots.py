@@ -68,7 +68,7 @@ def plot_pretraining(records: Sequence[Dict[str, Any]], output: Path) -> None:
         )
     fig, (ax_ppl, ax_loss) = plt.subplots(1, 2, figsize=(11, 4.2))
     if train_ppl:
-        ax_ppl.plot(train_ppl[0], train_ppl[1], label="training (sampled batches)", color="tab:blue")
+        ax_ppl.plot(train_ppl[0], train_ppl[1], label="training (sampled softmax, approximate)", color="tab:blue")
     if heldout:
         ax_ppl.plot(heldout[0], heldout[1], "o-", label="held-out (full softmax)", color="tab:orange")
     ax_ppl.set_yscale("log")
