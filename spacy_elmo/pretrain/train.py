@@ -31,12 +31,12 @@ from ..bilm.serialize import bilm_from_bytes, bilm_to_bytes, save_native
 from ..convert import bilm_arrays, build_bilm
 from ..loading import load_bilm
 from . import checkpoint as ckpt
-from .batches import LMBatch, WindowBatcher
+from .batches import WindowBatcher
 from .config import PretrainConfigError, model_options
 from .corpus import CorpusSettings, TokenStream, build_vocab, prepare_corpus
 from .perplexity import stream_perplexity
 from .sampled_softmax import LogUniformSampler, directional_nll
-from .vocab import UNK_ID, Vocab
+from .vocab import Vocab
 
 Log = Callable[[str], None]
 
