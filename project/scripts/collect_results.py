@@ -39,7 +39,7 @@ TASKS: Tuple[Task, ...] = (
 )
 VARIANTS: Dict[str, str] = {
     "baseline": "baseline (spaCy tok2vec)",
-    "elmo": "ELMo (project biLM)",
+    "elmo": "ELMo (project biLM, domain-adapted)",
     "elmo_shipped": "ELMo (shipped model)",
 }
 

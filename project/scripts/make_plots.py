@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 VARIANT_LABELS = {
     "baseline": "baseline (spaCy tok2vec)",
-    "elmo": "ELMo (project biLM)",
+    "elmo": "ELMo (project biLM, domain-adapted)",
     "elmo_shipped": "ELMo (shipped model)",
 }
 # keys the pretraining log may use for each curve, first match wins

@@ -27,7 +27,7 @@ def make_runs(root, scores=SCORES):
         spec = next(t for t in collect_results.TASKS if t.name == task)
         run = root / "training" / f"{task}-{variant}"
         write(run / "model-best" / "meta.json", {"performance": {spec.metric: score - 0.01}})
-        elmo = "" if variant == "baseline" else f'[components]\n\n[components.elmo]\n\n[components.elmo.model]\npath = "{"" if variant == "elmo_shipped" else "training/bilm/model"}"\n'
+        elmo = "" if variant == "baseline" else f'[components]\n\n[components.elmo]\n\n[components.elmo.model]\npath = "{"" if variant == "elmo_shipped" else "training/bilm-domain/model"}"\n'
         write(run / "model-best" / "config.cfg", "[system]\nseed = 0\ngpu_allocator = null\n\n" + elmo)
         write(run / "timing.json", {"wall_time_s": 12.5})
         write(root / "metrics" / "eval" / f"{task}-{variant}.json", {spec.component: {spec.metric: score}})
@@ -56,12 +56,12 @@ def test_collect_writes_every_row(tmp_path, fake_weights):
         assert row["seed"] == 0 and row["wall_time_s"] == 12.5
         assert (row["layer_weights"] is None) == (key[1] == "baseline")
     assert rows[("textcat", "elmo")]["metric"] == "accuracy"
-    assert rows[("ner", "elmo")]["bilm"] == "training/bilm/model"
+    assert rows[("ner", "elmo")]["bilm"] == "training/bilm-domain/model"
     assert rows[("ner", "elmo_shipped")]["bilm"] == "en_elmo_small (shipped)"
     assert rows[("ner", "baseline")]["bilm"] is None
     table = (tmp_path / "metrics" / "results.md").read_text()
     assert "| ner | WNUT-17 | baseline (spaCy tok2vec) | - | entity F1 | 29.00 | 30.00 | 0 | 12 |" in table
-    assert "| textcat | ELMo (project biLM) | 0.200 | 0.500 | 0.300 | 1.500 |" in table
+    assert "| textcat | ELMo (project biLM, domain-adapted) | 0.200 | 0.500 | 0.300 | 1.500 |" in table
     assert "| wikitext_valid | 420.0 | 440.0 | 430.0 | 2000 | 3.5% |" in table
     assert "- roundtrip: passed - bit for bit" in table
     assert json.loads((tmp_path / "metrics" / "results.json").read_text()) == result

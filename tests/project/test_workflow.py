@@ -25,6 +25,7 @@ VARIANTS = ("baseline", "elmo", "elmo_shipped")
 TINY_VARS = {
     "pretrain_config": str(TINY_PRETRAIN),
     "pretrain_steps": 20,
+    "domain_steps": 5,
     "corpus_max_words": 20000,
     "heldout_max_words": 2000,
     "pretrained_elmo": "tests/fixtures/elmo-fixture",
@@ -78,6 +79,8 @@ def test_corpus_and_data(project):
 def test_pretraining_and_perplexity(project):
     root, _ = project
     assert (root / "training" / "bilm" / "model" / "model.msgpack").is_file()
+    assert (root / "training" / "bilm-domain" / "model" / "model.msgpack").is_file()
+    assert len((root / "corpus" / "domain" / "train.txt").read_text(encoding="utf8").splitlines()) == 2 * 60
     records = [json.loads(line) for line in (root / "training" / "bilm" / "metrics.jsonl").read_text().splitlines() if line.strip()]
     assert any(r.get("type") == "train" for r in records)
     for name in ("gutenberg_test", "wikitext_valid"):
