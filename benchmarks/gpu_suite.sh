@@ -15,6 +15,7 @@ $PY bilm_throughput.py --device cuda --configs full --batch-sizes 256,512,1024 -
 # accuracy of fp32/bf16 against the CPU, and the out-of-memory split
 $PY gpu_checks.py --output "$out/gpu_checks.jsonl"
 # end to end: nlp.pipe words/s with the elmo pipe, and pretraining tokens/s
-if [ -f pipe_throughput.py ]; then $PY pipe_throughput.py --gpu --output "$out/pipe_throughput_gpu.jsonl" || echo "pipe_throughput failed"; fi
-if [ -f train_throughput.py ]; then $PY train_throughput.py --device cuda --output "$out/train_throughput_gpu.jsonl" || echo "train_throughput failed"; fi
+$PY pipe_throughput.py --gpu --output "$out/pipe_throughput_gpu.jsonl" || echo "pipe_throughput failed"
+$PY train_throughput.py --device cuda | tee -a "$out/train_throughput_gpu.jsonl" || echo "train_throughput (fp32) failed"
+$PY train_throughput.py --device cuda --amp | tee -a "$out/train_throughput_gpu.jsonl" || echo "train_throughput (amp) failed"
 echo "results in $out"
