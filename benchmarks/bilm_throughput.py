@@ -38,6 +38,11 @@ def main() -> None:
     parser.add_argument("--output", default="", help="append JSON lines to this file too")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
     parser.add_argument("--compile", action="store_true", help="torch.compile the LSTM cell")
+    parser.add_argument(
+        "--dedupe", action="store_true",
+        help="let the biLM run each distinct token of a batch through the CNN once (off by default: the "
+        "FLOP count assumes every token does, and these sentences repeat few word types)",
+    )
     args = parser.parse_args()
     device = args.device
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
@@ -54,6 +59,7 @@ def main() -> None:
         bilm.to(device)
         if args.compile:
             bilm.lstm.compile_cell()
+        bilm.dedupe_tokens = args.dedupe
         flops = bilm_flops_per_token(options)
         for batch_size in [int(b) for b in args.batch_sizes.split(",")]:
             ids = make_batch(batch_size, args.length).to(device)
@@ -71,6 +77,7 @@ def main() -> None:
                     "config": name,
                     "precision": args.precision,
                     "compiled": args.compile,
+                    "dedupe": args.dedupe,
                     "batch_size": batch_size,
                     "length": args.length,
                     "tokens_per_s": round(tokens_per_s, 1),

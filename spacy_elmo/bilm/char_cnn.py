@@ -12,6 +12,9 @@ from .. import chars
 from .config import BiLMOptions
 
 
+CONV_ROW_CHUNK = 64
+
+
 def row_bucket(n_rows: int) -> int:
     """Round a row count up to one of a few sizes (exact to 16, then 8 steps an octave).
 
@@ -82,13 +85,22 @@ class CharacterEncoder(nn.Module):
         if padded > n_rows:  # zero rows ("no token"), cut off again below
             char_ids = nn.functional.pad(char_ids, (0, 0, 0, padded - n_rows))
         embedded = nn.functional.embedding(char_ids.long(), self.char_embedding)  # (N, chars, dim)
-        embedded = embedded.transpose(1, 2)  # (N, dim, chars) for conv1d
-        pooled: List[torch.Tensor] = []
-        for weight, bias in zip(self.conv_weights, self.conv_biases):
-            conv = nn.functional.conv1d(embedded, weight, bias)  # (N, n, chars - width + 1)
-            # max then activation equals activation then max: both activations are monotonic
-            pooled.append(conv.amax(dim=2))
-        x = self.activation(torch.cat(pooled, dim=1))
+        # Each width's convolution as one matrix product over unfolded windows, a chunk of rows at a
+        # time so the products stay in cache: 2-3x faster on CPU than conv1d with so few input
+        # channels, and the same numbers. The bias is added after the max (a constant commutes with it).
+        kernels = [w.permute(2, 1, 0).reshape(-1, w.shape[0]) for w in self.conv_weights]  # (width*dim, n)
+        dim = embedded.shape[2]
+        chunks: List[torch.Tensor] = []
+        for start in range(0, embedded.shape[0], CONV_ROW_CHUNK):
+            rows = embedded[start : start + CONV_ROW_CHUNK]
+            pooled: List[torch.Tensor] = []
+            for (width, _), kernel in zip(self.options.filters, kernels):
+                windows = rows.unfold(1, width, 1).transpose(2, 3).reshape(rows.shape[0], -1, width * dim)
+                pooled.append(torch.matmul(windows, kernel).amax(dim=1))
+            chunks.append(torch.cat(pooled, dim=1))
+        pooled_all = torch.cat(chunks) if chunks else embedded.new_zeros(0, self.options.n_filters)
+        # max then activation equals activation then max: both activations are monotonic
+        x = self.activation(pooled_all + torch.cat(list(self.conv_biases)))
         for carry_w, carry_b, transform_w, transform_b in zip(
             self.highway_carry_w, self.highway_carry_b, self.highway_transform_w, self.highway_transform_b
         ):
