@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy
+from ..convert import read_vocab, write_vocab
 
 BOS, EOS, UNK = "<S>", "</S>", "<UNK>"
 SPECIALS = (BOS, EOS, UNK)
@@ -63,16 +64,10 @@ class Vocab:
     @classmethod
     def from_file(cls, path: Union[str, Path]) -> "Vocab":
         """A bilm-tf vocabulary file: one word a line, `<S>`, `</S>`, `<UNK>` first."""
-        path = Path(path)
-        if not path.exists():
-            raise FileNotFoundError(f"vocabulary file not found: {path}")
-        words = path.read_text(encoding="utf-8").split("\n")
-        if words and words[-1] == "":
-            words.pop()
-        return cls(words, source=str(path))
+        return cls(read_vocab(path), source=str(path))
 
     def to_file(self, path: Union[str, Path]) -> None:
-        Path(path).write_text("".join(f"{w}\n" for w in self.words), encoding="utf-8")
+        write_vocab(list(self.words), path)
 
 
 def words_by_frequency(words: Sequence[str], counts: Sequence[int]) -> List[str]:
