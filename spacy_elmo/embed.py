@@ -7,7 +7,6 @@ skips the lines already written. Worker processes (CPU) each load the model once
 """
 import gzip
 import json
-import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,13 +72,16 @@ def reduce_layers(layers: numpy.ndarray, how: str) -> numpy.ndarray:
 _worker_state: dict = {}
 
 
-def _init_worker(settings: EmbedSettings, threads: int) -> None:
+def _init_worker(settings: EmbedSettings, threads: Optional[int]) -> None:
+    """Load the model for this process; `threads` is set only in worker processes (None in-process,
+    so that calling `embed_file` never changes the caller's torch thread count)."""
     import torch
 
     from .bilm.embedder import BiLMEmbedder
     from .loading import load_bilm
 
-    torch.set_num_threads(threads)
+    if threads is not None:
+        torch.set_num_threads(threads)
     bilm = load_bilm(settings.model).to(settings.device)
     _worker_state["embedder"] = BiLMEmbedder(bilm, token_budget=settings.token_budget, precision=settings.precision,
                                              token_cache_size=16384)
@@ -136,7 +138,7 @@ def embed_file(
         done = set(handle.keys())
         chunks = _chunks(read_lines(input_path, settings.text_field), done, settings.chunk_size)
         if workers <= 1:
-            _init_worker(settings, threads=max(1, os.cpu_count() or 1))
+            _init_worker(settings, threads=None)
             results = map(_embed_chunk, chunks)
             pool = None
         else:
