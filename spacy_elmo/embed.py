@@ -15,6 +15,8 @@ from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 import h5py
 import numpy
 
+from .jsonl import texts_from_jsonl
+
 LAYER_CHOICES = ("all", "top", "average")
 
 
@@ -36,20 +38,11 @@ def read_lines(path: Path, text_field: str = "text") -> Iterator[str]:
     opener = gzip.open if path.suffix == ".gz" else open
     is_jsonl = ".jsonl" in path.suffixes or ".json" in path.suffixes
     with opener(path, "rt", encoding="utf-8", errors="surrogateescape") as handle:
-        for number, line in enumerate(handle, 1):
-            line = line.rstrip("\n")
-            if not is_jsonl:
-                yield line
-                continue
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{number}: not valid JSON ({err.msg})") from None
-            if not isinstance(record, dict) or text_field not in record:
-                raise ValueError(f"{path}:{number}: record has no field {text_field!r} (set --text-field)")
-            yield str(record[text_field])
+        if is_jsonl:
+            yield from texts_from_jsonl(handle, path, text_field, option="--text-field")
+        else:
+            for line in handle:
+                yield line.rstrip("\n")
 
 
 def make_tokenizer(name: str) -> Callable[[str], List[str]]:

@@ -63,7 +63,7 @@ def test_resume_skips_written_lines(fixture_dir, text_file, tmp_path):
 def test_jsonl_and_errors(fixture_dir, tmp_path):
     path = tmp_path / "in.jsonl"
     path.write_text(json.dumps({"text": "hello world"}) + "\n" + json.dumps({"body": "x"}) + "\n")
-    with pytest.raises(ValueError, match=r"in\.jsonl:2: record has no field 'text'"):
+    with pytest.raises(ValueError, match=r"in\.jsonl, line 2: no 'text' field \(set --text-field\)"):
         embed_file(path, tmp_path / "o.hdf5", EmbedSettings(model=str(fixture_dir)))
     with pytest.raises(FileNotFoundError, match="missing.txt"):
         embed_file(tmp_path / "missing.txt", tmp_path / "o2.hdf5", EmbedSettings(model=str(fixture_dir)))

@@ -14,7 +14,7 @@ import torch
 
 from .. import chars
 from .bilm import BiLM
-from .lstm import LSTMState
+from .carried_state import CarriedState
 
 DEFAULT_TOKEN_BUDGET = 4096
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -63,10 +63,10 @@ class BiLMEmbedder:
         self.token_budget = token_budget
         self.stateful = stateful
         self.max_batch_size = max_batch_size
-        self._state: Optional[LSTMState] = None
+        self._carried = CarriedState()
 
     def reset_state(self) -> None:
-        self._state = None
+        self._carried.reset()
 
     def embed_batch(self, sentences: Sequence[Sequence[str]]) -> List[numpy.ndarray]:
         """One forward pass over these sentences (stateful mode carries state by row).
@@ -105,7 +105,7 @@ class BiLMEmbedder:
             initial, track = None, False
             if self.stateful:
                 track = True
-                initial = self._rows_of_state(len(sentences), char_ids.device)
+                initial = self._carried.rows(bilm.lstm, len(sentences), char_ids.device)
             dtype = PRECISIONS[self.precision]
             autocast = (
                 torch.autocast(device_type=char_ids.device.type, dtype=dtype)
@@ -115,7 +115,7 @@ class BiLMEmbedder:
             with autocast:
                 output = bilm(char_ids, initial_state=initial, return_final_state=track)
             if self.stateful:
-                self._store_state(output.final_state)
+                self._carried.store(output.final_state)
             # one copy back to the host for the whole batch
             layers = output.layers.float().cpu().numpy()
         finally:
@@ -145,18 +145,3 @@ class BiLMEmbedder:
                 out.append(vectors.float().cpu().numpy())
         P = self.bilm.options.projection_dim
         return numpy.concatenate(out) if out else numpy.zeros((0, P), dtype=numpy.float32)
-
-    def _rows_of_state(self, n_rows: int, device: torch.device) -> LSTMState:
-        have = 0 if self._state is None else self._state.h.shape[2]
-        if have < n_rows:
-            grown = self.bilm.lstm.zero_state(n_rows, device)
-            if self._state is not None:
-                grown.h[:, :, :have] = self._state.h
-                grown.c[:, :, :have] = self._state.c
-            self._state = grown
-        return LSTMState(self._state.h[:, :, :n_rows], self._state.c[:, :, :n_rows])
-
-    def _store_state(self, final: LSTMState) -> None:
-        n_rows = final.h.shape[2]
-        self._state.h[:, :, :n_rows] = final.h
-        self._state.c[:, :, :n_rows] = final.c

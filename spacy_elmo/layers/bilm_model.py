@@ -24,7 +24,7 @@ from .. import chars, loading
 from ..bilm.bilm import BiLM
 from ..bilm.config import BiLMOptions
 from ..bilm.embedder import DEFAULT_TOKEN_BUDGET, length_sorted_batches
-from ..bilm.lstm import LSTMState
+from ..bilm.carried_state import CarriedState
 from ..bilm.serialize import OPTIONS_FILE, bilm_from_bytes, bilm_to_bytes
 from .segments import DEFAULT_WINDOW_CONTEXT, DEFAULT_WINDOW_SIZE, Segment, check_window, segment_docs
 
@@ -95,7 +95,7 @@ class BiLMRunner(torch.nn.Module):
         self.source = source
         self.bilm: Optional[BiLM] = None
         self.stateful = False
-        self._state: Optional[LSTMState] = None
+        self._carried = CarriedState()
 
     @property
     def loaded(self) -> bool:
@@ -113,10 +113,10 @@ class BiLMRunner(torch.nn.Module):
         for param in bilm.parameters():
             param.requires_grad_(True)
         self.bilm = bilm.to(device) if device is not None else bilm
-        self._state = None
+        self._carried.reset()
 
     def reset_state(self) -> None:
-        self._state = None
+        self._carried.reset()
 
     def forward(self, batches: List[torch.Tensor]) -> List[torch.Tensor]:
         bilm = self.load()
@@ -124,31 +124,13 @@ class BiLMRunner(torch.nn.Module):
         for char_ids in batches:
             char_ids = char_ids.to(bilm.device)
             if self.stateful:
-                initial = self._rows_of_state(char_ids.shape[0], char_ids.device)
+                initial = self._carried.rows(bilm.lstm, char_ids.shape[0], char_ids.device)
                 result = bilm(char_ids, initial_state=initial, return_final_state=True)
-                self._store_state(result.final_state)
+                self._carried.store(result.final_state)
             else:
                 result = bilm(char_ids)
             outputs.append(result.layers.float())
         return outputs
-
-    def _rows_of_state(self, n_rows: int, device: torch.device) -> LSTMState:
-        assert self.bilm is not None
-        have = 0 if self._state is None else self._state.h.shape[2]
-        if have < n_rows:
-            grown = self.bilm.lstm.zero_state(n_rows, device)
-            if self._state is not None:
-                grown.h[:, :, :have] = self._state.h
-                grown.c[:, :, :have] = self._state.c
-            self._state = grown
-        assert self._state is not None
-        return LSTMState(self._state.h[:, :, :n_rows], self._state.c[:, :, :n_rows])
-
-    def _store_state(self, final: Optional[LSTMState]) -> None:
-        assert final is not None and self._state is not None
-        n_rows = final.h.shape[2]
-        self._state.h[:, :, :n_rows] = final.h.detach()
-        self._state.c[:, :, :n_rows] = final.c.detach()
 
 
 def serialize_runner(runner: BiLMRunner) -> bytes:

@@ -31,6 +31,7 @@ import numpy
 import srsly
 
 from .. import chars
+from ..jsonl import texts_from_jsonl
 from .vocab import BOS, EOS, Vocab
 
 CACHE_VERSION = 1
@@ -153,19 +154,7 @@ def iter_paragraphs(path: Path) -> Iterator[str]:
 
 def iter_jsonl(path: Path, field: str) -> Iterator[str]:
     with _open_text(path) as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise CorpusError(f"{path}, line {number}: not valid JSON ({err})") from None
-            if not isinstance(record, dict) or field not in record:
-                raise CorpusError(f"{path}, line {number}: no {field!r} field (set corpus.text_field)")
-            text = record[field]
-            if not isinstance(text, str):
-                raise CorpusError(f"{path}, line {number}: field {field!r} is not a string")
-            yield text
+        yield from texts_from_jsonl(handle, path, field, option="corpus.text_field", error=CorpusError)
 
 
 def iter_lines(path: Path) -> Iterator[List[str]]:
