@@ -12,20 +12,18 @@ from .. import chars
 from .config import BiLMOptions
 
 
-CONV_ROW_CHUNK = 64
+ROW_CHUNK = 64
 
 
-def row_bucket(n_rows: int) -> int:
-    """Round a row count up to one of a few sizes (exact to 16, then 8 steps an octave).
+def padded_rows(n_rows: int) -> int:
+    """The row count rounded up to whole chunks.
 
-    CPU convolutions (oneDNN) build and cache a kernel for every distinct input shape; with the number
-    of distinct tokens changing from batch to batch, that cache grew without bound over a long stream
-    (about 130 MB in 1M tokens). Bucketing keeps the shapes few, at most 1/8 extra rows of work.
+    Every matrix product of the encoder then has one shape, ROW_CHUNK rows, whatever the batch: a
+    token's vector does not depend on which other tokens share its batch (BLAS picks its kernel and
+    summation order by shape, so a 3-row product and a 64-row one round differently), and CPU
+    libraries that cache a kernel per input shape (oneDNN) see a single shape over a long stream.
     """
-    if n_rows <= 16:
-        return n_rows
-    step = 1 << (n_rows.bit_length() - 4)
-    return -(-n_rows // step) * step
+    return -(-n_rows // ROW_CHUNK) * ROW_CHUNK
 
 
 class CharacterEncoder(nn.Module):
@@ -79,28 +77,35 @@ class CharacterEncoder(nn.Module):
             self.projection_b.zero_()
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
-        """char_ids (n_tokens, max_chars) int -> (n_tokens, P)."""
+        """char_ids (n_tokens, max_chars) int -> (n_tokens, P), ROW_CHUNK tokens at a time."""
         n_rows = char_ids.shape[0]
-        padded = row_bucket(n_rows)
+        padded = padded_rows(n_rows)
+        if not padded:
+            return self.projection_w.new_zeros(0, self.options.projection_dim)
         if padded > n_rows:  # zero rows ("no token"), cut off again below
             char_ids = nn.functional.pad(char_ids, (0, 0, 0, padded - n_rows))
-        embedded = nn.functional.embedding(char_ids.long(), self.char_embedding)  # (N, chars, dim)
-        # Each width's convolution as one matrix product over unfolded windows, a chunk of rows at a
-        # time so the products stay in cache: 2-3x faster on CPU than conv1d with so few input
-        # channels, and the same numbers. The bias is added after the max (a constant commutes with it).
         kernels = [w.permute(2, 1, 0).reshape(-1, w.shape[0]) for w in self.conv_weights]  # (width*dim, n)
+        bias = torch.cat(list(self.conv_biases))
+        chunks = [
+            self._encode_chunk(char_ids[start : start + ROW_CHUNK], kernels, bias)
+            for start in range(0, padded, ROW_CHUNK)
+        ]
+        return torch.cat(chunks)[:n_rows]
+
+    def _encode_chunk(
+        self, char_ids: torch.Tensor, kernels: List[torch.Tensor], bias: torch.Tensor
+    ) -> torch.Tensor:
+        embedded = nn.functional.embedding(char_ids.long(), self.char_embedding)  # (ROW_CHUNK, chars, dim)
+        # Each width's convolution as one matrix product over unfolded windows: 2-3x faster on CPU
+        # than conv1d with so few input channels, and the same numbers. The bias is added after the
+        # max (a constant commutes with it).
         dim = embedded.shape[2]
-        chunks: List[torch.Tensor] = []
-        for start in range(0, embedded.shape[0], CONV_ROW_CHUNK):
-            rows = embedded[start : start + CONV_ROW_CHUNK]
-            pooled: List[torch.Tensor] = []
-            for (width, _), kernel in zip(self.options.filters, kernels):
-                windows = rows.unfold(1, width, 1).transpose(2, 3).reshape(rows.shape[0], -1, width * dim)
-                pooled.append(torch.matmul(windows, kernel).amax(dim=1))
-            chunks.append(torch.cat(pooled, dim=1))
-        pooled_all = torch.cat(chunks) if chunks else embedded.new_zeros(0, self.options.n_filters)
+        pooled: List[torch.Tensor] = []
+        for (width, _), kernel in zip(self.options.filters, kernels):
+            windows = embedded.unfold(1, width, 1).transpose(2, 3).reshape(embedded.shape[0], -1, width * dim)
+            pooled.append(torch.matmul(windows, kernel).amax(dim=1))
         # max then activation equals activation then max: both activations are monotonic
-        x = self.activation(pooled_all + torch.cat(list(self.conv_biases)))
+        x = self.activation(torch.cat(pooled, dim=1) + bias)
         for carry_w, carry_b, transform_w, transform_b in zip(
             self.highway_carry_w, self.highway_carry_b, self.highway_transform_w, self.highway_transform_b
         ):
@@ -108,4 +113,4 @@ class CharacterEncoder(nn.Module):
             gate = torch.sigmoid(torch.addmm(carry_b, x, carry_w))
             transformed = torch.relu(torch.addmm(transform_b, x, transform_w))
             x = gate * transformed + (1.0 - gate) * x
-        return torch.addmm(self.projection_b, x[:n_rows], self.projection_w)
+        return torch.addmm(self.projection_b, x, self.projection_w)

@@ -31,6 +31,17 @@ def lstm_cell(gates: torch.Tensor, c: torch.Tensor, cell_clip: Optional[float]) 
     return torch.sigmoid(o) * torch.tanh(c), c
 
 
+# CPU BLAS takes another code path (and so another summation order) for products of fewer than 4
+# rows; padding those to 4 zero rows makes a row's result independent of how many rows share its batch.
+MIN_GEMM_ROWS = 4
+
+
+def at_least_rows(x: torch.Tensor, rows: int = MIN_GEMM_ROWS) -> torch.Tensor:
+    """x (2, M, K) with zero rows appended up to `rows` along dim 1."""
+    missing = rows - x.shape[1]
+    return nn.functional.pad(x, (0, 0, 0, missing)) if missing > 0 else x
+
+
 @dataclass
 class LSTMState:
     """Recurrent state of every layer and direction: h (L, 2, B, P), c (L, 2, B, C)."""
@@ -163,7 +174,8 @@ class BiLSTMStack(nn.Module):
         w_in, w_rec, w_proj = self.input_w[layer], self.recurrent_w[layer], self.proj_w[layer]
         bias = (self.bias[layer] + self.forget_bias.to(self.bias[layer].dtype)).unsqueeze(1)  # (2, 1, 4C)
         # All time steps' input products at once: (2, T*B, P) @ (2, P, 4C)
-        pre = torch.baddbmm(bias, inputs.reshape(2, n_steps * n_rows, P), w_in).view(2, n_steps, n_rows, 4 * C)
+        flat = inputs.reshape(2, n_steps * n_rows, P)
+        pre = torch.baddbmm(bias, at_least_rows(flat), w_in)[:, : flat.shape[1]].view(2, n_steps, n_rows, 4 * C)
         # One view a step: the backward of `unbind` stacks the steps' gradients once, where indexing
         # `pre[:, t]` in the loop would allocate and add a gradient the size of all of `pre` every step.
         pre_steps = pre.unbind(1)
@@ -183,9 +195,9 @@ class BiLSTMStack(nn.Module):
                     final_h[:, n : h.shape[1]] = h[:, n:]
                     final_c[:, n : h.shape[1]] = c[:, n:]
                 h, c = h[:, :n], c[:, :n]
-            gates = torch.baddbmm(pre_steps[t][:, :n], h, w_rec)
+            gates = torch.baddbmm(at_least_rows(pre_steps[t][:, :n]), at_least_rows(h), w_rec)[:, :n]
             m, c = self.cell(gates, c, cell_clip)
-            h = torch.bmm(m, w_proj)
+            h = torch.bmm(at_least_rows(m), w_proj)[:, :n]
             if proj_clip is not None:
                 h = h.clamp(-proj_clip, proj_clip)
             steps.append(h if n == n_rows else nn.functional.pad(h, (0, 0, 0, n_rows - n)))
