@@ -24,6 +24,15 @@ def test_same_outputs_whatever_the_batch_size(reference_bilm, all_sentences, tok
         numpy.testing.assert_allclose(a, b, atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("token_budget", [1, 60, 500, 100000])
+def test_cpu_outputs_are_bit_identical_whatever_the_batch(reference_bilm, all_sentences, token_budget):
+    """Fixed-shape products in the token encoder, none under 4 rows in the LSTM: no batch rounding."""
+    alone = [BiLMEmbedder(reference_bilm).embed_batch([s])[0] for s in all_sentences]
+    batched = BiLMEmbedder(reference_bilm, token_budget=token_budget).embed_sentences(all_sentences)
+    for sentence, a, b in zip(all_sentences, alone, batched):
+        assert numpy.array_equal(a, b), f"{sentence}: max diff {numpy.abs(a - b).max()}"
+
+
 def test_same_outputs_whatever_the_order(reference_bilm, all_sentences):
     order = list(range(len(all_sentences)))
     random.Random(0).shuffle(order)
