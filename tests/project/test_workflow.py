@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import srsly
 
 import spacy_elmo
 
@@ -133,8 +134,31 @@ def test_plots_are_readable_pngs(project):
 def test_a_second_run_skips_every_step(project):
     root, _ = project
     output = run_workflow(root)
-    commands = re.findall(r"^\s*- name: (\S+)", (root / "project.yml").read_text(encoding="utf8"), flags=re.M)
+    commands = srsly.read_yaml(root / "project.yml")["workflows"]["all"]
     ran = re.findall(r"Running command: (.*)", output)
     assert not ran, f"the second run re-ran: {ran}"
     for command in commands:
         assert f"Skipping '{command}': nothing changed" in output, command
+
+
+def test_seed_study_runs_every_seed_and_summarises(project):
+    root, _ = project
+    overrides = {k: TINY_VARS[k] for k in ("pretrained_elmo", "max_steps", "eval_frequency", "textcat_epochs")}
+    command = [sys.executable, "-m", "spacy", "project", "run", "seed-study", str(root), "--vars.study_seeds", "0 1"]
+    command += [item for key, value in overrides.items() for item in (f"--vars.{key}", str(value))]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    result = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    study = read_json(root / "metrics" / "seeds" / "mr.json")
+    assert study["seeds"] == [0, 1]
+    assert sorted({(r["variant"], r["seed"]) for r in study["runs"]}) == [
+        (variant, seed) for variant in ("baseline", "elmo", "elmo-shipped") for seed in (0, 1)
+    ]
+    for name, summary in study["summary"].items():
+        tests = [r["test"] for r in study["runs"] if r["variant"] == name]
+        assert all(0.0 <= t <= 100.0 for t in tests)
+        assert summary["n"] == 2 and math.isclose(summary["mean"], sum(tests) / 2)
+        assert math.isclose(summary["sd"], abs(tests[0] - tests[1]) / math.sqrt(2), abs_tol=1e-9)
+    # the shipped-model variant really used the biLM given by vars.pretrained_elmo
+    config = (root / "training" / "seeds" / "elmo-shipped-seed0" / "model-best" / "config.cfg").read_text()
+    assert "elmo-fixture" in config
