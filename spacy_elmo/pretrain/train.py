@@ -111,6 +111,21 @@ def _init_distributed(device: torch.device) -> Tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
+def _process_group_exists() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+def _end_distributed() -> None:
+    """Tear down the process group this run created: left to interpreter exit, gloo's threads can be
+    destroyed while still joinable, and a rank then aborts (SIGABRT) after a successful run."""
+    import torch.distributed as dist
+
+    if _process_group_exists():
+        dist.destroy_process_group()
+
+
 def _barrier(world: int) -> None:
     if world > 1:
         import torch.distributed as dist
@@ -210,12 +225,15 @@ def pretrain(
 ) -> TrainResult:
     """Train (or continue training) a biLM language model as the config says; see the module doc."""
     threads = torch.get_num_threads()
+    owns_process_group = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not _process_group_exists()
     try:
         if config["training"]["n_threads"]:
             torch.set_num_threads(int(config["training"]["n_threads"]))
         return _pretrain(config, Path(output_dir), resume, init_from, log)
     finally:
         torch.set_num_threads(threads)
+        if owns_process_group:
+            _end_distributed()
 
 
 def _pretrain(config: Config, output_dir: Path, resume: bool, init_from: Optional[str], log: Log) -> TrainResult:
