@@ -25,6 +25,8 @@ from spacy_elmo.bilm.embedder import BiLMEmbedder
 from spacy_elmo.convert import load_bilm_tf
 from spacy_elmo.loading import load_bilm
 
+from check_report import finish_check
+
 ATOL, RTOL = 1e-6, 1e-5
 
 
@@ -105,11 +107,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         result = check(args.fixture, args.model)
     except (FileNotFoundError, ValueError) as err:
         sys.exit(f"error: {err}")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf8")
-    print(result["summary"])
-    if not result["passed"]:
-        sys.exit(1)
+    finish_check(result, args.output)
 
 
 if __name__ == "__main__":

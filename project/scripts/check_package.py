@@ -16,6 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from check_report import finish_check
+
 TEXT = "Apple is looking at buying a U.K. startup for $1 billion, said Tim Cook in London on Monday."
 
 PROBE = r"""
@@ -94,11 +96,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         report = check(args.package_dir)
     except (FileNotFoundError, RuntimeError) as err:
         sys.exit(f"error: {err}")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf8")
-    print(report["summary"])
-    if not report["passed"]:
-        sys.exit(1)
+    finish_check(report, args.output)
 
 
 if __name__ == "__main__":

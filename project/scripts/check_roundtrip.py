@@ -8,7 +8,6 @@ vocab.txt), then requires (1) every weight array, softmax included, to be bit fo
 (2) the same vocabulary, and (3) identical layer outputs for the first sentences of a text file.
 """
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -18,6 +17,8 @@ import numpy
 from spacy_elmo.bilm.embedder import BiLMEmbedder
 from spacy_elmo.convert import bilm_arrays
 from spacy_elmo.loading import load_bilm
+
+from check_report import finish_check
 
 
 def sample_sentences(text: Path, n_sentences: int, max_tokens: int = 60) -> List[List[str]]:
@@ -84,11 +85,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         result = check(args.original, args.exported, args.text, args.sentences)
     except (FileNotFoundError, ValueError) as err:
         sys.exit(f"error: {err}")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf8")
-    print(result["summary"])
-    if not result["passed"]:
-        sys.exit(1)
+    finish_check(result, args.output)
 
 
 if __name__ == "__main__":
