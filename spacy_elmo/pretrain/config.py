@@ -68,6 +68,10 @@ keep_checkpoints = 2
 name = "adam"
 learn_rate = 0.001
 warmup_steps = 0
+# after the warm-up: "none" (constant), "linear" or "cosine" down to final_learn_rate_ratio x learn_rate
+# at training.max_steps (or max_epochs)
+decay = "none"
+final_learn_rate_ratio = 0.0
 eps = 1e-8
 adagrad_initial_accumulator = 1.0
 """

@@ -33,6 +33,7 @@ from ..loading import load_bilm
 from . import checkpoint as ckpt
 from .batches import WindowBatcher
 from .config import PretrainConfigError, model_options
+from .schedule import schedule_from_config
 from .corpus import CorpusSettings, TokenStream, build_vocab, prepare_corpus
 from .perplexity import stream_perplexity
 from .sampled_softmax import LogUniformSampler, directional_nll
@@ -187,13 +188,6 @@ def _build_model(
     return build_bilm(bilm.options, arrays, source="new model", vocab=vocab.words), vocab
 
 
-def _learn_rate(config: Config, step: int) -> float:
-    o = config["training"]["optimizer"]
-    warmup = o["warmup_steps"]
-    scale = min(1.0, (step + 1) / warmup) if warmup else 1.0
-    return o["learn_rate"] * scale
-
-
 class MetricsLog:
     """metrics.jsonl, append-only; on resume, records after the resumed step are dropped."""
 
@@ -242,6 +236,7 @@ def _pretrain(config: Config, output_dir: Path, resume: bool, init_from: Optiona
     device = _device(T["device"], local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    schedule_from_config(config, steps_per_epoch=1)  # a bad schedule fails here, before any tokenizing
     rank, world = _init_distributed(device)
     is_main = rank == 0
     say: Log = log if is_main else (lambda message: None)
@@ -303,6 +298,7 @@ def _pretrain(config: Config, output_dir: Path, resume: bool, init_from: Optiona
     batcher = WindowBatcher(
         stream.tokens, stream.type_chars(), stream.type_to_vocab(vocab), T["window"], T["batch_size"], T["seed"], rank, world
     )
+    learn_rate = schedule_from_config(config, batcher.steps_per_epoch)
     n_neg = int(T["n_negatives"])
     sampler = LogUniformSampler(len(vocab), n_neg) if 0 < n_neg < len(vocab) else None
     log_expected = sampler.log_expected.to(device) if sampler is not None else None
@@ -406,7 +402,7 @@ def _pretrain(config: Config, output_dir: Path, resume: bool, init_from: Optiona
         mean = interval_loss / interval_steps
         tps = interval_tokens / max(interval_time, 1e-9)
         metrics.write({"type": "train", "step": state.step, "epoch": state.epoch, "tokens": state.tokens,
-                       "train_loss": mean, "train_ppl": math.exp(min(mean, 50.0)), "lr": _learn_rate(config, state.step - 1),
+                       "train_loss": mean, "train_ppl": math.exp(min(mean, 50.0)), "lr": learn_rate(max(state.step - 1, 0)),
                        "tokens_per_s": round(tps, 1), "wall_s": round(state.wall_s, 3)})
         say(f"step {state.step:>7}  epoch {state.epoch}  tokens {state.tokens:>10}  loss {mean:.4f}  "
             f"ppl {math.exp(min(mean, 50.0)):9.2f}  {tps:8.0f} tokens/s")
@@ -417,7 +413,7 @@ def _pretrain(config: Config, output_dir: Path, resume: bool, init_from: Optiona
         batch = batcher.batch(state.epoch, state.index).to(device)
         samples = sampler.sample(sampler_rng).to(device) if sampler is not None else None
         for group in optimizer.param_groups:
-            group["lr"] = _learn_rate(config, state.step)
+            group["lr"] = learn_rate(state.step)
         autocast = torch.autocast(device.type, dtype=amp_dtype) if use_amp else nullcontext()
         with autocast:
             loss, f_loss, b_loss = train_module(batch.char_ids, batch.next_ids, batch.prev_ids, samples, log_expected, T["dropout"])
