@@ -107,6 +107,23 @@ def test_fine_tuning_changes_the_bilm(count_bilm_calls):
     assert counts[2] > counts[1], "fine-tuning runs the biLM every epoch"
 
 
+@pytest.mark.parametrize("fine_tune", [False, True])
+def test_listeners_let_go_of_the_batch_after_backprop(fine_tune):
+    """As spacy-transformers' listener does: a batch's layers are not held until the next batch."""
+    nlp = build_nlp(**{"components.elmo.fine_tune": fine_tune})
+    data = examples(nlp, "train", "wnut17", 8) + examples(nlp, "train", "mr", 8)
+    optimizer = nlp.initialize(lambda: data)
+    listeners = nlp.get_pipe("elmo").listeners
+    received = []
+    for listener in listeners:
+        receive = listener.receive
+        listener.receive = lambda *args, _receive=receive: (received.append(args[0]), _receive(*args))[1]
+    nlp.update(data, sgd=optimizer, losses={})
+    assert len(received) == len(listeners)
+    for listener in listeners:
+        assert listener._outputs is None and listener._backprop is None and listener._batch_id is None
+
+
 def test_replace_listeners_keeps_predictions(tmp_path):
     nlp = build_nlp()
     data = examples(nlp, "train", "wnut17", 24) + examples(nlp, "train", "mr", 16)

@@ -70,20 +70,29 @@ class ElmoListener(Model):
         return True
 
     def set_upstream_dims(self, width: int, n_layers: int) -> None:
-        if self.has_dim("nO") and self.get_dim("nO") != width:
-            raise ValueError(
-                f"ElmoListener: width={self.get_dim('nO')} but the upstream '{self.upstream_name}' "
-                f"biLM gives vectors of width {width} (2 x projection_dim); set width = {width} or 0"
-            )
-        if not self.has_dim("nO"):
-            self.set_dim("nO", width)
-        if self.has_dim("nL") and self.get_dim("nL") != n_layers:
-            raise ValueError(
-                f"ElmoListener: built for {self.get_dim('nL')} layers but the upstream "
-                f"'{self.upstream_name}' biLM has {n_layers}"
-            )
-        if not self.has_dim("nL"):
-            self.set_dim("nL", n_layers)
+        """Take the upstream biLM's width and layer count, or check them against those configured."""
+        upstream = f"the upstream '{self.upstream_name}' biLM"
+        mismatch = {
+            "nO": lambda have: (
+                f"ElmoListener: width={have} but {upstream} gives vectors of width {width} "
+                f"(2 x projection_dim); set width = {width} or 0"
+            ),
+            "nL": lambda have: f"ElmoListener: built for {have} layers but {upstream} has {n_layers}",
+        }
+        for dim, value in (("nO", width), ("nL", n_layers)):
+            if self.has_dim(dim) and self.get_dim(dim) != value:
+                raise ValueError(mismatch[dim](self.get_dim(dim)))
+            if not self.has_dim(dim):
+                self.set_dim(dim, value)
+
+    def backprop_and_clear(self, d_outputs: List[Floats3d]) -> List[Doc]:
+        """Run the upstream's backprop, then let go of the batch's outputs: holding them until the
+        next batch would keep a whole batch of biLM layers (and their graph) alive for nothing."""
+        result = self._backprop(d_outputs) if self._backprop is not None else []
+        self._batch_id = None
+        self._outputs = None
+        self._backprop = None
+        return result
 
 
 def _layers_from_docs(model: ElmoListener, docs: List[Doc], is_train: bool) -> List[Floats3d]:
@@ -117,7 +126,7 @@ def forward(model: ElmoListener, docs: List[Doc], is_train: bool) -> Tuple[List[
         if model._batch_id is None:
             return _layers_from_docs(model, docs, True), _no_backprop
         model.verify_inputs(docs)
-        return model._outputs, model._backprop  # type: ignore[return-value]
+        return model._outputs, model.backprop_and_clear  # type: ignore[return-value]
     return _layers_from_docs(model, docs, False), _no_backprop
 
 
