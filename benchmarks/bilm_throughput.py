@@ -15,7 +15,7 @@ import torch
 from common import best_time, bilm_flops_per_token, describe_machine, emit, matmul_rate
 from spacy_elmo import chars
 from spacy_elmo.bilm.bilm import BiLM
-from spacy_elmo.bilm.config import full_options, small_options
+from spacy_elmo.bilm.options import full_options, small_options
 
 CONFIGS = {"full": full_options, "small": small_options}
 WORDS = "the of and to in a is that for it as was with be by on not he I this are or his from at which".split()

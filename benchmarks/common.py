@@ -7,7 +7,7 @@ from typing import Callable, Dict
 
 import torch
 
-from spacy_elmo.bilm.config import BiLMOptions
+from spacy_elmo.bilm.options import BiLMOptions
 
 
 def describe_machine(device: str = "cpu") -> Dict[str, object]:

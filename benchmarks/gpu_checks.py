@@ -15,8 +15,8 @@ import torch
 
 from common import describe_machine, emit
 from spacy_elmo.bilm.bilm import BiLM
-from spacy_elmo.bilm.config import full_options
-from spacy_elmo.bilm.embedder import BiLMEmbedder
+from spacy_elmo.bilm.options import full_options
+from spacy_elmo.bilm.runner import BiLMRunner
 
 WORDS = "the bank raised its rates while we sat on the river bank watching boats drift by in spring".split()
 
@@ -40,21 +40,21 @@ def main() -> None:
     gpu.load_state_dict(cpu.state_dict())
     gpu.to("cuda")
     batch = sentences(16, 20)
-    ref = BiLMEmbedder(cpu).embed_sentences(batch)
-    got = BiLMEmbedder(gpu).embed_sentences(batch)
+    ref = BiLMRunner(cpu).embed_sentences(batch)
+    got = BiLMRunner(gpu).embed_sentences(batch)
     diff = max(float(numpy.abs(a - b).max()) for a, b in zip(ref, got))
     emit({"check": "fp32_gpu_vs_cpu", "max_abs_diff": diff, "bound": 1e-5, "ok": diff <= 1e-5, "device": device}, args.output)
-    bf16 = BiLMEmbedder(gpu, precision="bf16").embed_sentences(batch)
+    bf16 = BiLMRunner(gpu, precision="bf16").embed_sentences(batch)
     rel = max(float(numpy.linalg.norm(a - b) / numpy.linalg.norm(a)) for a, b in zip(got, bf16))
     emit({"check": "bf16_vs_fp32", "max_relative": rel, "bound": 2e-2, "ok": rel <= 2e-2, "device": device}, args.output)
     big = sentences(2048, 40)
-    expected = BiLMEmbedder(gpu, token_budget=8192).embed_sentences(big[:64])
+    expected = BiLMRunner(gpu, token_budget=8192).embed_sentences(big[:64])
     torch.cuda.empty_cache()
     free, total = torch.cuda.mem_get_info()
     used = torch.cuda.memory_allocated()
     # leave room for the weights and a small batch only: a 2048-sentence batch cannot fit
     torch.cuda.set_per_process_memory_fraction(min(1.0, (used + 2 * 1024**3) / total))
-    embedder = BiLMEmbedder(gpu, token_budget=10**7)
+    embedder = BiLMRunner(gpu, token_budget=10**7)
     out = embedder.embed_sentences(big)
     torch.cuda.set_per_process_memory_fraction(1.0)
     same = max(float(numpy.abs(a - b).max()) for a, b in zip(expected, out[:64]))

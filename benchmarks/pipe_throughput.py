@@ -26,7 +26,7 @@ from common import describe_machine, emit  # noqa: E402
 
 import spacy_elmo.loading  # noqa: E402
 from spacy_elmo.bilm.bilm import BiLM  # noqa: E402
-from spacy_elmo.bilm.config import full_options  # noqa: E402
+from spacy_elmo.bilm.options import full_options  # noqa: E402
 from spacy_elmo.layers import bilm_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,7 +60,7 @@ def build(model: str) -> spacy.Language:
     if model == "full":
         bilm = BiLM(full_options())
         bilm.reset_parameters(0)
-        bilm_model.get_runner(elmo.model).set_bilm(bilm, bilm_model.get_torch_default_device())
+        bilm_model.set_bilm(elmo.model, bilm)
     return nlp
 
 

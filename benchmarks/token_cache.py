@@ -16,8 +16,8 @@ import torch
 
 from common import describe_machine, emit
 from spacy_elmo.bilm.bilm import BiLM
-from spacy_elmo.bilm.config import full_options, small_options
-from spacy_elmo.bilm.embedder import BiLMEmbedder
+from spacy_elmo.bilm.options import full_options, small_options
+from spacy_elmo.bilm.runner import BiLMRunner
 
 DEFAULT_TEXT = os.environ.get("SPACY_ELMO_NEWS_TEXT", str(Path(__file__).parent.parent.parent / "shared/data/conll2003/train.txt"))
 
@@ -54,7 +54,7 @@ def main() -> None:
         for mode in ("plain", "dedupe", "cache"):
             bilm.dedupe_tokens = mode != "plain"
             bilm.set_token_cache(50_000 if mode == "cache" else None)
-            embedder = BiLMEmbedder(bilm, token_budget=4096)
+            embedder = BiLMRunner(bilm, token_budget=4096)
             start = time.perf_counter()
             embedder.embed_sentences(sentences)
             times[mode] = time.perf_counter() - start

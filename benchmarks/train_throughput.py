@@ -19,7 +19,7 @@ import torch
 
 from spacy_elmo import chars
 from spacy_elmo.bilm.bilm import BiLM
-from spacy_elmo.bilm.config import BiLMOptions, full_options, small_options
+from spacy_elmo.bilm.options import BiLMOptions, full_options, small_options
 from spacy_elmo.pretrain.sampled_softmax import LogUniformSampler
 from spacy_elmo.pretrain.train import LanguageModelLoss
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy
 
-from .bilm.embedder import BiLMEmbedder
+from .bilm.runner import BiLMRunner
 from .loading import DEFAULT_MODEL, available_models, load_bilm
 
 FIXTURE = Path(__file__).parent.parent / "tests" / "fixtures" / "elmo-fixture"
@@ -36,7 +36,7 @@ def main(model: str = "") -> None:
     o = bilm.options
     print(f"model: {model}")
     print(f"  char CNN {o.n_filters} filters, {o.n_highway} highway, {o.n_layers}x LSTM {o.lstm_dim}->{o.projection_dim}")
-    embedder = BiLMEmbedder(bilm)
+    embedder = BiLMRunner(bilm)
     layers = embedder.embed_sentences(SENTENCES)
     print(f"loaded and embedded {len(SENTENCES)} sentences in {time.perf_counter() - started:.2f}s")
     for sentence, array in zip(SENTENCES, layers):

@@ -5,17 +5,15 @@ index ("0", "1", ...): all layers (L+1, n_tokens, 2P), the top layer or the aver
 The input is streamed in chunks; each finished chunk is flushed, so an interrupted run started again
 skips the lines already written. Worker processes (CPU) each load the model once and embed whole chunks.
 """
-import gzip
 import json
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
-import h5py
 import numpy
 
-from .jsonl import texts_from_jsonl
+from .text import make_tokenizer, open_text, texts_from_jsonl
 
 LAYER_CHOICES = ("all", "top", "average")
 
@@ -35,9 +33,8 @@ class EmbedSettings:
 
 def read_lines(path: Path, text_field: str = "text") -> Iterator[str]:
     """Lines of a .txt/.txt.gz file, or the `text_field` of each record of a .jsonl/.jsonl.gz file."""
-    opener = gzip.open if path.suffix == ".gz" else open
     is_jsonl = ".jsonl" in path.suffixes or ".json" in path.suffixes
-    with opener(path, "rt", encoding="utf-8", errors="surrogateescape") as handle:
+    with open_text(path, errors="surrogateescape") as handle:
         if is_jsonl:
             yield from texts_from_jsonl(handle, path, text_field, option="--text-field")
         else:
@@ -45,13 +42,11 @@ def read_lines(path: Path, text_field: str = "text") -> Iterator[str]:
                 yield line.rstrip("\n")
 
 
-def make_tokenizer(name: str) -> Callable[[str], List[str]]:
+def word_splitter(name: str) -> Callable[[str], List[str]]:
+    """Split on whitespace ("whitespace") or with spaCy's tokenizer for a language code such as "en"."""
     if name == "whitespace":
-        return lambda text: text.split()
-    import spacy
-
-    nlp = spacy.blank(name)
-    return lambda text: [t.text for t in nlp.make_doc(text) if not t.is_space]
+        return str.split
+    return make_tokenizer(name, option="--tokenizer").words
 
 
 def reduce_layers(layers: numpy.ndarray, how: str) -> numpy.ndarray:
@@ -70,22 +65,23 @@ def _init_worker(settings: EmbedSettings, threads: Optional[int]) -> None:
     so that calling `embed_file` never changes the caller's torch thread count)."""
     import torch
 
-    from .bilm.embedder import BiLMEmbedder
+    from .bilm.runner import BiLMRunner
     from .loading import load_bilm
 
     if threads is not None:
         torch.set_num_threads(threads)
     bilm = load_bilm(settings.model).to(settings.device)
-    _worker_state["embedder"] = BiLMEmbedder(bilm, token_budget=settings.token_budget, precision=settings.precision,
-                                             token_cache_size=16384)
-    _worker_state["tokenize"] = make_tokenizer(settings.tokenizer)
+    _worker_state["runner"] = BiLMRunner(
+        bilm, token_budget=settings.token_budget, precision=settings.precision, token_cache_size=16384
+    )
+    _worker_state["tokenize"] = word_splitter(settings.tokenizer)
     _worker_state["settings"] = settings
 
 
 def _embed_chunk(chunk: Sequence[Tuple[int, str]]) -> List[Tuple[int, numpy.ndarray]]:
     settings: EmbedSettings = _worker_state["settings"]
     tokenized = [_worker_state["tokenize"](text) for _, text in chunk]
-    arrays = _worker_state["embedder"].embed_sentences(tokenized)
+    arrays = _worker_state["runner"].embed_sentences(tokenized)
     return [(index, reduce_layers(a, settings.layers).astype(settings.dtype)) for (index, _), a in zip(chunk, arrays)]
 
 
@@ -114,6 +110,8 @@ def embed_file(
         raise ValueError(f"layers must be one of {LAYER_CHOICES}, got {settings.layers!r}")
     if not input_path.exists():
         raise FileNotFoundError(f"input file not found: {input_path}")
+    import h5py  # only here: the rest of the package does not need it
+
     try:
         handle = h5py.File(output_path, "a")
     except OSError as err:

@@ -4,7 +4,7 @@
 loading), and `nlp.replace_listeners` uses `listener_map` / `remove_listener`. Kept apart from the pipe
 so that the pipe's own code is about embedding docs.
 """
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from thinc.api import Model
 
@@ -62,5 +62,3 @@ class ListenerBookkeeping:
     def known_listener_dims(self) -> Optional[Tuple[int, int]]:  # pragma: no cover
         raise NotImplementedError
 
-
-DimsSource = Callable[[], Tuple[int, int]]

@@ -7,7 +7,7 @@
     doc[1]._.elmo                              # (2P,) under the default mix
 
 The pipe owns the model (a `spacy-elmo.BiLM.v1` layer) and the bookkeeping of its listeners
-(`listeners.py`); the layer owns the cutting into sentences/windows and the batching
+(`listener_bookkeeping.py`); the layer owns the cutting into sentences/windows and the batching
 (`layers/bilm_model.py`, `layers/segments.py`).
 
 Training: `update` embeds the batch and broadcasts the layers to every `spacy-elmo.ElmoListener.v1`;
@@ -32,7 +32,7 @@ from . import extensions
 from .layers import bilm_model
 from .layers.cache import LayerCache, doc_key
 from .layers.listener import ElmoListener
-from .listeners import ListenerBookkeeping
+from .listener_bookkeeping import ListenerBookkeeping
 
 STORE_OPTIONS = ("layers", "vectors", "both", "none")
 STORE_DTYPES = ("float32", "float16")
@@ -112,7 +112,7 @@ def make_elmo(
     )
 
 
-def mix_weights(default_mix: Union[str, Sequence[float]], n_layers: int) -> numpy.ndarray:
+def default_mix_weights(default_mix: Union[str, Sequence[float]], n_layers: int) -> numpy.ndarray:
     """The weights of a default mix over `n_layers` layers (float32, as given for a list)."""
     if default_mix == "average":
         return numpy.full((n_layers,), 1.0 / n_layers, dtype="float32")
@@ -249,7 +249,7 @@ class Elmo(ListenerBookkeeping, TrainablePipe):
         weights: Optional[numpy.ndarray] = None
         for doc, doc_layers in zip(docs, layers):
             if weights is None:
-                weights = mix_weights(self.default_mix, int(doc_layers.shape[0]))
+                weights = default_mix_weights(self.default_mix, int(doc_layers.shape[0]))
             stored = self._storable(doc_layers)
             doc._.set(extensions.MIX, weights)
             doc._.set(extensions.LAYERS, stored if keep_layers else None)

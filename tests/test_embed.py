@@ -7,8 +7,8 @@ import h5py
 import numpy
 import pytest
 
-from spacy_elmo.bilm.embedder import BiLMEmbedder
-from spacy_elmo.embed import EmbedSettings, embed_file
+from spacy_elmo.bilm.runner import BiLMRunner
+from spacy_elmo.embed_hdf5 import EmbedSettings, embed_file
 
 LINES = ["The cat sat on the mat .", "", "Ünïcödé 日本語 👍🏽 text", "x" * 300, "a b c d e f g h i j k"]
 
@@ -30,7 +30,7 @@ def test_embeds_every_line_with_reference_values(reference_bilm, fixture_dir, te
     assert embed_file(text_file, out, EmbedSettings(model=str(fixture_dir), layers="all")) == len(LINES)
     data = read_all(out)
     assert sorted(data, key=int) == [str(i) for i in range(len(LINES))]
-    expected = BiLMEmbedder(reference_bilm).embed_sentences([line.split() for line in LINES])
+    expected = BiLMRunner(reference_bilm).embed_sentences([line.split() for line in LINES])
     for i, array in enumerate(expected):
         assert data[str(i)].shape == array.shape
         numpy.testing.assert_allclose(data[str(i)], array, atol=1e-6, rtol=0)

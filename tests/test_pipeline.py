@@ -10,9 +10,9 @@ import torch
 from spacy.tokens import Doc
 
 import spacy_elmo.loading
-from spacy_elmo.bilm.embedder import BiLMEmbedder
-from spacy_elmo.bilm.serialize import save_native
-from spacy_elmo.convert import WeightsError
+from spacy_elmo.bilm.runner import BiLMRunner
+from spacy_elmo.bilm.native import save_native
+from spacy_elmo.bilm.weights import WeightsError
 from spacy_elmo.pipeline import Elmo
 
 FIXTURE = Path(__file__).parent / "fixtures" / "elmo-fixture"
@@ -42,8 +42,8 @@ def nlp() -> spacy.Language:
 
 
 @pytest.fixture(scope="module")
-def embedder(reference_bilm) -> BiLMEmbedder:
-    return BiLMEmbedder(reference_bilm)
+def embedder(reference_bilm) -> BiLMRunner:
+    return BiLMRunner(reference_bilm)
 
 
 def test_add_pipe_works_without_initialize(nlp):

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spacy_elmo import chars
-from spacy_elmo.bilm.embedder import BiLMEmbedder
+from spacy_elmo.bilm.runner import BiLMRunner
 
 # any code point, lone surrogates included; tokens from empty to well past the 48-byte limit
 tokens = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF), min_size=0, max_size=80)
@@ -34,12 +34,12 @@ def test_char_ids_shape_range_and_layout(batch):
 @given(sentences)
 def test_embedder_shapes_and_batch_independence(make_bilm, batch):
     bilm = make_bilm(seed=3)
-    together = BiLMEmbedder(bilm, token_budget=10_000).embed_sentences(batch)
+    together = BiLMRunner(bilm, token_budget=10_000).embed_sentences(batch)
     assert len(together) == len(batch)
     for sentence, layers in zip(batch, together):
         assert layers.shape == (bilm.options.n_layers + 1, len(sentence), bilm.options.output_dim)
         assert numpy.isfinite(layers).all()
-        alone = BiLMEmbedder(bilm).embed_batch([sentence])[0]
+        alone = BiLMRunner(bilm).embed_batch([sentence])[0]
         numpy.testing.assert_allclose(alone, layers, atol=1e-6, rtol=0)
 
 

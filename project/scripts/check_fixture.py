@@ -21,8 +21,8 @@ from typing import Any, Dict, List, Optional
 import h5py
 import numpy
 
-from spacy_elmo.bilm.embedder import BiLMEmbedder
-from spacy_elmo.convert import load_bilm_tf
+from spacy_elmo.bilm.runner import BiLMRunner
+from spacy_elmo.bilm_tf import load_bilm_tf
 from spacy_elmo.loading import load_bilm
 
 from check_report import finish_check
@@ -48,8 +48,8 @@ def check(fixture: Path, model: Optional[Path] = None) -> Dict[str, Any]:
             refs.append({key: handle[key][...] for key in handle})
     n_batches = len(sentences[0])
 
-    stateful = BiLMEmbedder(bilm, stateful=True)
-    stateless = BiLMEmbedder(bilm)
+    stateful = BiLMRunner(bilm, stateful=True)
+    stateless = BiLMRunner(bilm)
     worst_stateful = worst_stateless = 0.0
     failures: List[str] = []
     for i in range(n_batches):

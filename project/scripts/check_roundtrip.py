@@ -14,8 +14,8 @@ from typing import Any, Dict, List, Optional
 
 import numpy
 
-from spacy_elmo.bilm.embedder import BiLMEmbedder
-from spacy_elmo.convert import bilm_arrays
+from spacy_elmo.bilm.runner import BiLMRunner
+from spacy_elmo.bilm.weights import bilm_arrays
 from spacy_elmo.loading import load_bilm
 
 from check_report import finish_check
@@ -48,8 +48,8 @@ def check(original_dir: Path, exported_dir: Path, text: Path, n_sentences: int =
     if original.vocab != exported.vocab:
         problems.append("vocabularies differ")
     sentences = sample_sentences(text, n_sentences)
-    out_a = BiLMEmbedder(original).embed_sentences(sentences)
-    out_b = BiLMEmbedder(exported).embed_sentences(sentences)
+    out_a = BiLMRunner(original).embed_sentences(sentences)
+    out_b = BiLMRunner(exported).embed_sentences(sentences)
     diff = max(float(numpy.abs(x - y).max()) for x, y in zip(out_a, out_b))
     if diff != 0.0:
         problems.append(f"layer outputs differ (max abs diff {diff:.3e})")

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from .char_cnn import CharacterEncoder
-from .config import BiLMOptions
+from .options import BiLMOptions
 from .lstm import BiLSTMStack, LSTMState
 from .softmax import SoftmaxHead
 from .token_cache import TokenCache

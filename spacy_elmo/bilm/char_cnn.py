@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from .. import chars
-from .config import BiLMOptions
+from .options import BiLMOptions
 
 
 ROW_CHUNK = 64

@@ -16,7 +16,7 @@ from typing import List, Optional, Tuple
 import torch
 from torch import nn
 
-from .config import BiLMOptions
+from .options import BiLMOptions
 
 FORGET_BIAS = 1.0
 FORWARD, BACKWARD = 0, 1

@@ -2,9 +2,14 @@
 
 Arrays are written as (dtype, shape, raw bytes) and read back with `numpy.frombuffer` under a short
 list of allowed dtypes, so loading a file cannot execute code. Weight names and orientations are
-those of the bilm-tf layout (see `convert.py`), so the two formats hold the very same arrays.
+those of the bilm-tf layout (`weights.py`), so the two formats hold the very same arrays.
+A SHA-256 digest of the options, the vocabulary and every stored array is written with them and
+checked on load, so a flipped bit is an error naming the file instead of silently different vectors
+(files written before the digest existed load without the check).
 A native model on disk is a directory: `options.json` (readable) and `model.msgpack`.
 """
+
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
@@ -12,14 +17,15 @@ from typing import Any, Dict, List, Optional, Union
 import numpy
 import srsly
 
-from ..convert import WeightsError, bilm_arrays, build_bilm
 from .bilm import BiLM
-from .config import BiLMOptions
+from .options import BiLMOptions
+from .weights import SOFTMAX_ARRAYS, WeightsError, bilm_arrays, build_bilm
 
 FORMAT = "spacy-elmo.bilm.v1"
 ALLOWED_DTYPES = ("float32", "float16", "int32", "int64")
 MODEL_FILE = "model.msgpack"
 OPTIONS_FILE = "options.json"
+DIGEST_KEY = "sha256"
 
 
 def encode_array(array: numpy.ndarray) -> Dict[str, Any]:
@@ -42,12 +48,41 @@ def decode_array(value: Dict[str, Any], name: str = "array", source: str = "mode
     return numpy.frombuffer(data, dtype=dtype).reshape(shape).copy()
 
 
-def bilm_to_bytes(bilm: BiLM) -> bytes:
+def payload_digest(options: Dict[str, Any], weights: Dict[str, Dict[str, Any]], vocab: Optional[List[str]]) -> str:
+    """SHA-256 of what a model file stores: the options, the vocabulary and each encoded array."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps(options, sort_keys=True).encode("utf-8"))
+    digest.update(json.dumps(vocab, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    for name in sorted(weights):
+        entry = weights[name]
+        header = json.dumps([name, entry.get("dtype"), entry.get("shape")])
+        digest.update(header.encode("utf-8"))
+        data = entry.get("data")
+        digest.update(data if isinstance(data, bytes) else b"")
+    return digest.hexdigest()
+
+
+def bilm_to_bytes(bilm: BiLM, softmax_dtype: str = "float32", keep_softmax: bool = True) -> bytes:
+    """The model file's bytes. `softmax_dtype="float16"` halves the language-model head (it serves only
+    perplexity and fine-tuning, and is the largest array of a small model); `keep_softmax=False` drops it
+    and the vocabulary (an embedding-only model)."""
+    weights = {}
+    for name, value in bilm_arrays(bilm):
+        if name in SOFTMAX_ARRAYS:
+            if not keep_softmax:
+                continue
+            value = value.astype(numpy.dtype(softmax_dtype))
+        weights[name] = encode_array(value)
+    options = bilm.options.to_dict()
+    if not keep_softmax:
+        options.pop("n_tokens_vocab", None)
+    vocab = bilm.vocab if keep_softmax else None
     payload = {
         "format": FORMAT,
-        "options": bilm.options.to_dict(),
-        "weights": {name: encode_array(value) for name, value in bilm_arrays(bilm)},
-        "vocab": bilm.vocab,
+        "options": options,
+        "weights": weights,
+        "vocab": vocab,
+        DIGEST_KEY: payload_digest(options, weights, vocab),
     }
     return srsly.msgpack_dumps(payload)
 
@@ -59,20 +94,36 @@ def bilm_from_bytes(data: bytes, source: str = "model bytes") -> BiLM:
         raise WeightsError(f"{source}: not a spacy-elmo model ({type(err).__name__}: {err})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise WeightsError(f"{source}: not a spacy-elmo model (expected format {FORMAT!r})")
+    if not isinstance(payload.get("options"), dict) or not isinstance(payload.get("weights"), dict):
+        raise WeightsError(f"{source}: not a spacy-elmo model (no 'options' or 'weights' section)")
+    vocab: Optional[List[str]] = payload.get("vocab")
+    recorded = payload.get(DIGEST_KEY)
+    if recorded is not None:
+        actual = payload_digest(payload["options"], payload["weights"], vocab)
+        if actual != recorded:
+            raise WeightsError(
+                f"{source}: the model file is corrupt: its contents have SHA-256 {actual}, but it was written "
+                f"with {recorded} (a damaged copy or an edited file; copy or export the model again)"
+            )
     options = BiLMOptions.from_dict(payload["options"], source=source)
     arrays = {name: decode_array(value, name, source) for name, value in payload["weights"].items()}
-    vocab: Optional[List[str]] = payload.get("vocab")
     return build_bilm(options, arrays, source=source, vocab=vocab)
 
 
-def save_native(bilm: BiLM, directory: Union[str, Path]) -> Path:
-    """Write a native model directory atomically (temporary file, then rename)."""
+def save_native(
+    bilm: BiLM, directory: Union[str, Path], softmax_dtype: str = "float32", keep_softmax: bool = True
+) -> Path:
+    """Write a native model directory atomically (temporary file, then rename); see `bilm_to_bytes`."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    data = bilm_to_bytes(bilm, softmax_dtype=softmax_dtype, keep_softmax=keep_softmax)
     tmp = directory / (MODEL_FILE + ".tmp")
-    tmp.write_bytes(bilm_to_bytes(bilm))
+    tmp.write_bytes(data)
     tmp.replace(directory / MODEL_FILE)
-    (directory / OPTIONS_FILE).write_text(json.dumps(bilm.options.to_dict(), indent=2) + "\n", encoding="utf-8")
+    options = bilm.options.to_dict()
+    if not keep_softmax:
+        options.pop("n_tokens_vocab", None)
+    (directory / OPTIONS_FILE).write_text(json.dumps(options, indent=2) + "\n", encoding="utf-8")
     return directory
 
 

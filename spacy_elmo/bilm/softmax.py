@@ -20,12 +20,3 @@ class SoftmaxHead(nn.Module):
         with torch.no_grad():
             self.weight.normal_(0.0, self.weight.shape[1] ** -0.5, generator=generator)
             self.bias.zero_()
-
-    def log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Full softmax: hidden (..., P) -> log-probabilities (..., V)."""
-        return torch.log_softmax(nn.functional.linear(hidden, self.weight, self.bias).float(), dim=-1)
-
-    def nll(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Full-softmax negative log-likelihood of each target: hidden (N, P), targets (N,) -> (N,)."""
-        logits = nn.functional.linear(hidden, self.weight, self.bias).float()
-        return nn.functional.cross_entropy(logits, targets, reduction="none")

@@ -4,8 +4,8 @@ from typing import Optional
 
 import typer
 
-from ..bilm.serialize import is_native, save_native
-from ..convert import save_bilm_tf
+from ..bilm.native import is_native, save_native
+from ..bilm_tf import save_bilm_tf
 from ..loading import load_bilm
 from . import elmo_cli
 

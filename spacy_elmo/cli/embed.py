@@ -4,7 +4,7 @@ from pathlib import Path
 import typer
 from tqdm import tqdm
 
-from ..embed import LAYER_CHOICES, EmbedSettings, embed_file
+from ..embed_hdf5 import LAYER_CHOICES, EmbedSettings, embed_file
 from . import elmo_cli
 
 

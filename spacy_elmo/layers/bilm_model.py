@@ -1,17 +1,19 @@
 """The biLM as a thinc layer: docs in, one (n_layers, n_tokens, 2P) array of layer outputs per doc out.
 
-The PyTorch biLM sits in a thinc `PyTorchShim`, so it follows thinc's current device (`require_gpu`),
-is updated by thinc's optimizer when fine-tuned, and is serialized with the native msgpack format of
-`spacy_elmo.bilm.serialize` (custom shim serializers: no pickle, no `torch.load`).
+The biLM's runner (`spacy_elmo.bilm.runner.BiLMRunner`) sits in a thinc `PyTorchShim`, so it follows
+thinc's current device (`require_gpu`), is updated by thinc's optimizer when fine-tuned, and is
+serialized with the native msgpack format of `spacy_elmo.bilm.native` (custom shim serializers: no
+pickle, no `torch.load`). This layer cuts docs into sentences or windows (`segments.py`), batches them
+with the one batcher and places the runner's outputs back on the docs' tokens.
 
 Weights are loaded on first use, not when the layer is built: `spacy.load` builds the layer from the
 config and then fills it from the saved pipeline, so the weights path of the config (which may not
 exist on the machine the pipeline is deployed to) is read only when no saved weights were given.
 """
+
 import copy
-import json
-from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+import functools
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy
 import torch
@@ -21,52 +23,15 @@ from thinc.api import ArgsKwargs, Model, PyTorchShim, get_torch_default_device, 
 from thinc.types import Floats3d
 
 from .. import chars, loading
+from ..bilm.batching import DEFAULT_TOKEN_BUDGET, token_budget_batches
 from ..bilm.bilm import BiLM
-from ..bilm.config import BiLMOptions
-from ..bilm.embedder import DEFAULT_TOKEN_BUDGET, length_sorted_batches
-from ..bilm.carried_state import CarriedState
-from ..bilm.serialize import OPTIONS_FILE, bilm_from_bytes, bilm_to_bytes
-from .segments import DEFAULT_WINDOW_CONTEXT, DEFAULT_WINDOW_SIZE, Segment, check_window, segment_docs
+from ..bilm.native import bilm_from_bytes, bilm_to_bytes
+from ..bilm.options import BiLMOptions
+from ..bilm.runner import BiLMRunner, token_slice
+from .segments import DEFAULT_WINDOW_CONTEXT, DEFAULT_WINDOW_SIZE, check_window, segment_docs
 
 BILM_LAYER_NAME = "elmo-bilm"
-
-
-def describe_source(path: str) -> str:
-    return f"the shipped default model '{loading.DEFAULT_MODEL}'" if not path else repr(path)
-
-
-def resolve_source(path: str) -> Path:
-    """The file or directory `path` names; "" is the shipped default model. Raises a clear error."""
-    if not path:
-        target = Path(loading.SHIPPED_MODELS_DIR) / loading.DEFAULT_MODEL
-        if not target.exists():
-            raise FileNotFoundError(
-                f"the default biLM '{loading.DEFAULT_MODEL}' is not installed (expected a native model "
-                f"directory at {target}). Give a model explicitly: add_pipe('elmo', config={{'model': "
-                f"{{'@architectures': 'spacy-elmo.BiLM.v1', 'path': '/path/to/model'}}}}) with a native "
-                f"model directory, a bilm-tf/AllenNLP directory or an .hdf5 weight file"
-            )
-        return target
-    target = Path(path)
-    if not target.exists() and (Path(loading.SHIPPED_MODELS_DIR) / path).exists():
-        target = Path(loading.SHIPPED_MODELS_DIR) / path
-    if not target.exists():
-        raise FileNotFoundError(
-            f"spacy-elmo.BiLM.v1: model path {path!r} does not exist (config option model.path). "
-            f"Give a native model directory, a bilm-tf/AllenNLP directory (options.json + .hdf5) or an "
-            f".hdf5 weight file with options.json beside it"
-        )
-    return target
-
-
-def peek_options(path: str) -> Optional[BiLMOptions]:
-    """The options of the model at `path` without loading its weights, or None if unreadable."""
-    try:
-        target = resolve_source(path)
-        options_file = target / OPTIONS_FILE if target.is_dir() else target.with_name(OPTIONS_FILE)
-        return BiLMOptions.from_dict(json.loads(options_file.read_text(encoding="utf-8")), source=str(options_file))
-    except (OSError, ValueError):
-        return None
+PATH_OPTION = "spacy-elmo.BiLM.v1 model.path"
 
 
 def strip_lm_head(bilm: BiLM) -> BiLM:
@@ -82,55 +47,17 @@ def strip_lm_head(bilm: BiLM) -> BiLM:
     return bilm
 
 
-class BiLMRunner(torch.nn.Module):
-    """The PyTorch side: holds the biLM (loaded on demand) and runs several batches in one call.
+def prepare_for_pipe(bilm: BiLM) -> BiLM:
+    """A biLM as the layer holds it: no LM head, trainable (fine-tuning), on thinc's current device."""
+    bilm = strip_lm_head(bilm)
+    for param in bilm.parameters():
+        param.requires_grad_(True)
+    return bilm.to(get_torch_default_device())
 
-    One call for all the batches of a doc batch keeps thinc's gradient scaling (mixed precision)
-    to one backward pass per update. Stateful mode carries the LSTM state from call to call, row by
-    row, as bilm-tf and AllenNLP do.
-    """
 
-    def __init__(self, source: str) -> None:
-        super().__init__()
-        self.source = source
-        self.bilm: Optional[BiLM] = None
-        self.stateful = False
-        self._carried = CarriedState()
-
-    @property
-    def loaded(self) -> bool:
-        return self.bilm is not None
-
-    def load(self) -> BiLM:
-        if self.bilm is None:
-            target = resolve_source(self.source)
-            bilm = loading.load_bilm(target)
-            self.set_bilm(bilm, get_torch_default_device())
-        return self.bilm  # type: ignore[return-value]
-
-    def set_bilm(self, bilm: BiLM, device: Optional[torch.device] = None) -> None:
-        bilm = strip_lm_head(bilm)
-        for param in bilm.parameters():
-            param.requires_grad_(True)
-        self.bilm = bilm.to(device) if device is not None else bilm
-        self._carried.reset()
-
-    def reset_state(self) -> None:
-        self._carried.reset()
-
-    def forward(self, batches: List[torch.Tensor]) -> List[torch.Tensor]:
-        bilm = self.load()
-        outputs = []
-        for char_ids in batches:
-            char_ids = char_ids.to(bilm.device)
-            if self.stateful:
-                initial = self._carried.rows(bilm.lstm, char_ids.shape[0], char_ids.device)
-                result = bilm(char_ids, initial_state=initial, return_final_state=True)
-                self._carried.store(result.final_state)
-            else:
-                result = bilm(char_ids)
-            outputs.append(result.layers.float())
-        return outputs
+def load_for_pipe(path: str) -> BiLM:
+    """The runner's loader (a module-level function, so the runner stays picklable)."""
+    return prepare_for_pipe(loading.load_bilm(path, option=PATH_OPTION))
 
 
 def serialize_runner(runner: BiLMRunner) -> bytes:
@@ -139,7 +66,7 @@ def serialize_runner(runner: BiLMRunner) -> bytes:
 
 
 def deserialize_runner(runner: BiLMRunner, data: bytes, device: torch.device) -> BiLMRunner:
-    runner.set_bilm(bilm_from_bytes(data, source="spacy-elmo pipeline weights"), device)
+    runner.set_bilm(prepare_for_pipe(bilm_from_bytes(data, source="spacy-elmo pipeline weights")), device)
     return runner
 
 
@@ -165,31 +92,20 @@ def set_dims_from_options(model: Model, options: BiLMOptions) -> None:
             model.set_dim(dim, value)
 
 
+def set_bilm(model: Model, bilm: BiLM) -> None:
+    """Give the layer a biLM (instead of loading the configured path)."""
+    get_runner(model).set_bilm(prepare_for_pipe(bilm))
+
+
 def known_options(model: Model) -> Optional[BiLMOptions]:
     """The biLM's options if they can be known without loading weights (None if not)."""
     runner = get_runner(model)
     if runner.bilm is not None:
         return runner.bilm.options
-    return peek_options(runner.source)
-
-
-def plan_batches(segments: Sequence[Segment], token_budget: int, stateful: bool) -> List[List[int]]:
-    """Stateless: length-sorted batches under the token budget. Stateful: text order, kept in order."""
-    lengths = [s.words + 2 for s in segments]
-    if not stateful:
-        return length_sorted_batches(lengths, token_budget)
-    batches: List[List[int]] = []
-    current: List[int] = []
-    width = 0
-    for index, length in enumerate(lengths):
-        if current and (len(current) + 1) * max(width, length) > token_budget:
-            batches.append(current)
-            current, width = [], 0
-        current.append(index)
-        width = max(width, length)
-    if current:
-        batches.append(current)
-    return batches
+    try:
+        return loading.read_options(loading.resolve_model(model.attrs["path"], option=PATH_OPTION))
+    except (OSError, ValueError):
+        return None
 
 
 def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3d], Callable]:
@@ -199,7 +115,12 @@ def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3
     runner.stateful = bool(model.attrs["stateful"])
     n_layers, width = model.get_dim("nL"), model.get_dim("nO")
     segments = segment_docs(docs, model.attrs["window_size"], model.attrs["window_context"])
-    batches = plan_batches(segments, int(model.attrs["token_budget"]), runner.stateful)
+    lengths = [s.words + 2 for s in segments]
+    # stateful: text order, no row limit (row i continues row i); stateless: length-sorted
+    max_rows = None if runner.stateful else runner.max_batch_size
+    if not runner.n_splits:  # after running out of memory, keep to the budget the runner lowered
+        runner.token_budget = int(model.attrs["token_budget"])
+    batches = token_budget_batches(lengths, runner.token_budget, max_rows, sort=not runner.stateful)
     max_chars = bilm.options.max_characters_per_token
     tensors = []
     for batch in batches:
@@ -224,14 +145,14 @@ def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3
                 yield seg.doc, (keep if xp is numpy else xp.asarray(keep)), b, row, seg
 
     for doc_index, keep, b, row, seg in places():
-        outputs[doc_index][:, keep] = batch_arrays[b][:, row, 1 + seg.keep_start : 1 + seg.keep_end]
+        outputs[doc_index][:, keep] = batch_arrays[b][:, row, token_slice(seg.keep_start, seg.keep_end)]
 
     def backprop(d_outputs: List[Floats3d]) -> List[Doc]:
         if not fine_tune:
             return []
         grads = [xp.zeros_like(a) for a in batch_arrays]
         for doc_index, keep, b, row, seg in places():
-            grads[b][:, row, 1 + seg.keep_start : 1 + seg.keep_end] = d_outputs[doc_index][:, keep]
+            grads[b][:, row, token_slice(seg.keep_start, seg.keep_end)] = d_outputs[doc_index][:, keep]
         grad_tensors = [xp2torch(g, device=t.device) for g, t in zip(grads, torch_outputs)]
         if torch_outputs:
             shim_backprop(ArgsKwargs(args=(torch_outputs,), kwargs={"grad_tensors": grad_tensors}))
@@ -287,7 +208,7 @@ def BiLM_v1(
     mixed_precision: run the biLM under CUDA autocast (GPU only; no effect on CPU).
     """
     check_window(window_size, window_context)
-    runner = BiLMRunner(path)
+    runner = BiLMRunner(load=functools.partial(load_for_pipe, path))
     shim = PyTorchShim(
         runner,
         # autocast is CUDA-only: without CUDA the setting is a no-op (and torch would warn each call)

@@ -81,7 +81,3 @@ def segment_docs(docs: Sequence[Doc], window_size: int, window_context: int) -> 
             for w_start, w_end, k_start, k_end in windows(len(positions), window_size, window_context):
                 segments.append(Segment(index, positions[w_start:w_end], k_start, k_end))
     return segments
-
-
-def segment_words(doc: Doc, segment: Segment) -> List[str]:
-    return [doc[int(i)].text for i in segment.positions]

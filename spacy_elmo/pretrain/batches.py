@@ -10,10 +10,12 @@ Evaluation: whole sentences (`<S>` ... `</S>`), each starting from a zero state 
 for embedding; length-sorted batches padded with "no token" (id 0) and targets -100 (ignored).
 """
 from dataclasses import dataclass
-from typing import Iterator, List, Optional
+from typing import Iterator, Optional
 
 import numpy
 import torch
+
+from ..bilm.batching import token_budget_batches
 
 IGNORE = -100
 
@@ -108,7 +110,7 @@ def sentence_batches(
     token_budget: int = 4096,
     max_tokens: Optional[int] = None,
 ) -> Iterator[LMBatch]:
-    """Framed sentences of a stream in length-sorted padded batches (for perplexity).
+    """Framed sentences of a stream in length-sorted padded batches (for perplexity), grouped by the biLM's one batcher.
 
     `max_tokens` keeps the first sentences up to that many tokens (a fixed, reproducible subset).
     """
@@ -122,16 +124,10 @@ def sentence_batches(
     if max_tokens is not None:
         keep = int(numpy.searchsorted(numpy.cumsum(lengths), max_tokens, side="right"))
         starts, lengths = starts[: max(keep, 1)], lengths[: max(keep, 1)]
-    order = numpy.argsort(-lengths, kind="stable")
-    batches: List[numpy.ndarray] = []
-    begin = 0
-    while begin < len(order):
-        width = int(lengths[order[begin]])
-        size = max(1, token_budget // width)
-        batches.append(order[begin : begin + size])
-        begin += size
+    batches = token_budget_batches(lengths.tolist(), token_budget, max_batch_size=None)
     last = len(tokens) - 1
-    for rows in batches:
+    for batch in batches:
+        rows = numpy.asarray(batch, dtype=numpy.int64)
         width = int(lengths[rows[0]])
         steps = numpy.arange(width)[None, :]
         row_len = lengths[rows][:, None]

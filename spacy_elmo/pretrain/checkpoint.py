@@ -17,7 +17,7 @@ import numpy
 import srsly
 import torch
 
-from ..bilm.serialize import decode_array, encode_array
+from ..bilm.native import decode_array, encode_array
 
 FORMAT = "spacy-elmo.checkpoint.v1"
 NAME = re.compile(r"^step_(\d+)\.ckpt$")

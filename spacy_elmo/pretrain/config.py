@@ -9,7 +9,7 @@ from typing import Any, Dict, Optional, Union
 
 from thinc.api import Config
 
-from ..bilm.config import BiLMOptions
+from ..bilm.options import BiLMOptions
 
 DEFAULT_CONFIG = """
 [paths]

@@ -16,9 +16,7 @@ vectorised with numpy over spaCy's hash arrays.
 A cache entry is keyed by the input paths, sizes and modification times and by the settings; it is
 written to a temporary directory and renamed, so a killed run never leaves a half-written entry.
 """
-import gzip
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -31,7 +29,7 @@ import numpy
 import srsly
 
 from .. import chars
-from ..jsonl import texts_from_jsonl
+from ..text import make_tokenizer, open_text, texts_from_jsonl
 from .vocab import BOS, EOS, Vocab
 
 CACHE_VERSION = 1
@@ -95,13 +93,6 @@ class TokenStream:
         """Softmax id of every type (int32): its vocabulary id, or `<UNK>`."""
         return vocab.lookup(self.types)
 
-    def sentence_bounds(self) -> Tuple[numpy.ndarray, numpy.ndarray]:
-        """(starts, ends) of every framed sentence: tokens[starts[i]:ends[i]] = <S> ... </S>."""
-        tokens = numpy.asarray(self.tokens)
-        starts = numpy.flatnonzero(tokens == 0)
-        ends = numpy.flatnonzero(tokens == 1) + 1
-        return starts, ends
-
 
 def _save_npy_atomic(path: Path, array: numpy.ndarray) -> None:
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
@@ -131,16 +122,10 @@ def expand_paths(paths: Union[PathLike, Sequence[PathLike]]) -> List[Path]:
     return files
 
 
-def _open_text(path: Path) -> io.TextIOBase:
-    if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="replace")
-    return open(path, "r", encoding="utf-8", errors="replace")
-
-
 def iter_paragraphs(path: Path) -> Iterator[str]:
     """Paragraphs of a plain-text file: runs of non-blank lines, joined by single spaces."""
     lines: List[str] = []
-    with _open_text(path) as handle:
+    with open_text(path) as handle:
         for line in handle:
             line = line.strip()
             if line:
@@ -153,60 +138,16 @@ def iter_paragraphs(path: Path) -> Iterator[str]:
 
 
 def iter_jsonl(path: Path, field: str) -> Iterator[str]:
-    with _open_text(path) as handle:
+    with open_text(path) as handle:
         yield from texts_from_jsonl(handle, path, field, option="corpus.text_field", error=CorpusError)
 
 
 def iter_lines(path: Path) -> Iterator[List[str]]:
-    with _open_text(path) as handle:
+    with open_text(path) as handle:
         for line in handle:
             tokens = line.split()
             if tokens:
                 yield tokens
-
-
-@dataclass
-class Tokenizer:
-    """spaCy's tokenizer for a language plus its rule-based sentencizer (no model, no download).
-
-    Built from the language's defaults directly rather than through `spacy.blank`, so that it does
-    not load every installed pipeline plugin just to split text.
-    """
-
-    vocab: "object"
-    tokenizer: "object"
-    sentencizer: "object"
-    max_length: int = 1_000_000
-
-    def pipe(self, texts, batch_size: int = 256):
-        return self.sentencizer.pipe(self.tokenizer.pipe(texts, batch_size=batch_size), batch_size=batch_size)
-
-
-def make_tokenizer(lang: str = "en") -> Tokenizer:
-    from spacy import util
-    from spacy.pipeline import Sentencizer
-    from spacy.tokenizer import Tokenizer as SpacyTokenizer
-    from spacy.vocab import create_vocab
-
-    try:
-        defaults = util.get_lang_class(lang).Defaults
-    except ImportError as err:
-        raise CorpusError(f"corpus.lang is {lang!r}, which spaCy does not know ({err})") from None
-    vocab = create_vocab(lang, defaults)
-    compile_or_none = lambda items, fn: fn(items) if items else None  # noqa: E731
-    prefix = compile_or_none(defaults.prefixes, util.compile_prefix_regex)
-    suffix = compile_or_none(defaults.suffixes, util.compile_suffix_regex)
-    infix = compile_or_none(defaults.infixes, util.compile_infix_regex)
-    tokenizer = SpacyTokenizer(
-        vocab,
-        rules=defaults.tokenizer_exceptions,
-        prefix_search=prefix.search if prefix else None,
-        suffix_search=suffix.search if suffix else None,
-        infix_finditer=infix.finditer if infix else None,
-        token_match=defaults.token_match,
-        url_match=defaults.url_match,
-    )
-    return Tokenizer(vocab=vocab, tokenizer=tokenizer, sentencizer=Sentencizer())
 
 
 def _frame(hashes: numpy.ndarray, starts: numpy.ndarray, bos: int, eos: int) -> numpy.ndarray:
@@ -249,7 +190,7 @@ def _tokenize(files: List[Path], settings: CorpusSettings) -> Tuple[numpy.ndarra
     """All files -> one framed uint64 hash array (and the StringStore that decodes it)."""
     from spacy.tokens import Doc
 
-    nlp = make_tokenizer(settings.lang)
+    nlp = make_tokenizer(settings.lang, option="corpus.lang", error=CorpusError)
     strings = nlp.vocab.strings
     bos, eos = strings.add(BOS), strings.add(EOS)
     chunks: List[numpy.ndarray] = []

@@ -27,8 +27,8 @@ from thinc.api import Config
 from torch import nn
 
 from ..bilm.bilm import BiLM
-from ..bilm.serialize import bilm_from_bytes, bilm_to_bytes, save_native
-from ..convert import bilm_arrays, build_bilm
+from ..bilm.native import bilm_from_bytes, bilm_to_bytes, save_native
+from ..bilm.weights import bilm_arrays, build_bilm
 from ..loading import load_bilm
 from . import checkpoint as ckpt
 from .batches import WindowBatcher

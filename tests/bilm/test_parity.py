@@ -5,7 +5,7 @@ import h5py
 import numpy
 import pytest
 
-from spacy_elmo.bilm.embedder import BiLMEmbedder
+from spacy_elmo.bilm.runner import BiLMRunner
 
 ATOL = 1e-6
 
@@ -34,7 +34,7 @@ def as_forward_backward(layers: numpy.ndarray) -> numpy.ndarray:
 
 def test_stateful_reproduces_all_30_sentences(reference_bilm, sentences, expected_top):
     # One stateful biLM, 10 batches of 3: batch i = [s[0][i], s[1][i], s[2][i]], as the reference ran.
-    embedder = BiLMEmbedder(reference_bilm, stateful=True)
+    embedder = BiLMRunner(reference_bilm, stateful=True)
     n_checked = 0
     for i in range(10):
         batch = [sentences[k][i] for k in range(3)]
@@ -46,14 +46,14 @@ def test_stateful_reproduces_all_30_sentences(reference_bilm, sentences, expecte
 
 
 def test_stateless_reproduces_batch_0(reference_bilm, sentences, expected_top):
-    embedder = BiLMEmbedder(reference_bilm)
+    embedder = BiLMRunner(reference_bilm)
     for k, layers in enumerate(embedder.embed_sentences([sentences[k][0] for k in range(3)])):
         numpy.testing.assert_allclose(as_forward_backward(layers), expected_top[k][0], atol=ATOL, rtol=1e-5)
 
 
 def test_stateless_differs_from_reference_after_batch_0(reference_bilm, sentences, expected_top):
     # The reference carried state into batch 1; a stateless biLM must not (that is the point of it).
-    layers = BiLMEmbedder(reference_bilm).embed_sentences([sentences[0][1]])[0]
+    layers = BiLMRunner(reference_bilm).embed_sentences([sentences[0][1]])[0]
     assert not numpy.allclose(as_forward_backward(layers), expected_top[0][1], atol=ATOL)
 
 
@@ -62,12 +62,12 @@ def test_token_layer_reproduces_token_embeddings(reference_bilm, fixture_dir):
     with h5py.File(fixture_dir / "elmo_token_embeddings.hdf5", "r") as handle:
         expected = handle["embedding"][...]
     assert len(tokens) == expected.shape[0]
-    got = BiLMEmbedder(reference_bilm).embed_tokens(tokens)
+    got = BiLMRunner(reference_bilm).embed_tokens(tokens)
     numpy.testing.assert_allclose(got, expected, atol=ATOL, rtol=1e-5)
 
 
 def test_layer_0_is_token_layer_twice(reference_bilm, sentences):
     sentence = sentences[1][2]
-    layers = BiLMEmbedder(reference_bilm).embed_sentences([sentence])[0]
-    tokens = BiLMEmbedder(reference_bilm).embed_tokens(sentence)
+    layers = BiLMRunner(reference_bilm).embed_sentences([sentence])[0]
+    tokens = BiLMRunner(reference_bilm).embed_tokens(sentence)
     numpy.testing.assert_allclose(layers[0], numpy.concatenate([tokens, tokens], axis=1), atol=ATOL)

@@ -1,4 +1,4 @@
-"""Stateless means a sentence's vectors do not depend on its batch: size, order, neighbours."""
+"""The runner. Stateless means a sentence's vectors do not depend on its batch: size, order, neighbours."""
 import json
 import random
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from spacy_elmo import chars
-from spacy_elmo.bilm.embedder import BiLMEmbedder, length_sorted_batches
+from spacy_elmo.bilm.runner import BiLMRunner
 
 
 @pytest.fixture(scope="module")
@@ -18,8 +18,8 @@ def all_sentences(fixture_dir):
 
 @pytest.mark.parametrize("token_budget", [1, 60, 500, 100000])
 def test_same_outputs_whatever_the_batch_size(reference_bilm, all_sentences, token_budget):
-    alone = [BiLMEmbedder(reference_bilm).embed_batch([s])[0] for s in all_sentences]
-    batched = BiLMEmbedder(reference_bilm, token_budget=token_budget).embed_sentences(all_sentences)
+    alone = [BiLMRunner(reference_bilm).embed_batch([s])[0] for s in all_sentences]
+    batched = BiLMRunner(reference_bilm, token_budget=token_budget).embed_sentences(all_sentences)
     for a, b in zip(alone, batched):
         numpy.testing.assert_allclose(a, b, atol=1e-6, rtol=0)
 
@@ -27,8 +27,8 @@ def test_same_outputs_whatever_the_batch_size(reference_bilm, all_sentences, tok
 @pytest.mark.parametrize("token_budget", [1, 60, 500, 100000])
 def test_cpu_outputs_are_bit_identical_whatever_the_batch(reference_bilm, all_sentences, token_budget):
     """Fixed-shape products in the token encoder, none under 4 rows in the LSTM: no batch rounding."""
-    alone = [BiLMEmbedder(reference_bilm).embed_batch([s])[0] for s in all_sentences]
-    batched = BiLMEmbedder(reference_bilm, token_budget=token_budget).embed_sentences(all_sentences)
+    alone = [BiLMRunner(reference_bilm).embed_batch([s])[0] for s in all_sentences]
+    batched = BiLMRunner(reference_bilm, token_budget=token_budget).embed_sentences(all_sentences)
     for sentence, a, b in zip(all_sentences, alone, batched):
         assert numpy.array_equal(a, b), f"{sentence}: max diff {numpy.abs(a - b).max()}"
 
@@ -36,7 +36,7 @@ def test_cpu_outputs_are_bit_identical_whatever_the_batch(reference_bilm, all_se
 def test_same_outputs_whatever_the_order(reference_bilm, all_sentences):
     order = list(range(len(all_sentences)))
     random.Random(0).shuffle(order)
-    embedder = BiLMEmbedder(reference_bilm)
+    embedder = BiLMRunner(reference_bilm)
     straight = embedder.embed_batch(all_sentences)
     shuffled = embedder.embed_batch([all_sentences[i] for i in order])
     for position, index in enumerate(order):
@@ -58,7 +58,7 @@ def test_configurations_run_and_stay_batch_independent(make_bilm, skip, clips):
     bilm = make_bilm(use_skip_connections=skip, cell_clip=clips[0], proj_clip=clips[1], n_layers=3,
                        n_highway=0, activation="tanh")
     sentences = [["x"] * n for n in (1, 7, 3, 12)]
-    embedder = BiLMEmbedder(bilm)
+    embedder = BiLMRunner(bilm)
     together = embedder.embed_batch(sentences)
     for sentence, got in zip(sentences, together):
         numpy.testing.assert_allclose(embedder.embed_batch([sentence])[0], got, atol=1e-6, rtol=0)
@@ -71,27 +71,19 @@ def test_configurations_run_and_stay_batch_independent(make_bilm, skip, clips):
 
 def test_proj_clip_zero_is_a_value_not_off(make_bilm):
     bilm = make_bilm(proj_clip=0.0, use_skip_connections=False)
-    layers = BiLMEmbedder(bilm).embed_sentences([["a", "b"]])[0]
+    layers = BiLMRunner(bilm).embed_sentences([["a", "b"]])[0]
     assert numpy.all(layers[1:] == 0)
 
 
-def test_length_sorted_batches_respect_budget():
-    lengths = [5, 50, 3, 49, 10, 1, 2]
-    batches = length_sorted_batches(lengths, token_budget=60)
-    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
-    for batch in batches:
-        assert len(batch) == 1 or len(batch) * max(lengths[i] for i in batch) <= 60
-
-
 def test_empty_sentence_and_empty_batch(reference_bilm):
-    embedder = BiLMEmbedder(reference_bilm)
+    embedder = BiLMRunner(reference_bilm)
     out = embedder.embed_sentences([[], ["a"]])
     assert out[0].shape == (3, 0, 32) and out[1].shape == (3, 1, 32)
     assert embedder.embed_sentences([]) == []
 
 
 def test_stateful_state_depends_on_history(reference_bilm, all_sentences):
-    stateful = BiLMEmbedder(reference_bilm, stateful=True)
+    stateful = BiLMRunner(reference_bilm, stateful=True)
     first = stateful.embed_batch([all_sentences[0]])[0]
     second = stateful.embed_batch([all_sentences[0]])[0]
     assert not numpy.allclose(first, second, atol=1e-6)
@@ -102,8 +94,8 @@ def test_stateful_state_depends_on_history(reference_bilm, all_sentences):
 
 
 def test_out_of_memory_batch_is_split_and_completes(reference_bilm, all_sentences, monkeypatch):
-    expected = BiLMEmbedder(reference_bilm, token_budget=100000).embed_sentences(all_sentences)
-    embedder = BiLMEmbedder(reference_bilm, token_budget=100000)
+    expected = BiLMRunner(reference_bilm, token_budget=100000).embed_sentences(all_sentences)
+    embedder = BiLMRunner(reference_bilm, token_budget=100000)
     real_forward = embedder._forward
 
     def forward_that_fits_4(batch):
@@ -120,25 +112,25 @@ def test_out_of_memory_batch_is_split_and_completes(reference_bilm, all_sentence
 
 
 def test_other_errors_are_not_swallowed(reference_bilm, monkeypatch):
-    embedder = BiLMEmbedder(reference_bilm)
+    embedder = BiLMRunner(reference_bilm)
     monkeypatch.setattr(embedder, "_forward", lambda batch: (_ for _ in ()).throw(RuntimeError("shape mismatch")))
     with pytest.raises(RuntimeError, match="shape mismatch"):
         embedder.embed_sentences([["a"], ["b"]])
 
 
 def test_single_sentence_out_of_memory_is_a_clear_error(reference_bilm, monkeypatch):
-    embedder = BiLMEmbedder(reference_bilm)
+    embedder = BiLMRunner(reference_bilm)
     monkeypatch.setattr(embedder, "_forward", lambda batch: (_ for _ in ()).throw(RuntimeError("out of memory")))
     with pytest.raises(MemoryError, match="single sentence of 3 tokens"):
         embedder.embed_sentences([["a", "b", "c"]])
 
 
 def test_bf16_precision_close_to_fp32(reference_bilm, all_sentences):
-    fp32 = BiLMEmbedder(reference_bilm).embed_sentences(all_sentences[:5])
-    bf16 = BiLMEmbedder(reference_bilm, precision="bf16").embed_sentences(all_sentences[:5])
+    fp32 = BiLMRunner(reference_bilm).embed_sentences(all_sentences[:5])
+    bf16 = BiLMRunner(reference_bilm, precision="bf16").embed_sentences(all_sentences[:5])
     for a, b in zip(fp32, bf16):
         assert b.dtype == numpy.float32
         relative = numpy.linalg.norm(a - b) / numpy.linalg.norm(a)
         assert relative < 2e-2
     with pytest.raises(ValueError, match="precision"):
-        BiLMEmbedder(reference_bilm, precision="fp8")
+        BiLMRunner(reference_bilm, precision="fp8")

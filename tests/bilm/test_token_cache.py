@@ -5,7 +5,7 @@ import numpy
 import torch
 
 from spacy_elmo import chars
-from spacy_elmo.bilm.embedder import BiLMEmbedder
+from spacy_elmo.bilm.runner import BiLMRunner
 
 
 def sentences_of(fixture_dir):
@@ -15,10 +15,10 @@ def sentences_of(fixture_dir):
 
 def test_cached_outputs_equal_uncached(reference_bilm, fixture_dir):
     sentences = sentences_of(fixture_dir)
-    plain = BiLMEmbedder(reference_bilm, token_budget=200).embed_sentences(sentences)
+    plain = BiLMRunner(reference_bilm, token_budget=200).embed_sentences(sentences)
     reference_bilm.set_token_cache(64)  # small: forces evictions
     try:
-        embedder = BiLMEmbedder(reference_bilm, token_budget=200)
+        embedder = BiLMRunner(reference_bilm, token_budget=200)
         for _ in range(2):  # second pass is mostly hits
             cached = embedder.embed_sentences(sentences)
             # equal up to the float noise of running the CNN on a different set of rows
@@ -32,10 +32,10 @@ def test_cached_outputs_equal_uncached(reference_bilm, fixture_dir):
 
 def test_no_dedup_no_cache_path_is_the_same(reference_bilm, fixture_dir):
     sentences = sentences_of(fixture_dir)[:6]
-    deduped = BiLMEmbedder(reference_bilm).embed_sentences(sentences)
+    deduped = BiLMRunner(reference_bilm).embed_sentences(sentences)
     reference_bilm.dedupe_tokens = False
     try:
-        plain = BiLMEmbedder(reference_bilm).embed_sentences(sentences)
+        plain = BiLMRunner(reference_bilm).embed_sentences(sentences)
     finally:
         reference_bilm.dedupe_tokens = True
     for a, b in zip(deduped, plain):

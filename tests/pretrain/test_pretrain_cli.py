@@ -4,10 +4,10 @@ import numpy
 from typer.testing import CliRunner
 
 from pretrain_support import ELMO_FIXTURE, SAMPLE_DEV
-from spacy_elmo.bilm.serialize import load_native
+from spacy_elmo.bilm.native import load_native
 from spacy_elmo.cli import elmo_cli
-from spacy_elmo.convert import bilm_arrays
-from spacy_elmo.pretrain.export import save_native_compact
+from spacy_elmo.bilm.weights import bilm_arrays
+from spacy_elmo.bilm.native import save_native
 
 runner = CliRunner()
 
@@ -39,7 +39,7 @@ def test_pretrain_reports_a_missing_config_and_an_unknown_override(tmp_path):
 
 def test_compact_native_copy_stores_the_softmax_as_float16(trained_tiny, tmp_path):
     model = load_native(trained_tiny.output_dir / "model")
-    save_native_compact(model, tmp_path / "compact")
+    save_native(model, tmp_path / "compact", softmax_dtype="float16")
     back = load_native(tmp_path / "compact")
     a, b = dict(bilm_arrays(model)), dict(bilm_arrays(back))
     for name in a:

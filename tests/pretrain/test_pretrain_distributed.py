@@ -4,8 +4,8 @@ import sys
 import numpy
 
 from pretrain_support import SAMPLE_TRAIN, tiny_config
-from spacy_elmo.bilm.serialize import load_native
-from spacy_elmo.convert import bilm_arrays
+from spacy_elmo.bilm.native import load_native
+from spacy_elmo.bilm.weights import bilm_arrays
 from spacy_elmo.pretrain.corpus import CorpusSettings, build_vocab, prepare_corpus
 from spacy_elmo.pretrain.train import _build_model, pretrain
 

@@ -5,7 +5,7 @@ import json
 import numpy
 import pytest
 
-from spacy_elmo.bilm.embedder import BiLMEmbedder
+from spacy_elmo.bilm.runner import BiLMRunner
 from spacy_elmo.loading import DEFAULT_MODEL, shipped_model_path, load_bilm
 
 SENSES = {
@@ -132,7 +132,7 @@ SEPARATED = ["bank", "letter", "light", "match", "spring"]
 
 @pytest.mark.parametrize("word", SEPARATED)
 def test_top_layer_separates_word_senses(shipped, word):
-    embedder = BiLMEmbedder(shipped)
+    embedder = BiLMRunner(shipped)
     vectors = []
     for sense in SENSES[word]:
         sentences = [s.split() for s in sense]

@@ -1,0 +1,180 @@
+"""The one way the biLM is run: character ids or tokenized sentences in, layer outputs out.
+
+Everything that wraps a forward pass lives here, for the pipe (through thinc's PyTorch shim), `embed`
+and the Python API alike:
+- stateless (the default): every sentence starts from a zero state, so its vectors do not depend on
+  which batch it lands in, and sentences are grouped into length-sorted batches under a token budget;
+- stateful: the reference behaviour of bilm-tf/AllenNLP, for parity; batch row i starts from the state
+  row i ended with in the previous batch, and batches are run in the order and grouping given;
+- precision: fp32, or bf16/fp16 under autocast; outputs are float32 whatever the precision;
+- boundaries: `<S>` and `</S>` are added to each sentence and stripped from what is returned;
+- out of memory: a stateless batch that does not fit is split in halves and retried, and the token
+  budget is lowered for the batches that follow: no sentence is ever dropped.
+"""
+
+import contextlib
+from typing import Callable, ContextManager, Iterable, List, Optional, Sequence
+
+import numpy
+import torch
+
+from .. import chars
+from .batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET, token_budget_batches
+from .bilm import BiLM
+from .carried_state import CarriedState
+
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    oom_type = getattr(torch.cuda, "OutOfMemoryError", ())
+    return isinstance(error, oom_type) or (isinstance(error, RuntimeError) and "out of memory" in str(error))
+
+
+def precision_context(device: torch.device, precision: str) -> ContextManager:
+    """Autocast for a reduced precision, nothing for fp32."""
+    dtype = PRECISIONS[precision]
+    return torch.autocast(device_type=device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+
+def token_slice(start: int, end: int) -> slice:
+    """Where tokens start..end of a row sit in the runner's output: after `<S>`."""
+    return slice(1 + start, 1 + end)
+
+
+class BiLMRunner(torch.nn.Module):
+    """Runs a BiLM: `run` for a batch of character ids (the pipe), `embed_sentences` for words (numpy).
+
+    bilm: the model, or None with `load`, a function that returns it on first use (a pipeline builds
+        its layer before it knows whether saved weights will be loaded into it).
+    """
+
+    def __init__(
+        self,
+        bilm: Optional[BiLM] = None,
+        *,
+        load: Optional[Callable[[], BiLM]] = None,
+        token_budget: int = DEFAULT_TOKEN_BUDGET,
+        stateful: bool = False,
+        max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+        token_cache_size: Optional[int] = None,
+        precision: str = "fp32",
+    ) -> None:
+        super().__init__()
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
+        if bilm is None and load is None:
+            raise ValueError("BiLMRunner needs a biLM or a function that loads one")
+        self._load = load
+        self.bilm: Optional[BiLM] = None
+        self.token_cache_size = token_cache_size
+        self.precision = precision
+        self.token_budget = token_budget
+        self.stateful = stateful
+        self.max_batch_size = max_batch_size
+        self.n_splits = 0  # batches split after running out of memory
+        self._carried = CarriedState()
+        if bilm is not None:
+            self.set_bilm(bilm)
+
+    # --- the model ----------------------------------------------------------------------------
+
+    @property
+    def loaded(self) -> bool:
+        return self.bilm is not None
+
+    def load(self) -> BiLM:
+        """The biLM, loaded now if it has not been."""
+        if self.bilm is None:
+            assert self._load is not None
+            self.set_bilm(self._load())
+        assert self.bilm is not None
+        return self.bilm
+
+    def set_bilm(self, bilm: BiLM, device: Optional[torch.device] = None) -> None:
+        if self.token_cache_size is not None:
+            bilm.set_token_cache(self.token_cache_size)
+        self.bilm = bilm.to(device) if device is not None else bilm
+        self._carried.reset()
+
+    def reset_state(self) -> None:
+        """Stateful mode: forget the carried LSTM state."""
+        self._carried.reset()
+
+    # --- character ids in, layers out (tensors) -------------------------------------------------
+
+    def forward(self, batches: List[torch.Tensor]) -> List[torch.Tensor]:
+        """Several batches in one call (the shim's entry: one backward pass for a whole doc batch)."""
+        bilm = self.load()
+        return [self.run(char_ids.to(bilm.device)) for char_ids in batches]
+
+    def run(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """(B, T, max_chars) ids -> (L+1, B, T, 2P) float32 layers, boundaries included."""
+        if self.stateful:
+            return self._forward(char_ids)
+        try:
+            return self._forward(char_ids)
+        except (RuntimeError, MemoryError) as error:
+            if not is_out_of_memory(error):
+                raise
+            n_tokens = char_ids.gt(0).any(-1).sum(-1)
+            if char_ids.shape[0] == 1:
+                raise MemoryError(
+                    f"a single sentence of {int(n_tokens[0]) - 2} tokens does not fit in memory on "
+                    f"{char_ids.device}; split long texts into sentences or windows first"
+                ) from error
+        self.n_splits += 1
+        if char_ids.device.type == "cuda":
+            torch.cuda.empty_cache()
+        self.token_budget = max(1, min(self.token_budget, int(n_tokens.sum()) // 2))
+        half = char_ids.shape[0] // 2
+        return torch.cat([self.run(char_ids[:half]), self.run(char_ids[half:])], dim=1)
+
+    def _forward(self, char_ids: torch.Tensor) -> torch.Tensor:
+        bilm = self.load()
+        initial = self._carried.rows(bilm.lstm, char_ids.shape[0], char_ids.device) if self.stateful else None
+        with precision_context(char_ids.device, self.precision):
+            output = bilm(char_ids, initial_state=initial, return_final_state=self.stateful)
+        if self.stateful:
+            self._carried.store(output.final_state)
+        return output.layers.float()
+
+    # --- words in, per-sentence arrays out (numpy) ------------------------------------------------
+
+    @torch.no_grad()
+    def embed_batch(self, sentences: Sequence[Sequence[str]]) -> List[numpy.ndarray]:
+        """One batch of sentences -> (L+1, n_tokens, 2P) float32 arrays (stateful mode carries by row)."""
+        bilm = self.load()
+        was_training = bilm.training
+        bilm.eval()
+        try:
+            ids = chars.batch_to_ids(sentences, max_characters_per_token=bilm.options.max_characters_per_token)
+            # one copy back to the host for the whole batch
+            layers = self.run(torch.from_numpy(ids).to(bilm.device)).cpu().numpy()
+        finally:
+            bilm.train(was_training)
+        return [numpy.ascontiguousarray(layers[:, row, token_slice(0, len(s))]) for row, s in enumerate(sentences)]
+
+    def embed_sentences(self, sentences: Sequence[Sequence[str]]) -> List[numpy.ndarray]:
+        """Any number of sentences, in length-sorted batches under the token budget (stateless only)."""
+        if self.stateful:
+            raise ValueError("stateful embedding keeps the caller's batches: call embed_batch per batch")
+        results: List[Optional[numpy.ndarray]] = [None] * len(sentences)
+        lengths = [len(s) + 2 for s in sentences]
+        for batch in token_budget_batches(lengths, self.token_budget, self.max_batch_size):
+            for index, array in zip(batch, self.embed_batch([sentences[i] for i in batch])):
+                results[index] = array
+        return results  # type: ignore[return-value]
+
+    @torch.no_grad()
+    def embed_tokens(self, tokens: Iterable[str], batch_size: int = 4096) -> numpy.ndarray:
+        """Context-independent token vectors (n, P): what `elmo_token_embeddings.hdf5` holds."""
+        bilm = self.load()
+        tokens = list(tokens)
+        out = []
+        for start in range(0, len(tokens), batch_size):
+            ids = chars.tokens_to_ids(tokens[start : start + batch_size], bilm.options.max_characters_per_token)
+            vectors = bilm.token_encoder(torch.from_numpy(ids).to(bilm.device))
+            out.append(vectors.float().cpu().numpy())
+        P = bilm.options.projection_dim
+        return numpy.concatenate(out) if out else numpy.zeros((0, P), dtype=numpy.float32)

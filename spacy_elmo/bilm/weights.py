@@ -1,0 +1,173 @@
+"""The biLM's weights as named arrays in the bilm-tf/AllenNLP layout, and back into the modules.
+
+Both file formats (the native msgpack format and bilm-tf's HDF5) hold these very arrays, so the
+mapping lives here once. The rules of the reference layout:
+- `char_embed` has 261 rows; the AllenNLP id layout prepends a zero row for "no token" (id 0).
+- `CNN/W_cnn_i` is a TF conv2d kernel (1, width, dim, n); PyTorch's conv1d wants (n, dim, width).
+- Highway and projection matrices are (in, out), as stored here; the "carry" gate is the sigmoid one.
+- `RNN_0` is the forward stack, `RNN_1` the backward one; `W_0` is (input + projection, 4C) with the
+  input rows first; gates i, j, f, o; no forget bias in the file; `W_P_0` has no bias.
+- Optional extras written by this package (bilm-tf's checkpoint has them, the AllenNLP dump does not):
+  `softmax/W` (V, P) and `softmax/b` (V,), with the vocabulary in a text file beside.
+Every transform is a transpose or a slice, so import -> export -> import is bit for bit.
+"""
+
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Tuple, Union
+
+import numpy
+import torch
+
+from .bilm import BiLM
+from .options import BiLMOptions
+
+PathLike = Union[str, Path]
+RAW_CHARACTERS = 261
+SOFTMAX_ARRAYS = ("softmax/W", "softmax/b")
+
+
+class WeightsError(ValueError):
+    """A weight file that cannot be read, or whose contents do not match its options."""
+
+
+def lstm_name(direction: int, layer: int, leaf: str) -> str:
+    return f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell/{leaf}"
+
+
+def expected_shapes(options: BiLMOptions) -> Dict[str, Tuple[int, ...]]:
+    """Every dataset of the reference layout (no softmax) with the shape `options` implies."""
+    o = options
+    shapes: Dict[str, Tuple[int, ...]] = {"char_embed": (RAW_CHARACTERS, o.char_embedding_dim)}
+    for i, (width, n) in enumerate(o.filters):
+        shapes[f"CNN/W_cnn_{i}"] = (1, width, o.char_embedding_dim, n)
+        shapes[f"CNN/b_cnn_{i}"] = (n,)
+    F = o.n_filters
+    for k in range(o.n_highway):
+        for leaf in ("carry", "transform"):
+            shapes[f"CNN_high_{k}/W_{leaf}"] = (F, F)
+            shapes[f"CNN_high_{k}/b_{leaf}"] = (F,)
+    shapes["CNN_proj/W_proj"] = (F, o.projection_dim)
+    shapes["CNN_proj/b_proj"] = (o.projection_dim,)
+    for direction in (0, 1):
+        for layer in range(o.n_layers):
+            shapes[lstm_name(direction, layer, "W_0")] = (2 * o.projection_dim, 4 * o.lstm_dim)
+            shapes[lstm_name(direction, layer, "B")] = (4 * o.lstm_dim,)
+            shapes[lstm_name(direction, layer, "W_P_0")] = (o.lstm_dim, o.projection_dim)
+    return shapes
+
+
+def bilm_arrays(bilm: BiLM) -> Iterator[Tuple[str, numpy.ndarray]]:
+    """The model's weights as reference-layout arrays, in the reference orientation."""
+    o = bilm.options
+    enc, lstm = bilm.token_encoder, bilm.lstm
+
+    def arr(t: torch.Tensor) -> numpy.ndarray:
+        return t.detach().to("cpu", torch.float32).numpy()
+
+    yield "char_embed", arr(enc.char_embedding[1:])
+    for i, (weight, bias) in enumerate(zip(enc.conv_weights, enc.conv_biases)):
+        yield f"CNN/W_cnn_{i}", numpy.ascontiguousarray(arr(weight).transpose(2, 1, 0)[None])
+        yield f"CNN/b_cnn_{i}", arr(bias)
+    for k in range(o.n_highway):
+        yield f"CNN_high_{k}/W_carry", arr(enc.highway_carry_w[k])
+        yield f"CNN_high_{k}/b_carry", arr(enc.highway_carry_b[k])
+        yield f"CNN_high_{k}/W_transform", arr(enc.highway_transform_w[k])
+        yield f"CNN_high_{k}/b_transform", arr(enc.highway_transform_b[k])
+    yield "CNN_proj/W_proj", arr(enc.projection_w)
+    yield "CNN_proj/b_proj", arr(enc.projection_b)
+    for direction in (0, 1):
+        for layer in range(o.n_layers):
+            w0 = numpy.concatenate([arr(lstm.input_w[layer][direction]), arr(lstm.recurrent_w[layer][direction])])
+            yield lstm_name(direction, layer, "W_0"), w0
+            yield lstm_name(direction, layer, "B"), arr(lstm.bias[layer][direction])
+            yield lstm_name(direction, layer, "W_P_0"), arr(lstm.proj_w[layer][direction])
+    if bilm.softmax is not None:
+        yield "softmax/W", arr(bilm.softmax.weight)
+        yield "softmax/b", arr(bilm.softmax.bias)
+
+
+def build_bilm(
+    options: BiLMOptions,
+    arrays: Dict[str, numpy.ndarray],
+    source: str = "weights",
+    vocab: Optional[List[str]] = None,
+) -> BiLM:
+    """A BiLM from reference-layout arrays, every name and shape checked against the options."""
+    options = BiLMOptions.from_dict(options.to_dict(), source=source)
+    shapes = expected_shapes(options)
+    with_softmax = "softmax/W" in arrays
+    if with_softmax:
+        n_vocab = arrays["softmax/W"].shape[0]
+        if options.n_tokens_vocab and options.n_tokens_vocab != n_vocab:
+            raise WeightsError(
+                f"{source}: dataset 'softmax/W' has {n_vocab} rows but option 'n_tokens_vocab' is "
+                f"{options.n_tokens_vocab}"
+            )
+        options.n_tokens_vocab = n_vocab
+        shapes["softmax/W"] = (n_vocab, options.projection_dim)
+        shapes["softmax/b"] = (n_vocab,)
+    for name, shape in shapes.items():
+        if name not in arrays:
+            raise WeightsError(f"{source}: missing dataset '{name}' (expected shape {shape} from the options)")
+        if tuple(arrays[name].shape) != shape:
+            raise WeightsError(
+                f"{source}: dataset '{name}' has shape {tuple(arrays[name].shape)}, but the options imply {shape}"
+            )
+    if vocab is not None and with_softmax and len(vocab) != options.n_tokens_vocab:
+        raise WeightsError(
+            f"{source}: vocabulary has {len(vocab)} words but the softmax has {options.n_tokens_vocab} rows"
+        )
+    bilm = BiLM(options, with_softmax=with_softmax)
+    load_arrays(bilm, arrays)
+    bilm.vocab = list(vocab) if vocab is not None else None
+    return bilm
+
+
+def load_arrays(bilm: BiLM, arrays: Dict[str, numpy.ndarray]) -> None:
+    """Copy reference-layout arrays into the model's parameters."""
+    o = bilm.options
+    enc, lstm = bilm.token_encoder, bilm.lstm
+
+    def put(param: torch.Tensor, value: numpy.ndarray) -> None:
+        with torch.no_grad():
+            param.copy_(torch.from_numpy(numpy.ascontiguousarray(value)))
+
+    with torch.no_grad():
+        enc.char_embedding.zero_()
+        put(enc.char_embedding[1:], arrays["char_embed"])
+    for i in range(len(o.filters)):
+        put(enc.conv_weights[i], arrays[f"CNN/W_cnn_{i}"][0].transpose(2, 1, 0))
+        put(enc.conv_biases[i], arrays[f"CNN/b_cnn_{i}"])
+    for k in range(o.n_highway):
+        put(enc.highway_carry_w[k], arrays[f"CNN_high_{k}/W_carry"])
+        put(enc.highway_carry_b[k], arrays[f"CNN_high_{k}/b_carry"])
+        put(enc.highway_transform_w[k], arrays[f"CNN_high_{k}/W_transform"])
+        put(enc.highway_transform_b[k], arrays[f"CNN_high_{k}/b_transform"])
+    put(enc.projection_w, arrays["CNN_proj/W_proj"])
+    put(enc.projection_b, arrays["CNN_proj/b_proj"])
+    P = o.projection_dim
+    for direction in (0, 1):
+        for layer in range(o.n_layers):
+            w0 = arrays[lstm_name(direction, layer, "W_0")]
+            put(lstm.input_w[layer][direction], w0[:P])
+            put(lstm.recurrent_w[layer][direction], w0[P:])
+            put(lstm.bias[layer][direction], arrays[lstm_name(direction, layer, "B")])
+            put(lstm.proj_w[layer][direction], arrays[lstm_name(direction, layer, "W_P_0")])
+    if bilm.softmax is not None:
+        put(bilm.softmax.weight, arrays["softmax/W"])
+        put(bilm.softmax.bias, arrays["softmax/b"])
+
+
+def read_vocab(path: PathLike) -> List[str]:
+    """A vocabulary file: one word a line, `<S>`, `</S>`, `<UNK>` first in bilm-tf's convention."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"vocabulary file not found: {path}")
+    words = path.read_text(encoding="utf-8").split("\n")
+    if words and words[-1] == "":
+        words.pop()
+    return words
+
+
+def write_vocab(words: List[str], path: PathLike) -> None:
+    Path(path).write_text("".join(f"{w}\n" for w in words), encoding="utf-8")

@@ -1,0 +1,70 @@
+"""The native format's digest: a damaged file is an error naming it, never silently other vectors."""
+import numpy
+import pytest
+import srsly
+
+from spacy_elmo.bilm.native import DIGEST_KEY, MODEL_FILE, bilm_from_bytes, bilm_to_bytes, load_native, save_native
+from spacy_elmo.bilm.weights import WeightsError, bilm_arrays
+from spacy_elmo.loading import load_bilm, shipped_model_path
+
+
+def flip_bit_inside(data: bytes, array: numpy.ndarray) -> bytes:
+    """`data` with one bit flipped in the middle of where `array`'s bytes are stored."""
+    raw = array.tobytes()
+    start = data.find(raw)
+    assert start >= 0 and data.find(raw, start + 1) < 0, "the array's bytes should occur once"
+    position = start + len(raw) // 2
+    return data[:position] + bytes([data[position] ^ 0x10]) + data[position + 1 :]
+
+
+def test_a_flipped_bit_in_a_weight_array_is_refused_naming_the_file(reference_bilm, tmp_path):
+    save_native(reference_bilm, tmp_path / "model")
+    path = tmp_path / "model" / MODEL_FILE
+    weights = dict(bilm_arrays(reference_bilm))
+    path.write_bytes(flip_bit_inside(path.read_bytes(), weights["CNN_proj/W_proj"]))
+    with pytest.raises(WeightsError, match=rf"{path}: the model file is corrupt: its contents have SHA-256"):
+        load_native(tmp_path / "model")
+    with pytest.raises(WeightsError, match="corrupt"):
+        load_bilm(tmp_path / "model")
+
+
+def test_an_edited_vocabulary_is_refused(make_bilm):
+    bilm = make_bilm(n_tokens_vocab=4)
+    bilm.vocab = ["<S>", "</S>", "<UNK>", "bank"]
+    data = bilm_to_bytes(bilm)
+    edited = data.replace(b"bank", b"bonk")
+    assert edited != data
+    with pytest.raises(WeightsError, match="edited.msgpack: the model file is corrupt"):
+        bilm_from_bytes(edited, source="edited.msgpack")
+
+
+def test_files_written_before_the_digest_still_load(reference_bilm):
+    payload = srsly.msgpack_loads(bilm_to_bytes(reference_bilm))
+    del payload[DIGEST_KEY]
+    old = bilm_from_bytes(srsly.msgpack_dumps(payload))
+    for (name, a), (_, b) in zip(bilm_arrays(reference_bilm), bilm_arrays(old)):
+        assert numpy.array_equal(a, b), name
+
+
+def test_the_shipped_model_carries_a_digest_that_checks():
+    payload = srsly.msgpack_loads((shipped_model_path() / MODEL_FILE).read_bytes())
+    assert len(payload[DIGEST_KEY]) == 64
+    load_native(shipped_model_path())
+
+
+def test_one_writer_for_full_and_compact_models(make_bilm, tmp_path):
+    bilm = make_bilm(n_tokens_vocab=5)
+    bilm.vocab = ["<S>", "</S>", "<UNK>", "a", "b"]
+    full = load_native(save_native(bilm, tmp_path / "full"))
+    compact = load_native(save_native(bilm, tmp_path / "compact", softmax_dtype="float16"))
+    bare = load_native(save_native(bilm, tmp_path / "bare", keep_softmax=False))
+    original = dict(bilm_arrays(bilm))
+    for name, value in bilm_arrays(full):
+        assert numpy.array_equal(value, original[name]), name
+    compact_arrays = dict(bilm_arrays(compact))
+    half = original["softmax/W"].astype(numpy.float16).astype(numpy.float32)
+    assert numpy.array_equal(compact_arrays["softmax/W"], half)
+    assert numpy.array_equal(compact_arrays["CNN_proj/W_proj"], original["CNN_proj/W_proj"])
+    assert compact.vocab == bilm.vocab
+    assert bare.softmax is None and bare.vocab is None and bare.options.n_tokens_vocab == 0
+    assert "softmax/W" not in dict(bilm_arrays(bare))
