@@ -1,14 +1,18 @@
 """biLM inference throughput (tokens/s) and its share of the machine's own matrix-product rate.
 
     python benchmarks/bilm_throughput.py [--device cpu|cuda] [--configs full,small] [--batch-sizes 1,32,128]
+    python benchmarks/bilm_throughput.py --entry runner     # through BiLMRunner.embed_sentences (words in)
 
 Random weights, sentences of `--length` tokens (+ <S>, </S>), fp32 by default. For every
 (configuration, batch size) one JSON line: tokens/s, achieved GFLOP/s (2 FLOPs per multiply-add,
 boundary tokens not counted) and that as a fraction of the square-matmul rate measured in the same run.
+`--entry bilm` (default) times the module's forward on character ids; `--entry runner` times what `embed`
+and the Python API run: words -> character ids -> batching -> forward -> per-sentence numpy arrays.
 """
 import argparse
 import contextlib
 import time
+from typing import Callable, List
 
 import torch
 
@@ -16,16 +20,29 @@ from common import best_time, bilm_flops_per_token, describe_machine, emit, matm
 from spacy_elmo import chars
 from spacy_elmo.bilm.bilm import BiLM
 from spacy_elmo.bilm.options import full_options, small_options
+from spacy_elmo.bilm.runner import BiLMRunner
 
 CONFIGS = {"full": full_options, "small": small_options}
 WORDS = "the of and to in a is that for it as was with be by on not he I this are or his from at which".split()
 
 
-def make_batch(batch_size: int, length: int) -> torch.Tensor:
+def make_sentences(batch_size: int, length: int) -> List[List[str]]:
     generator = torch.Generator().manual_seed(batch_size * 1000 + length)
     picks = torch.randint(len(WORDS), (batch_size, length), generator=generator).tolist()
-    sentences = [[WORDS[i] + ("s" if (r + c) % 3 == 0 else "") for c, i in enumerate(row)] for r, row in enumerate(picks)]
-    return torch.from_numpy(chars.batch_to_ids(sentences))
+    return [[WORDS[i] + ("s" if (r + c) % 3 == 0 else "") for c, i in enumerate(row)] for r, row in enumerate(picks)]
+
+
+def make_batch(batch_size: int, length: int) -> torch.Tensor:
+    return torch.from_numpy(chars.batch_to_ids(make_sentences(batch_size, length)))
+
+
+def time_work(work: Callable[[], object], context: Callable, min_seconds: float, sync: Callable[[], None]) -> float:
+    """Best time of `work` after a warm-up, repeated for about `min_seconds` (2 to 20 times)."""
+    with torch.no_grad(), context():
+        work()  # warm-up
+        once = best_time(work, 1, sync)
+        repeats = max(2, int(min_seconds / max(once, 1e-3)))
+        return best_time(work, min(repeats, 20), sync)
 
 
 def main() -> None:
@@ -38,6 +55,7 @@ def main() -> None:
     parser.add_argument("--output", default="", help="append JSON lines to this file too")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
     parser.add_argument("--compile", action="store_true", help="torch.compile the LSTM cell")
+    parser.add_argument("--entry", default="bilm", choices=["bilm", "runner"], help="what is timed (see above)")
     parser.add_argument(
         "--dedupe", action="store_true",
         help="let the biLM run each distinct token of a batch through the CNN once (off by default: the "
@@ -62,18 +80,28 @@ def main() -> None:
         bilm.dedupe_tokens = args.dedupe
         flops = bilm_flops_per_token(options)
         for batch_size in [int(b) for b in args.batch_sizes.split(",")]:
-            ids = make_batch(batch_size, args.length).to(device)
-            with torch.no_grad(), autocast():
-                bilm(ids)  # warm-up
-                once = best_time(lambda: bilm(ids), 1, sync)
-                repeats = max(2, int(args.min_seconds / max(once, 1e-3)))
-                seconds = best_time(lambda: bilm(ids), min(repeats, 20), sync)
+            if args.entry == "bilm":
+                ids = make_batch(batch_size, args.length).to(device)
+                context = autocast
+
+                def work() -> object:
+                    return bilm(ids)
+            else:
+                # one batch of all the sentences, as the bilm entry has
+                runner = BiLMRunner(bilm, precision=args.precision, token_budget=batch_size * (args.length + 2))
+                sentences = make_sentences(batch_size, args.length)
+                context = contextlib.nullcontext
+
+                def work() -> object:
+                    return runner.embed_sentences(sentences)
+            seconds = time_work(work, context, args.min_seconds, sync)
             tokens = batch_size * args.length
             tokens_per_s = tokens / seconds
             achieved = tokens_per_s * flops / 1e9
             emit(
                 {
                     "bench": "bilm_inference",
+                    "entry": args.entry,
                     "config": name,
                     "precision": args.precision,
                     "compiled": args.compile,

@@ -1,0 +1,100 @@
+"""Outputs of the spacy_elmo on PYTHONPATH, to compare two versions bit for bit (a refactor's check).
+
+    PYTHONPATH=/path/to/old/checkout python benchmarks/output_parity.py dump old.npz
+    python benchmarks/output_parity.py dump new.npz
+    python benchmarks/output_parity.py compare old.npz new.npz
+
+The fixture and the shipped model through the runner (stateless at several budgets, stateful, bf16,
+token layer), the `elmo` pipe (with and without sentence boundaries, stateful), the perplexity
+batches and `embed` (whitespace and spaCy tokenization). Uses only APIs that old versions have too.
+"""
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import h5py
+import numpy
+import spacy
+import torch
+
+
+def dump(path: str) -> None:
+    torch.set_num_threads(1)
+    out = {}
+    import spacy_elmo
+    from spacy_elmo import BiLMEmbedder, load_bilm_tf
+    from spacy_elmo.loading import load_bilm
+    print("spacy_elmo from", spacy_elmo.__file__, file=sys.stderr)
+    FIX = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "elmo-fixture"
+    groups = json.loads((FIX / "sentences.json").read_text())
+    sents = [s.split() for g in groups for s in g]
+    ref = load_bilm_tf(FIX / "options.json", FIX / "lm_weights.hdf5")
+    for budget in (1, 60, 4096):
+        for i, a in enumerate(BiLMEmbedder(ref, token_budget=budget).embed_sentences(sents)):
+            out[f"ref_b{budget}_{i}"] = a
+    st = BiLMEmbedder(ref, stateful=True)
+    for b in range(10):
+        for k, a in enumerate(st.embed_batch([groups[0][b].split(), groups[1][b].split(), groups[2][b].split()])):
+            out[f"ref_stateful_{b}_{k}"] = a
+    out["ref_tokens"] = BiLMEmbedder(ref).embed_tokens((FIX / "vocab_test.txt").read_text().split("\n")[:200])
+    for i, a in enumerate(BiLMEmbedder(ref, precision="bf16").embed_sentences(sents[:6])):
+        out[f"ref_bf16_{i}"] = a
+    shipped = load_bilm("en_elmo_small")
+    for i, a in enumerate(BiLMEmbedder(shipped).embed_sentences(sents + [["x" * 300], ["ünï", "😀", "中文"], []])):
+        out[f"shipped_{i}"] = a
+    texts = ["The bank raised its rates. We sat on the river bank.", "", "   ", "one", " ".join(["word"] * 400),
+             "Émile ate 😀 at the café. " * 20]
+    for with_sents in (True, False):
+        nlp = spacy.blank("en")
+        if with_sents:
+            nlp.add_pipe("sentencizer")
+        nlp.add_pipe("elmo")
+        for i, doc in enumerate(nlp.pipe(texts, batch_size=3)):
+            out[f"pipe_{with_sents}_{i}"] = doc._.elmo_layers
+            out[f"pipe_vec_{with_sents}_{i}"] = doc._.elmo
+    nlp = spacy.blank("en"); nlp.add_pipe("sentencizer"); nlp.add_pipe("elmo", config={"stateful": True, "model": {"path": str(FIX)}})
+    for i, doc in enumerate(nlp.pipe([" ".join(g[b].split()) for g in groups for b in range(3)], batch_size=4)):
+        out[f"pipe_stateful_{i}"] = doc._.elmo_layers
+    from spacy_elmo.pretrain.batches import sentence_batches
+    rng = numpy.random.default_rng(0)
+    toks = []
+    for n in rng.integers(0, 40, 300):
+        toks += [0] + list(rng.integers(3, 50, n)) + [1]
+    toks = numpy.array(toks)
+    tc = rng.integers(0, 200, (50, 50))
+    for j, b in enumerate(sentence_batches(toks, tc, numpy.arange(50), token_budget=200)):
+        out[f"sb_{j}_c"] = b.char_ids.numpy(); out[f"sb_{j}_n"] = b.next_ids.numpy(); out[f"sb_{j}_p"] = b.prev_ids.numpy()
+    try:
+        from spacy_elmo.embed import EmbedSettings, embed_file
+    except ImportError:
+        from spacy_elmo.embed_hdf5 import EmbedSettings, embed_file
+    print("embed from", embed_file.__code__.co_filename, BiLMEmbedder.__module__, sys.modules[BiLMEmbedder.__module__].__file__, file=sys.stderr)
+    d = Path(tempfile.mkdtemp())
+    (d / "in.txt").write_text("\n".join(" ".join(s) for s in sents) + "\nThe café's ünïcode. Isn't it?\n")
+    for tok in ("whitespace", "en"):
+        embed_file(d / "in.txt", d / f"out_{tok}.h5", EmbedSettings(model="en_elmo_small", layers="all", tokenizer=tok))
+        with h5py.File(d / f"out_{tok}.h5") as h:
+            for k in h.keys():
+                out[f"embed_{tok}_{k}"] = h[k][...]
+    numpy.savez(path, **out)
+    print(len(out), "arrays", file=sys.stderr)
+
+
+def compare(old: str, new: str) -> int:
+    a, b = numpy.load(old), numpy.load(new)
+    if set(a.files) != set(b.files):
+        print("different outputs:", sorted(set(a.files) ^ set(b.files)))
+        return 1
+    differ = [k for k in a.files if not (a[k].dtype == b[k].dtype and numpy.array_equal(a[k], b[k]))]
+    print(f"{len(a.files)} arrays compared, {len(differ)} differ{': ' + ', '.join(differ[:20]) if differ else ''}")
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["dump"] and len(sys.argv) == 3:
+        dump(sys.argv[2])
+    elif sys.argv[1:2] == ["compare"] and len(sys.argv) == 4:
+        sys.exit(compare(sys.argv[2], sys.argv[3]))
+    else:
+        sys.exit(__doc__)
