@@ -9,7 +9,7 @@ import json
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy
 
@@ -128,10 +128,11 @@ def embed_file(
         handle.attrs["settings"] = current
         done = set(handle.keys())
         chunks = _chunks(read_lines(input_path, settings.text_field), done, settings.chunk_size)
+        results: Iterable[List[Tuple[int, numpy.ndarray]]]
+        pool: Optional[ProcessPoolExecutor] = None
         if workers <= 1:
             _init_worker(settings, threads=None)
             results = map(_embed_chunk, chunks)
-            pool = None
         else:
             pool = ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(settings, 1))
             results = pool.map(_embed_chunk, chunks)

@@ -317,7 +317,8 @@ class Elmo(ListenerBookkeeping, TrainablePipe):
         def accumulate_gradient(one_d_layers: List[Floats3d]) -> List[Doc]:
             for i, d in enumerate(one_d_layers):
                 d_layers[i] += d
-                losses[self.name] += float((d**2).sum())
+                squares: Any = d**2
+                losses[self.name] += float(squares.sum())
             return []
 
         def backprop(one_d_layers: List[Floats3d]) -> List[Doc]:
@@ -340,7 +341,7 @@ class Elmo(ListenerBookkeeping, TrainablePipe):
 
 
 def _take(items: Iterable[Any], n: int) -> List[Any]:
-    out = []
+    out: List[Any] = []
     for item in items:
         if len(out) >= n:
             break

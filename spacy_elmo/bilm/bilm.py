@@ -70,11 +70,11 @@ class BiLM(nn.Module):
         """
         mask = char_ids.gt(0).any(-1)
         flat = char_ids[mask]
-        use_cache = self.token_cache is not None and not self.training and not torch.is_grad_enabled()
-        if use_cache or self.dedupe_tokens:
+        cache = self.token_cache if not self.training and not torch.is_grad_enabled() else None
+        if cache is not None or self.dedupe_tokens:
             unique, inverse = torch.unique(flat, dim=0, return_inverse=True)
-            if use_cache:
-                vectors = self.token_cache.encode(unique, self.token_encoder, self.token_encoder)
+            if cache is not None:
+                vectors = cache.encode(unique, self.token_encoder, self.token_encoder)
             else:
                 vectors = self.token_encoder(unique)
             vectors = vectors.index_select(0, inverse)

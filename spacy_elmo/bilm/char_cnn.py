@@ -3,7 +3,7 @@
 Parameters are stored in the orientation of the bilm-tf checkpoint (matrices as (in, out), highway
 gates named as there) so that import and export are plain copies and a round trip is bit for bit.
 """
-from typing import List
+from typing import List, Optional
 
 import torch
 from torch import nn
@@ -56,7 +56,7 @@ class CharacterEncoder(nn.Module):
         self.projection_b = nn.Parameter(torch.zeros(options.projection_dim))
         self.activation = torch.relu if options.activation == "relu" else torch.tanh
 
-    def reset_parameters(self, generator: torch.Generator = None) -> None:
+    def reset_parameters(self, generator: Optional[torch.Generator] = None) -> None:
         """Random initialisation for training from scratch (the import overwrites all of it)."""
         with torch.no_grad():
             self.char_embedding.uniform_(-1.0, 1.0, generator=generator)

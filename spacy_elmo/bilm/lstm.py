@@ -141,7 +141,7 @@ class BiLSTMStack(nn.Module):
                 out = out + frames
             frames = out
             layer_outputs.append(out)
-            if return_final_state:
+            if h_last is not None and c_last is not None:
                 final_h.append(h_last)
                 final_c.append(c_last)
         unsort = torch.argsort(order_dev)
@@ -179,7 +179,7 @@ class BiLSTMStack(nn.Module):
         # One view a step: the backward of `unbind` stacks the steps' gradients once, where indexing
         # `pre[:, t]` in the loop would allocate and add a gradient the size of all of `pre` every step.
         pre_steps = pre.unbind(1)
-        if h0 is None:
+        if h0 is None or c0 is None:
             h = inputs.new_zeros(2, n_rows, P)
             c = inputs.new_zeros(2, n_rows, C)
         else:
@@ -191,7 +191,7 @@ class BiLSTMStack(nn.Module):
         for t in range(n_steps):
             n = batch_sizes[t]
             if n < h.shape[1]:
-                if track_final:
+                if final_h is not None and final_c is not None:
                     final_h[:, n : h.shape[1]] = h[:, n:]
                     final_c[:, n : h.shape[1]] = c[:, n:]
                 h, c = h[:, :n], c[:, :n]
@@ -201,7 +201,7 @@ class BiLSTMStack(nn.Module):
             if proj_clip is not None:
                 h = h.clamp(-proj_clip, proj_clip)
             steps.append(h if n == n_rows else nn.functional.pad(h, (0, 0, 0, n_rows - n)))
-        if track_final and n_steps:
+        if final_h is not None and final_c is not None and n_steps:
             final_h[:, : h.shape[1]] = h
             final_c[:, : c.shape[1]] = c
         out = torch.stack(steps, dim=1) if steps else inputs.new_zeros(2, 0, n_rows, P)

@@ -2,6 +2,8 @@
 
 Stored as in bilm-tf's checkpoint (`softmax/W` (V, P), `softmax/b` (V,)), so an exported model keeps it.
 """
+from typing import Optional
+
 import torch
 from torch import nn
 
@@ -16,7 +18,7 @@ class SoftmaxHead(nn.Module):
     def n_vocab(self) -> int:
         return self.weight.shape[0]
 
-    def reset_parameters(self, generator: torch.Generator = None) -> None:
+    def reset_parameters(self, generator: Optional[torch.Generator] = None) -> None:
         with torch.no_grad():
             self.weight.normal_(0.0, self.weight.shape[1] ** -0.5, generator=generator)
             self.bias.zero_()

@@ -65,7 +65,7 @@ class TokenCache:
             self._insert([keys[p] for p in miss_positions], fresh)
         return out
 
-    def _insert(self, keys: List[str], vectors: torch.Tensor) -> None:
+    def _insert(self, keys: List[bytes], vectors: torch.Tensor) -> None:
         if self._store.numel() == 0 or self._store.dtype != vectors.dtype or self._store.device != vectors.device:
             self._slots.clear()
             self._store = vectors.new_empty(self.max_size, vectors.shape[-1])

@@ -39,8 +39,7 @@ def evaluate_cli(
     except (FileNotFoundError, CorpusError, NoSoftmaxError, ValueError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1)
-    results = {"model": str(model), "text": str(text), **results}
-    line = json.dumps(results, indent=2)
+    line = json.dumps({"model": str(model), "text": str(text), **results}, indent=2)
     typer.echo(line)
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)

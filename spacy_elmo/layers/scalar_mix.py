@@ -9,19 +9,19 @@ Weights `s` start at zero (the plain average of the layers) and `gamma` at one. 
 - l2: the penalty lambda * ||s||^2 that pulls the weights toward the plain average (added to the
   gradient of `s` at every update).
 """
-from typing import Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import numpy
 
 from spacy.util import registry
-from thinc.api import Model
+from thinc.api import Model, Ops
 from thinc.types import Floats1d, Floats2d, Floats3d
 
 LAYER_NORM_EPS = 1e-12
 DROPOUT_ATTR = "elmo_dropout"
 
 
-def _softmax(ops, s: Floats1d) -> Floats1d:
+def _softmax(ops: Ops, s: Any) -> Any:
     e = ops.xp.exp(s - s.max())
     return e / e.sum()
 
@@ -35,17 +35,17 @@ def forward(model: Model, Xs: List[Floats3d], is_train: bool) -> Tuple[List[Floa
     ops = model.ops
     xp = ops.xp
     n_layers = model.get_dim("nL")
-    for X in Xs:
-        if X.shape[0] != n_layers:
+    for layers in Xs:
+        if layers.shape[0] != n_layers:
             raise ValueError(
-                f"spacy-elmo.ScalarMix.v1: got {X.shape[0]} layers but the mix was built for "
+                f"spacy-elmo.ScalarMix.v1: got {layers.shape[0]} layers but the mix was built for "
                 f"n_layers={n_layers}; the biLM does not match this mix"
             )
     lengths = [int(X.shape[1]) for X in Xs]
     width = int(Xs[0].shape[2]) if Xs else model.get_dim("nO")
     if not sum(lengths):
         return [ops.alloc2f(0, width) for _ in Xs], lambda dYs: [ops.alloc3f(n_layers, 0, width) for _ in Xs]
-    X = xp.concatenate(Xs, axis=1) if len(Xs) > 1 else Xs[0]
+    X: Any = xp.concatenate(Xs, axis=1) if len(Xs) > 1 else Xs[0]
     if X.dtype not in (xp.float32, xp.float64):
         X = X.astype("float32")  # float16 storage
     layer_norm = bool(model.attrs["layer_norm"])
@@ -61,7 +61,7 @@ def forward(model: Model, Xs: List[Floats3d], is_train: bool) -> Tuple[List[Floa
     mixed = xp.tensordot(w, Xn, axes=(0, 0))  # (N, 2P)
     Y = gamma[0] * mixed
     rate = float(model.attrs[DROPOUT_ATTR])
-    mask: Optional[Floats2d] = None
+    mask: Optional[Any] = None
     if is_train and rate > 0.0:
         mask = ops.get_dropout_mask(Y.shape, rate)
         Y = Y * mask
@@ -69,7 +69,7 @@ def forward(model: Model, Xs: List[Floats3d], is_train: bool) -> Tuple[List[Floa
     Ys = xp.split(Y, splits, axis=0)
 
     def backprop(dYs: List[Floats2d]) -> List[Floats3d]:
-        dY = xp.concatenate(dYs, axis=0) if len(dYs) > 1 else dYs[0]
+        dY: Any = xp.concatenate(dYs, axis=0) if len(dYs) > 1 else dYs[0]
         if mask is not None:
             dY = dY * mask
         d_gamma = (dY * mixed).sum()

@@ -23,7 +23,7 @@ import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy
 import srsly
@@ -186,7 +186,7 @@ def _doc_arrays(doc) -> Tuple[numpy.ndarray, numpy.ndarray]:
     return arr[keep, 0], kept_starts
 
 
-def _tokenize(files: List[Path], settings: CorpusSettings) -> Tuple[numpy.ndarray, "object"]:
+def _tokenize(files: List[Path], settings: CorpusSettings) -> Tuple[numpy.ndarray, Any]:
     """All files -> one framed uint64 hash array (and the StringStore that decodes it)."""
     from spacy.tokens import Doc
 

@@ -80,6 +80,8 @@ def directional_nll(
         if samples is None:
             nll = full_softmax_nll(hidden, gold, weight, bias)
         else:
+            if log_expected is None:
+                raise ValueError("a sampled softmax needs the log expected counts of its sampler")
             nll = sampled_softmax_nll(hidden, gold, weight, bias, samples, log_expected)
         sums.append(nll.sum())
         count = int(gold.shape[0])

@@ -46,7 +46,7 @@ class Vocab:
 
     @classmethod
     def from_counts(
-        cls, words: Sequence[str], counts: Sequence[int], max_size: Optional[int] = None, min_count: int = 1
+        cls, words: Sequence[str], counts: Union[Sequence[int], numpy.ndarray], max_size: Optional[int] = None, min_count: int = 1
     ) -> "Vocab":
         """The most frequent words (ties broken by the word, for a reproducible order).
 
@@ -54,9 +54,9 @@ class Vocab:
         """
         if max_size is not None and max_size < len(SPECIALS) + 1:
             raise VocabError(f"vocab.max_size is {max_size}; it must leave room for at least one word after {SPECIALS}")
-        counts = numpy.asarray(counts, dtype=numpy.int64)
-        keep = [i for i, w in enumerate(words) if w not in SPECIALS and counts[i] >= min_count]
-        keep.sort(key=lambda i: (-int(counts[i]), words[i]))
+        count_array = numpy.asarray(counts, dtype=numpy.int64)
+        keep = [i for i, w in enumerate(words) if w not in SPECIALS and count_array[i] >= min_count]
+        keep.sort(key=lambda i: (-int(count_array[i]), words[i]))
         if max_size is not None:
             keep = keep[: max_size - len(SPECIALS)]
         return cls([*SPECIALS, *(words[i] for i in keep)], source="built vocabulary")
