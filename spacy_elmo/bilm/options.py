@@ -6,6 +6,7 @@ in `extra` so that a round trip writes them back.
 """
 import copy
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
@@ -91,45 +92,37 @@ class BiLMOptions:
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any], source: str = "options") -> "BiLMOptions":
-        """Parse an options.json dict; a missing required key is an error naming it and the source."""
+        """Parse an options.json dict, checking every key's type and range against bilm-tf's schema.
+
+        Nothing is coerced (128.9 is not 128, "false" is not a boolean); every problem is reported at
+        once, each with its key, in one `OptionsError` that names the source.
+        """
         data = copy.deepcopy(data)
-
-        def take(section: Dict[str, Any], key: str, path: str, required: bool = True, default: Any = None) -> Any:
-            if key not in section:
-                if required:
-                    raise OptionsError(f"{source}: missing option '{path}'")
-                return default
-            return section.pop(key)
-
-        for section in ("char_cnn", "lstm"):
-            if not isinstance(data.get(section), dict):
-                raise OptionsError(f"{source}: missing option '{section}' (a section of options.json)")
-        cnn = data.pop("char_cnn")
-        lstm = data.pop("lstm")
-        embedding = take(cnn, "embedding", "char_cnn.embedding")
-        if not isinstance(embedding, dict) or "dim" not in embedding:
-            raise OptionsError(f"{source}: missing option 'char_cnn.embedding.dim'")
-        filters = take(cnn, "filters", "char_cnn.filters")
-        if not isinstance(filters, list) or not all(isinstance(f, (list, tuple)) and len(f) == 2 for f in filters):
-            raise OptionsError(f"{source}: option 'char_cnn.filters' must be a list of [width, n_filters] pairs")
-        if "dropout" in data:
-            data["dropout"] = float(data["dropout"])
-        options = cls(
-            filters=[tuple(f) for f in filters],
-            char_embedding_dim=int(embedding["dim"]),
-            n_highway=int(take(cnn, "n_highway", "char_cnn.n_highway")),
-            activation=str(take(cnn, "activation", "char_cnn.activation")),
-            n_characters=int(take(cnn, "n_characters", "char_cnn.n_characters")),
-            max_characters_per_token=int(take(cnn, "max_characters_per_token", "char_cnn.max_characters_per_token")),
-            lstm_dim=int(take(lstm, "dim", "lstm.dim")),
-            projection_dim=int(take(lstm, "projection_dim", "lstm.projection_dim")),
-            n_layers=int(take(lstm, "n_layers", "lstm.n_layers")),
-            cell_clip=_optional_float(take(lstm, "cell_clip", "lstm.cell_clip", required=False)),
-            proj_clip=_optional_float(take(lstm, "proj_clip", "lstm.proj_clip", required=False)),
-            use_skip_connections=bool(take(lstm, "use_skip_connections", "lstm.use_skip_connections", False, False)),
-            n_tokens_vocab=int(data.pop("n_tokens_vocab", 0) or 0),
-            extra={"__char_cnn__": cnn, "__lstm__": lstm, **data},
+        read = _OptionReader(source)
+        cnn = read.section(data, "char_cnn")
+        lstm = read.section(data, "lstm")
+        embedding = read.section(cnn, "embedding", "char_cnn.embedding")
+        values: Dict[str, Any] = dict(
+            char_embedding_dim=read.integer(embedding, "dim", "char_cnn.embedding.dim", least=1),
+            filters=read.filters(cnn, "filters", "char_cnn.filters"),
+            n_highway=read.integer(cnn, "n_highway", "char_cnn.n_highway", least=0),
+            activation=read.choice(cnn, "activation", "char_cnn.activation", ACTIVATIONS),
+            n_characters=read.choice(cnn, "n_characters", "char_cnn.n_characters", (261, 262)),
+            max_characters_per_token=read.integer(
+                cnn, "max_characters_per_token", "char_cnn.max_characters_per_token", least=3
+            ),
+            lstm_dim=read.integer(lstm, "dim", "lstm.dim", least=1),
+            projection_dim=read.integer(lstm, "projection_dim", "lstm.projection_dim", least=1),
+            n_layers=read.integer(lstm, "n_layers", "lstm.n_layers", least=1),
+            cell_clip=read.number(lstm, "cell_clip", "lstm.cell_clip", least=0.0, required=False),
+            proj_clip=read.number(lstm, "proj_clip", "lstm.proj_clip", least=0.0, required=False),
+            use_skip_connections=read.boolean(lstm, "use_skip_connections", "lstm.use_skip_connections", False),
+            n_tokens_vocab=read.integer(data, "n_tokens_vocab", "n_tokens_vocab", least=0, required=False) or 0,
         )
+        if "dropout" in data:
+            data["dropout"] = read.number(data, "dropout", "dropout", least=0.0, below=1.0, keep=True)
+        read.raise_problems()
+        options = cls(**values, extra={"__char_cnn__": cnn or {}, "__lstm__": lstm or {}, **data})
         options.validate(source)
         return options
 
@@ -181,8 +174,125 @@ class BiLMOptions:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
 
 
-def _optional_float(value: Any) -> Optional[float]:
-    return None if value is None else float(value)
+class _OptionReader:
+    """Takes typed values out of an options.json dict, collecting every problem (with its key)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.problems: List[str] = []
+
+    def raise_problems(self) -> None:
+        if len(self.problems) == 1:
+            raise OptionsError(f"{self.source}: {self.problems[0]}")
+        if self.problems:
+            listed = "".join(f"\n  - {problem}" for problem in self.problems)
+            raise OptionsError(f"{self.source}: {len(self.problems)} problems in the options:{listed}")
+
+    def _take(self, section: Optional[Dict[str, Any]], key: str, path: str, required: bool, keep: bool = False) -> Any:
+        if section is None:  # the section itself was missing or wrong: already reported
+            return _MISSING
+        if key not in section:
+            if required:
+                self.problems.append(f"missing option '{path}'")
+            return _MISSING
+        return section[key] if keep else section.pop(key)
+
+    def _bad(self, path: str, value: Any, expected: str) -> None:
+        self.problems.append(f"option '{path}' is {_shown(value)}; expected {expected}")
+
+    def section(self, data: Optional[Dict[str, Any]], key: str, path: str = "") -> Optional[Dict[str, Any]]:
+        if data is None:
+            return None
+        value = data.pop(key, _MISSING)
+        if value is _MISSING:
+            self.problems.append(f"missing option '{path or key}' (a section of options.json)")
+            return None
+        if not isinstance(value, dict):
+            self._bad(path or key, value, "a JSON object (a section of options.json)")
+            return None
+        return value
+
+    def integer(self, section: Optional[Dict[str, Any]], key: str, path: str, least: int, required: bool = True) -> Any:
+        value = self._take(section, key, path, required)
+        if value is _MISSING or (value is None and not required):
+            return None
+        if not _is_integer(value) or value < least:
+            self._bad(path, value, f"an integer >= {least}")
+            return None
+        return int(value)
+
+    def number(
+        self,
+        section: Optional[Dict[str, Any]],
+        key: str,
+        path: str,
+        least: float,
+        below: Optional[float] = None,
+        required: bool = True,
+        keep: bool = False,
+    ) -> Any:
+        """A number; null or absent (when not required) means "not set" (for clips: no clipping)."""
+        value = self._take(section, key, path, required, keep)
+        if value is _MISSING or value is None:
+            return None
+        in_range = _is_number(value) and value >= least and (below is None or value < below)
+        if not in_range or not math.isfinite(value):
+            upper = f" and < {below}" if below is not None else ""
+            self._bad(path, value, f"a number >= {least}{upper}" + (", or null" if not required else ""))
+            return None
+        return float(value)
+
+    def boolean(self, section: Optional[Dict[str, Any]], key: str, path: str, default: bool) -> bool:
+        value = self._take(section, key, path, required=False)
+        if value is _MISSING:
+            return default
+        if not isinstance(value, bool):
+            self._bad(path, value, "true or false")
+            return default
+        return value
+
+    def choice(self, section: Optional[Dict[str, Any]], key: str, path: str, allowed: Tuple[Any, ...]) -> Any:
+        value = self._take(section, key, path, required=True)
+        if value is _MISSING:
+            return None
+        if isinstance(value, bool) or value not in allowed or type(value) is float:
+            self._bad(path, value, f"one of {', '.join(_shown(a) for a in allowed)}")
+            return None
+        return value
+
+    def filters(self, section: Optional[Dict[str, Any]], key: str, path: str) -> List[Tuple[int, int]]:
+        value = self._take(section, key, path, required=True)
+        if value is _MISSING:
+            return []
+        pairs = value if isinstance(value, list) else None
+        if not pairs or not all(
+            isinstance(p, list) and len(p) == 2 and all(_is_integer(x) and x >= 1 for x in p) for p in pairs
+        ):
+            self._bad(path, value, "a non-empty list of [width, n_filters] pairs of integers >= 1")
+            return []
+        return [(int(w), int(n)) for w, n in pairs]
+
+
+_MISSING = object()
+
+
+def _is_integer(value: Any) -> bool:
+    """An int, or a float with no fractional part (4096.0); never a bool or a string."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _shown(value: Any) -> str:
+    """A value as it would be written in options.json."""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 def _plain_number(value: float) -> Union[int, float]:

@@ -1,0 +1,88 @@
+"""options.json is checked against bilm-tf's schema: nothing coerced, every problem named at once."""
+import json
+
+import pytest
+
+from spacy_elmo.bilm.options import BiLMOptions, OptionsError
+
+
+@pytest.fixture
+def write_options(fixture_dir, tmp_path):
+    original = json.loads((fixture_dir / "options.json").read_text())
+
+    def write(edit):
+        options = json.loads(json.dumps(original))
+        edit(options)
+        path = tmp_path / "options.json"
+        path.write_text(json.dumps(options))
+        return path
+
+    return write
+
+
+def setter(section, key, value):
+    def edit(options):
+        options[section][key] = value
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    "section,key,value,expected",
+    [
+        ("lstm", "projection_dim", 128.9, "an integer >= 1"),
+        ("lstm", "use_skip_connections", "false", "true or false"),
+        ("lstm", "dim", "abc", "an integer >= 1"),
+        ("char_cnn", "n_highway", None, "an integer >= 0"),
+        ("lstm", "projection_dim", [16, 16], "an integer >= 1"),
+        ("lstm", "n_layers", True, "an integer >= 1"),
+        ("lstm", "cell_clip", "3", "a number >= 0.0"),
+        ("lstm", "proj_clip", -1, "a number >= 0.0"),
+        ("char_cnn", "filters", [[1, 4], [2, 4.5]], "pairs of integers"),
+        ("char_cnn", "activation", "gelu", 'one of "relu", "tanh"'),
+        ("char_cnn", "n_characters", 300, "one of 261, 262"),
+    ],
+)
+def test_a_wrong_value_is_an_error_naming_the_file_and_key(write_options, section, key, value, expected):
+    path = write_options(setter(section, key, value))
+    with pytest.raises(OptionsError) as error:
+        BiLMOptions.from_file(path)
+    message = str(error.value)
+    assert message.startswith(f"{path}: option '{section}.{key}' is {json.dumps(value)}; expected ")
+    assert expected in message
+    assert "\n" not in message and "Traceback" not in message
+
+
+def test_every_problem_is_reported_at_once(write_options):
+    def edit(options):
+        options["lstm"]["dim"] = "abc"
+        options["lstm"]["use_skip_connections"] = "false"
+        del options["char_cnn"]["n_highway"]
+
+    with pytest.raises(OptionsError) as error:
+        BiLMOptions.from_file(write_options(edit))
+    message = str(error.value)
+    assert "3 problems" in message
+    for part in ("option 'lstm.dim' is \"abc\"", "option 'lstm.use_skip_connections' is \"false\"",
+                 "missing option 'char_cnn.n_highway'"):
+        assert part in message
+
+
+def test_integral_numbers_and_optional_keys(write_options):
+    def edit(options):
+        options["lstm"]["dim"] = float(options["lstm"]["dim"])  # 16.0 is 16
+        del options["lstm"]["cell_clip"]
+        options["lstm"]["proj_clip"] = None  # null: no clipping, as absent
+        del options["lstm"]["use_skip_connections"]
+
+    options = BiLMOptions.from_file(write_options(edit))
+    assert isinstance(options.lstm_dim, int) and options.cell_clip is None and options.proj_clip is None
+    assert options.use_skip_connections is False  # bilm-tf's default
+
+
+def test_a_section_that_is_not_an_object(write_options):
+    def edit(options):
+        options["lstm"] = [1, 2]
+
+    with pytest.raises(OptionsError, match=r"options.json: option 'lstm' is \[1, 2\]; expected a JSON object"):
+        BiLMOptions.from_file(write_options(edit))
