@@ -6,13 +6,21 @@ actually read or written, so `import spacy_elmo` does not need it.
 """
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Tuple, Union
+from typing import TYPE_CHECKING, List, Optional, Tuple, Union
 
 import numpy
 
 from .bilm.bilm import BiLM
 from .bilm.options import BiLMOptions
-from .bilm.weights import WeightsError, bilm_arrays, build_bilm, expected_shapes, read_vocab, write_vocab
+from .bilm.weights import (
+    WeightsError,
+    bilm_arrays,
+    build_bilm,
+    check_accounted_for,
+    expected_shapes,
+    read_vocab,
+    write_vocab,
+)
 
 if TYPE_CHECKING:
     import h5py
@@ -44,6 +52,14 @@ def _read_dataset(handle: "h5py.File", name: str, shape: Tuple[int, ...], path: 
     return data.astype(numpy.float32, copy=False)
 
 
+def _dataset_names(handle: "h5py.File") -> List[str]:
+    import h5py
+
+    names: List[str] = []
+    handle.visititems(lambda name, item: names.append(name) if isinstance(item, h5py.Dataset) else None)
+    return names
+
+
 def _open_hdf5(path: Path, mode: str = "r") -> "h5py.File":
     import h5py
 
@@ -60,6 +76,7 @@ def load_bilm_tf(options_file: PathLike, weight_file: PathLike, vocab_file: Opti
     options = BiLMOptions.from_file(options_file)
     weight_path = Path(weight_file)
     with _open_hdf5(weight_path) as handle:
+        check_accounted_for(_dataset_names(handle), options, str(weight_path))
         shapes = expected_shapes(options)
         if "softmax/W" in handle:
             rows = handle["softmax/W"].shape[0]

@@ -12,7 +12,7 @@ import torch
 from spacy_elmo.bilm.options import OptionsError
 from spacy_elmo.bilm.native import bilm_from_bytes, bilm_to_bytes, load_native, save_native
 from spacy_elmo.bilm_tf import load_bilm_tf, save_bilm_tf
-from spacy_elmo.bilm.weights import WeightsError, bilm_arrays
+from spacy_elmo.bilm.weights import WeightsError, bilm_arrays, build_bilm
 from spacy_elmo.loading import load_bilm
 
 
@@ -177,3 +177,30 @@ def test_clip_absent_means_no_clipping(weights_copy, make_bilm):
     bilm = load_bilm_tf(weights_copy / "options.json", weights_copy / "weights.hdf5")
     assert bilm.options.cell_clip is None and bilm.options.proj_clip is None
     assert "cell_clip" not in bilm.options.to_dict()["lstm"]
+
+
+@pytest.mark.parametrize(
+    "section,key,value,option,extra",
+    [
+        ("lstm", "n_layers", 1, "lstm.n_layers", "RNN_0/RNN/MultiRNNCell/Cell1/LSTMCell/B"),
+        ("char_cnn", "n_highway", 1, "char_cnn.n_highway", "CNN_high_1/W_carry"),
+        ("char_cnn", "filters", [[1, 4], [2, 8], [3, 16], [4, 32]], "char_cnn.filters", "CNN/W_cnn_4"),
+    ],
+)
+def test_weights_the_options_do_not_describe_are_refused(weights_copy, section, key, value, option, extra):
+    """A file holding more than its options ask for used to load (2 layers out instead of 3)."""
+    options = json.loads((weights_copy / "options.json").read_text())
+    options[section][key] = value
+    (weights_copy / "options.json").write_text(json.dumps(options))
+    with pytest.raises(WeightsError) as error:
+        load_bilm_tf(weights_copy / "options.json", weights_copy / "weights.hdf5")
+    message = str(error.value)
+    assert message.startswith(f"{weights_copy / 'weights.hdf5'}: ")
+    assert f"'{extra}'" in message and f"option '{option}' probably disagrees" in message
+
+
+def test_leftover_arrays_in_a_native_model_are_refused(reference_bilm):
+    arrays = dict(bilm_arrays(reference_bilm))
+    arrays["CNN_high_7/W_carry"] = arrays["CNN_high_0/W_carry"]
+    with pytest.raises(WeightsError, match=r"model.msgpack: 1 weight array\(s\) .*'CNN_high_7/W_carry'.*char_cnn.n_highway"):
+        build_bilm(reference_bilm.options, arrays, source="model.msgpack")

@@ -12,8 +12,9 @@ mapping lives here once. The rules of the reference layout:
 Every transform is a transpose or a slice, so import -> export -> import is bit for bit.
 """
 
+import re
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Tuple, Union
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 import numpy
 import torch
@@ -56,6 +57,33 @@ def expected_shapes(options: BiLMOptions) -> Dict[str, Tuple[int, ...]]:
     return shapes
 
 
+# The option whose value decides how many of a family of datasets there are: an extra dataset of the
+# family most likely means that option disagrees with the weights.
+_FAMILIES = (
+    (re.compile(r"^CNN/[Wb]_cnn_\d+$"), "char_cnn.filters"),
+    (re.compile(r"^CNN_high_\d+/"), "char_cnn.n_highway"),
+    (re.compile(r"^RNN_\d+/RNN/MultiRNNCell/Cell\d+/"), "lstm.n_layers"),
+)
+
+
+def check_accounted_for(names: Iterable[str], options: BiLMOptions, source: str) -> None:
+    """Every array a file holds must be one the options describe (the softmax is always allowed):
+    weights left over mean the options describe a smaller model than the file, and loading would
+    silently drop layers."""
+    known = set(expected_shapes(options)) | set(SOFTMAX_ARRAYS)
+    extra = sorted(set(names) - known)
+    if not extra:
+        return
+    suspects = sorted({option for name in extra for pattern, option in _FAMILIES if pattern.search(name)})
+    hint = (
+        f"option {', '.join(repr(s) for s in suspects)} probably disagrees with the weights"
+        if suspects
+        else "the options and the weights are probably from different models"
+    )
+    shown = ", ".join(repr(n) for n in extra[:6]) + (f" and {len(extra) - 6} more" if len(extra) > 6 else "")
+    raise WeightsError(f"{source}: {len(extra)} weight array(s) that the options do not account for ({shown}): {hint}")
+
+
 def bilm_arrays(bilm: BiLM) -> Iterator[Tuple[str, numpy.ndarray]]:
     """The model's weights as reference-layout arrays, in the reference orientation."""
     o = bilm.options
@@ -94,6 +122,7 @@ def build_bilm(
 ) -> BiLM:
     """A BiLM from reference-layout arrays, every name and shape checked against the options."""
     options = BiLMOptions.from_dict(options.to_dict(), source=source)
+    check_accounted_for(arrays, options, source)
     shapes = expected_shapes(options)
     with_softmax = "softmax/W" in arrays
     if with_softmax:
