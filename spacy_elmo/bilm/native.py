@@ -12,7 +12,7 @@ A native model on disk is a directory: `options.json` (readable) and `model.msgp
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy
 import srsly
@@ -87,7 +87,8 @@ def bilm_to_bytes(bilm: BiLM, softmax_dtype: str = "float32", keep_softmax: bool
     return srsly.msgpack_dumps(payload)
 
 
-def bilm_from_bytes(data: bytes, source: str = "model bytes") -> BiLM:
+def _checked_payload(data: bytes, source: str) -> Dict[str, Any]:
+    """The file's contents, its format and (when it records one) its digest checked."""
     try:
         payload = srsly.msgpack_loads(data, use_list=True)
     except Exception as err:  # msgpack raises several unrelated types on corrupt input
@@ -96,18 +97,38 @@ def bilm_from_bytes(data: bytes, source: str = "model bytes") -> BiLM:
         raise WeightsError(f"{source}: not a spacy-elmo model (expected format {FORMAT!r})")
     if not isinstance(payload.get("options"), dict) or not isinstance(payload.get("weights"), dict):
         raise WeightsError(f"{source}: not a spacy-elmo model (no 'options' or 'weights' section)")
-    vocab: Optional[List[str]] = payload.get("vocab")
     recorded = payload.get(DIGEST_KEY)
     if recorded is not None:
-        actual = payload_digest(payload["options"], payload["weights"], vocab)
+        actual = payload_digest(payload["options"], payload["weights"], payload.get("vocab"))
         if actual != recorded:
             raise WeightsError(
                 f"{source}: the model file is corrupt: its contents have SHA-256 {actual}, but it was written "
                 f"with {recorded} (a damaged copy or an edited file; copy or export the model again)"
             )
+    return payload
+
+
+def _bilm_from_payload(payload: Dict[str, Any], source: str) -> BiLM:
     options = BiLMOptions.from_dict(payload["options"], source=source)
     arrays = {name: decode_array(value, name, source) for name, value in payload["weights"].items()}
+    vocab: Optional[List[str]] = payload.get("vocab")
     return build_bilm(options, arrays, source=source, vocab=vocab)
+
+
+def bilm_from_bytes(data: bytes, source: str = "model bytes") -> BiLM:
+    return _bilm_from_payload(_checked_payload(data, source), source)
+
+
+def inspect_native(directory: Union[str, Path]) -> Tuple[BiLM, str, bool]:
+    """The model, its digest, and whether that digest was recorded in the file (and so checked) or
+    computed now (a file written before digests existed)."""
+    path = Path(directory) / MODEL_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"no native spacy-elmo model at {directory} (missing {MODEL_FILE})")
+    payload = _checked_payload(path.read_bytes(), str(path))
+    recorded = payload.get(DIGEST_KEY)
+    digest = recorded or payload_digest(payload["options"], payload["weights"], payload.get("vocab"))
+    return _bilm_from_payload(payload, str(path)), digest, recorded is not None
 
 
 def save_native(

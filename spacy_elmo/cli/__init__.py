@@ -1,12 +1,12 @@
 """`spacy elmo ...` and `python -m spacy_elmo ...`: one Typer app, one module a subcommand."""
 import typer
 
-elmo_cli = typer.Typer(name="elmo", help="ELMo biLMs: convert, pretrain, evaluate, embed.", no_args_is_help=True)
+elmo_cli = typer.Typer(name="elmo", help="ELMo biLMs: convert, verify, pretrain, evaluate, embed.", no_args_is_help=True)
 
 
 @elmo_cli.callback()
 def _group() -> None:
-    """ELMo biLMs for spaCy: convert, pretrain, evaluate, embed."""
+    """ELMo biLMs for spaCy: convert, verify, pretrain, evaluate, embed."""
 
 
 # Each subcommand registers itself on `elmo_cli` when imported.
@@ -14,6 +14,7 @@ from . import convert  # noqa: E402,F401
 from . import embed  # noqa: E402,F401
 from . import pretrain  # noqa: E402,F401
 from . import evaluate  # noqa: E402,F401
+from . import verify  # noqa: E402,F401
 
 try:  # as a spaCy CLI plugin: `spacy elmo ...`
     from spacy.cli._util import app as _spacy_app

@@ -1,0 +1,37 @@
+"""`spacy elmo verify`: a model checked and described; a damaged one is exit status 1 naming the file."""
+import json
+
+import srsly
+from typer.testing import CliRunner
+
+from spacy_elmo.bilm.native import DIGEST_KEY, MODEL_FILE
+from spacy_elmo.cli import elmo_cli
+from spacy_elmo.loading import shipped_model_path
+
+runner = CliRunner()
+
+
+def test_verify_the_shipped_model():
+    done = runner.invoke(elmo_cli, ["verify", "en_elmo_small", "--json"])
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.output)
+    recorded = srsly.msgpack_loads((shipped_model_path() / MODEL_FILE).read_bytes())[DIGEST_KEY]
+    assert report["sha256"] == recorded and report["sha256_of"].startswith("recorded")
+    assert report["layers"] == 3 and report["output_dim"] == 256 and report["vocab_size"] == 30000
+
+
+def test_convert_records_a_digest_that_verify_checks(fixture_dir, tmp_path):
+    assert runner.invoke(elmo_cli, ["convert", str(fixture_dir), str(tmp_path / "native")]).exit_code == 0
+    done = runner.invoke(elmo_cli, ["verify", str(tmp_path / "native")])
+    assert done.exit_code == 0 and "recorded in the file and checked" in done.output
+    assert "3 x 32" in done.output and done.output.rstrip().endswith("ok")
+    hdf5 = runner.invoke(elmo_cli, ["verify", str(fixture_dir)])
+    assert hdf5.exit_code == 0 and "of lm_weights.hdf5" in hdf5.output
+
+    path = tmp_path / "native" / MODEL_FILE
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01  # inside the largest array
+    path.write_bytes(bytes(data))
+    damaged = runner.invoke(elmo_cli, ["verify", str(tmp_path / "native")])
+    assert damaged.exit_code == 1
+    assert f"{path}: the model file is corrupt" in damaged.output
