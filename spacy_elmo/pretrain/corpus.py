@@ -61,11 +61,31 @@ class TokenStream:
 
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
-        meta = srsly.read_msgpack(self.directory / "types.msgpack")
-        self.types: List[str] = meta["types"]
-        self.counts = numpy.asarray(meta["counts"], dtype=numpy.int64)
-        self.tokens: numpy.ndarray = numpy.load(self.directory / "tokens.npy", mmap_mode="r")
+        try:
+            meta = srsly.read_msgpack(self.directory / "types.msgpack")
+            self.types: List[str] = meta["types"]
+            self.counts = numpy.asarray(meta["counts"], dtype=numpy.int64)
+        except Exception as err:  # msgpack raises several unrelated types on corrupt input
+            raise self._damaged(self.directory / "types.msgpack", err) from None
+        self.tokens: numpy.ndarray = self._load_array("tokens.npy", mmap=True)
         self._chars: Optional[numpy.ndarray] = None
+
+    def _damaged(self, path: Path, why: Any) -> CorpusError:
+        return CorpusError(
+            f"{path}: not a readable corpus cache file ({why}); delete the cache entry {self.directory} "
+            f"and it is rebuilt from the corpus on the next run"
+        )
+
+    def _load_array(self, name: str, mmap: bool = False) -> numpy.ndarray:
+        """A cached integer array; never unpickled (numpy refuses object arrays without allow_pickle)."""
+        path = self.directory / name
+        try:
+            array = numpy.load(path, mmap_mode="r" if mmap else None)
+        except (ValueError, OSError, EOFError) as err:
+            raise self._damaged(path, err) from None
+        if not numpy.issubdtype(array.dtype, numpy.integer):
+            raise self._damaged(path, f"dtype {array.dtype}, expected integers")
+        return array
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
@@ -86,7 +106,7 @@ class TokenStream:
             if not path.exists():
                 ids = chars.tokens_to_ids(self.types).astype(numpy.int16)
                 _save_npy_atomic(path, ids)
-            self._chars = numpy.load(path)
+            self._chars = self._load_array("chars.npy")
         return self._chars
 
     def type_to_vocab(self, vocab: Vocab) -> numpy.ndarray:

@@ -92,3 +92,21 @@ def test_missing_inputs_are_named(tmp_path):
         prepare_corpus(tmp_path / "nope.txt", CorpusSettings(), tmp_path)
     with pytest.raises(CorpusError, match="corpus.format"):
         CorpusSettings(format="xml")
+
+
+@pytest.mark.parametrize("name", ["tokens.npy", "types.msgpack", "chars.npy"])
+def test_a_damaged_or_pickled_cache_file_is_named_with_how_to_rebuild(tmp_path, name):
+    path = tmp_path / "text.txt"
+    path.write_text("A first sentence. And a second one.\n", encoding="utf-8")
+    stream = prepare_corpus(path, CorpusSettings(), tmp_path / "cache")
+    stream.type_chars()
+    target = stream.directory / name
+    if name.endswith(".npy"):  # a pickled object array: numpy refuses it, and so must the cache
+        numpy.save(target, numpy.array([{"x": 1}], dtype=object), allow_pickle=True)
+    else:
+        target.write_bytes(b"\xc1 not msgpack")
+    with pytest.raises(CorpusError) as error:
+        prepare_corpus(path, CorpusSettings(), tmp_path / "cache").type_chars()
+    message = str(error.value)
+    assert message.startswith(f"{target}: not a readable corpus cache file")
+    assert f"delete the cache entry {stream.directory}" in message
