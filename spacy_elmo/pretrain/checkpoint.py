@@ -21,6 +21,7 @@ from ..bilm.native import decode_array, encode_array
 
 FORMAT = "spacy-elmo.checkpoint.v1"
 NAME = re.compile(r"^step_(\d+)\.ckpt$")
+TEMPORARY = re.compile(r"^step_\d+\.ckpt\.tmp(\d+)$")
 
 
 class CheckpointError(ValueError):
@@ -70,6 +71,7 @@ def write_checkpoint(directory: Path, step: int, payload: Dict[str, Any]) -> Pat
     directory.mkdir(parents=True, exist_ok=True)
     body = srsly.msgpack_dumps(payload)
     blob = srsly.msgpack_dumps({"format": FORMAT, "sha256": hashlib.sha256(body).hexdigest(), "payload": body})
+    remove_stale_temporaries(directory)
     path = checkpoint_path(directory, step)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     with open(tmp, "wb") as handle:
@@ -78,6 +80,30 @@ def write_checkpoint(directory: Path, step: int, payload: Dict[str, Any]) -> Pat
         os.fsync(handle.fileno())
     tmp.replace(path)
     return path
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def remove_stale_temporaries(directory: Path) -> List[Path]:
+    """Delete the half-written `step_*.ckpt.tmpPID` files of writers that were killed (their process is
+    gone): they are never read, but each is as large as a checkpoint. Returns what was removed."""
+    directory = Path(directory)
+    removed = []
+    if directory.exists():
+        for path in directory.iterdir():
+            match = TEMPORARY.match(path.name)
+            if match and (int(match.group(1)) == os.getpid() or not _process_exists(int(match.group(1)))):
+                path.unlink(missing_ok=True)
+                removed.append(path)
+    return removed
 
 
 def read_checkpoint(path: Path) -> Dict[str, Any]:
@@ -113,7 +139,9 @@ def list_checkpoints(directory: Path) -> List[Tuple[int, Path]]:
 def latest_checkpoint(directory: Path, warn=print) -> Optional[Tuple[Path, Dict[str, Any]]]:
     """The newest checkpoint that reads. A corrupt one is reported and renamed to `*.corrupt`: kept
     on disk to inspect, but out of the rotation, so that pruning never deletes a good checkpoint to
-    make room for it."""
+    make room for it. Temporary files of killed writers are removed first."""
+    for stale in remove_stale_temporaries(directory):
+        warn(f"removed {stale.name}, left by a checkpoint writer that was stopped")
     for _, path in list_checkpoints(directory):
         try:
             return path, read_checkpoint(path)
