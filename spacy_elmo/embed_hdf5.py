@@ -29,6 +29,7 @@ class EmbedSettings:
     device: str = "cpu"
     precision: str = "fp32"
     chunk_size: int = 256
+    n_threads: int = 0  # torch threads in this process (0: torch's setting); worker processes use 1
 
 
 def read_lines(path: Path, text_field: str = "text") -> Iterator[str]:
@@ -72,7 +73,11 @@ def _init_worker(settings: EmbedSettings, threads: Optional[int]) -> None:
         torch.set_num_threads(threads)
     bilm = load_bilm(settings.model).to(settings.device)
     _worker_state["runner"] = BiLMRunner(
-        bilm, token_budget=settings.token_budget, precision=settings.precision, token_cache_size=16384
+        bilm,
+        token_budget=settings.token_budget,
+        precision=settings.precision,
+        token_cache_size=16384,
+        n_threads=settings.n_threads if threads is None else 0,
     )
     _worker_state["tokenize"] = word_splitter(settings.tokenizer)
     _worker_state["settings"] = settings

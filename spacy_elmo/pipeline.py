@@ -63,6 +63,7 @@ DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
         "fine_tune": False,
         "to_cpu": True,
         "cache_size_mb": 1024,
+        "n_threads": 0,
     },
 )
 def make_elmo(
@@ -78,6 +79,7 @@ def make_elmo(
     fine_tune: bool,
     to_cpu: bool,
     cache_size_mb: int,
+    n_threads: int,
 ) -> "Elmo":
     """The `elmo` component. Settings (see `Elmo` for each):
 
@@ -95,6 +97,7 @@ def make_elmo(
     fine_tune: train the biLM's weights with the listening components (default: frozen biLM).
     to_cpu: store numpy arrays on the CPU; false keeps cupy arrays on the GPU when running there.
     cache_size_mb: bound of the layer cache used while training with a frozen biLM (0 = no cache).
+    n_threads: torch threads while the biLM runs (0 = torch's setting); the caller's is restored after.
     """
     return Elmo(
         nlp.vocab,
@@ -109,6 +112,7 @@ def make_elmo(
         fine_tune=fine_tune,
         to_cpu=to_cpu,
         cache_size_mb=cache_size_mb,
+        n_threads=n_threads,
     )
 
 
@@ -147,6 +151,7 @@ class Elmo(ListenerBookkeeping, TrainablePipe):
         fine_tune: bool = False,
         to_cpu: bool = True,
         cache_size_mb: int = 1024,
+        n_threads: int = 0,
     ) -> None:
         if store not in STORE_OPTIONS:
             raise ValueError(f"elmo: store={store!r}; expected one of {STORE_OPTIONS}")
@@ -154,6 +159,8 @@ class Elmo(ListenerBookkeeping, TrainablePipe):
             raise ValueError(f"elmo: store_dtype={store_dtype!r}; expected one of {STORE_DTYPES}")
         if isinstance(default_mix, str) and default_mix not in MIX_NAMES:
             raise ValueError(f"elmo: default_mix={default_mix!r}; expected 'average', 'top' or a list of weights")
+        if n_threads < 0:
+            raise ValueError(f"elmo: n_threads must be >= 0 (0 = torch's own setting), got {n_threads}")
         if batch_size < 1 or cache_size_mb < 0:
             raise ValueError(f"elmo: batch_size must be >= 1 and cache_size_mb >= 0 (got {batch_size}, {cache_size_mb})")
         if set_vector_hooks and store == "none":
@@ -171,6 +178,7 @@ class Elmo(ListenerBookkeeping, TrainablePipe):
         self.stateful = stateful
         self.fine_tune = fine_tune
         self.to_cpu = to_cpu
+        self.n_threads = n_threads
         self.cfg: Dict[str, Any] = {}
         self._apply_settings()
         self.cache = LayerCache(cache_size_mb * 2**20)
@@ -184,6 +192,7 @@ class Elmo(ListenerBookkeeping, TrainablePipe):
         self.model.attrs["token_budget"] = self.batch_size
         self.model.attrs["stateful"] = self.stateful
         self.model.attrs["fine_tune"] = self.fine_tune
+        self.model.attrs["n_threads"] = self.n_threads
 
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "Elmo":
         super().from_bytes(bytes_data, exclude=exclude)

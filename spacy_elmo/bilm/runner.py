@@ -13,7 +13,7 @@ and the Python API alike:
 """
 
 import contextlib
-from typing import Callable, ContextManager, Iterable, List, Optional, Sequence
+from typing import Callable, ContextManager, Iterable, Iterator, List, Optional, Sequence
 
 import numpy
 import torch
@@ -29,6 +29,21 @@ PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 def is_out_of_memory(error: BaseException) -> bool:
     oom_type = getattr(torch.cuda, "OutOfMemoryError", ())
     return isinstance(error, oom_type) or (isinstance(error, RuntimeError) and "out of memory" in str(error))
+
+
+@contextlib.contextmanager
+def torch_threads(n_threads: int) -> Iterator[None]:
+    """Run with `n_threads` intra-op threads (0: leave torch's setting alone), then restore the caller's:
+    on a shared machine fewer threads than cores is often faster, and the caller's setting is theirs."""
+    if n_threads <= 0:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def precision_context(device: torch.device, precision: str) -> ContextManager:
@@ -59,6 +74,7 @@ class BiLMRunner(torch.nn.Module):
         max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
         token_cache_size: Optional[int] = None,
         precision: str = "fp32",
+        n_threads: int = 0,
     ) -> None:
         super().__init__()
         if precision not in PRECISIONS:
@@ -72,6 +88,7 @@ class BiLMRunner(torch.nn.Module):
         self.token_budget = token_budget
         self.stateful = stateful
         self.max_batch_size = max_batch_size
+        self.n_threads = n_threads  # torch threads while running (0: torch's own setting)
         self.n_splits = 0  # batches split after running out of memory
         self._carried = CarriedState()
         if bilm is not None:
@@ -133,7 +150,7 @@ class BiLMRunner(torch.nn.Module):
     def _forward(self, char_ids: torch.Tensor) -> torch.Tensor:
         bilm = self.load()
         initial = self._carried.rows(bilm.lstm, char_ids.shape[0], char_ids.device) if self.stateful else None
-        with precision_context(char_ids.device, self.precision):
+        with torch_threads(self.n_threads), precision_context(char_ids.device, self.precision):
             output = bilm(char_ids, initial_state=initial, return_final_state=self.stateful)
         if self.stateful:
             self._carried.store(output.final_state)

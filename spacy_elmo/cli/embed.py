@@ -21,10 +21,12 @@ def embed_cli(
     device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:1, ..."),
     precision: str = typer.Option("fp32", "--precision", help="fp32, bf16 or fp16 compute"),
     workers: int = typer.Option(1, "--workers", help="worker processes (CPU)"),
+    threads: int = typer.Option(0, "--threads", help="torch threads (0: torch's default); each worker uses 1"),
 ) -> None:
     """Embed every line of INPUT_PATH into OUTPUT_PATH (dataset "i" = line i)."""
     settings = EmbedSettings(model=model, layers=layers, text_field=text_field, tokenizer=tokenizer,
-                             token_budget=token_budget, dtype=dtype, device=device, precision=precision)
+                             token_budget=token_budget, dtype=dtype, device=device, precision=precision,
+                             n_threads=threads)
     with tqdm(unit=" lines", desc="embedding") as bar:
         try:
             written = embed_file(input_path, output_path, settings, workers=workers, progress=bar.update)

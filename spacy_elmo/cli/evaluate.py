@@ -21,10 +21,12 @@ def evaluate_cli(
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Evaluate the first N words only"),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda[:N]"),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Keep the tokenized text here for reuse"),
+    threads: int = typer.Option(0, "--threads", help="torch threads (0: torch's default)"),
 ) -> None:
     """Perplexity (full softmax) of each direction and their average, over whole sentences."""
     import torch
 
+    from ..bilm.runner import torch_threads
     from ..loading import load_bilm
     from ..pretrain.corpus import CorpusError, CorpusSettings, prepare_corpus
     from ..pretrain.perplexity import NoSoftmaxError, stream_perplexity
@@ -33,7 +35,7 @@ def evaluate_cli(
         bilm = load_bilm(model)
         bilm.to(torch.device(device))
         settings = CorpusSettings(format=fmt, text_field=text_field, max_tokens=max_tokens)
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp, torch_threads(threads):
             stream = prepare_corpus(text, settings, cache_dir if cache_dir is not None else tmp)
             results = stream_perplexity(bilm, stream)
     except (FileNotFoundError, CorpusError, NoSoftmaxError, ValueError) as err:

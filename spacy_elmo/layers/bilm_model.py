@@ -113,6 +113,7 @@ def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3
     ops = model.ops
     runner = get_runner(model)
     runner.stateful = bool(model.attrs["stateful"])
+    runner.n_threads = int(model.attrs["n_threads"])
     n_layers, width = model.get_dim("nL"), model.get_dim("nO")
     segments = segment_docs(docs, model.attrs["window_size"], model.attrs["window_context"])
     lengths = [s.words + 2 for s in segments]
@@ -229,6 +230,7 @@ def BiLM_v1(
             "token_budget": DEFAULT_TOKEN_BUDGET,
             "stateful": False,
             "fine_tune": False,
+            "n_threads": 0,
             "replace_listener": replace_listener,
             "replace_listener_cfg": replace_listener_cfg,
         },
