@@ -16,7 +16,9 @@ TORCH_PIP_ARGS=${TORCH_PIP_ARGS:-}
 if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
-stamp="$VENV/.spacy-elmo-installed-$(cat setup.py | cksum | cut -d' ' -f1)"
+# the set-up is redone when pyproject.toml (dependencies, extras, entry points) changes
+hash=$(cksum < pyproject.toml | cut -d' ' -f1)
+stamp="$VENV/.spacy-elmo-installed-$hash"
 if [ ! -f "$stamp" ]; then
   echo "setting up $VENV (torch: $TORCH_SPEC) ..."
   "$VENV/bin/python" -m pip install -q --upgrade pip setuptools wheel
