@@ -8,6 +8,8 @@ it anything goes.
 Renaming or adding a module: edit LAYERS below (and the table in CONTRIBUTING.md). A module that no
 entry covers fails test_every_module_has_a_layer; an entry that covers no module fails
 test_every_layer_entry_exists.
+
+Also: every module imports without h5py (test_importing_the_package_does_not_need_h5py).
 """
 
 import ast
@@ -36,10 +38,10 @@ LAYERS: List[List[str]] = [
 
 # Edges (importer, imported) that break the order today. Remove each one when it is fixed; when the list
 # is empty, test_no_layer_violations stops being an expected failure.
-KNOWN_VIOLATIONS: Set[Tuple[str, str]] = {
+KNOWN_VIOLATIONS: List[Tuple[str, str]] = [
     # WeightsError, bilm_arrays and build_bilm live in convert.py; they move to bilm/weights.py
     ("spacy_elmo.bilm.serialize", "spacy_elmo.convert"),
-}
+]
 
 
 def _module_names() -> Dict[str, Path]:
@@ -160,12 +162,12 @@ def test_the_resolver_sees_relative_and_absolute_imports():
 
 
 def test_no_layer_violations_beyond_the_known_ones():
-    new = layer_violations() - KNOWN_VIOLATIONS
+    new = layer_violations() - set(KNOWN_VIOLATIONS)
     assert not new, f"imports from a layer above (see CONTRIBUTING.md):\n{_describe(new)}"
 
 
 def test_known_violations_are_still_there():
-    fixed = KNOWN_VIOLATIONS - layer_violations()
+    fixed = set(KNOWN_VIOLATIONS) - layer_violations()
     assert not fixed, f"fixed, remove from KNOWN_VIOLATIONS in tests/test_layering.py:\n{_describe(fixed)}"
 
 
@@ -175,15 +177,34 @@ def test_no_layer_violations():
     assert not violations, f"imports from a layer above (see CONTRIBUTING.md):\n{_describe(violations)}"
 
 
+# `import spacy_elmo` must not need h5py: only the bilm-tf HDF5 reader/writer and `embed` (HDF5 output) use
+# it, and they import it when a file is read or written. The check blocks h5py rather than looking for it
+# in sys.modules: thinc.compat imports h5py whenever it is installed, so `import spacy` alone loads it.
+IMPORT_WITHOUT_H5PY = r"""
+import importlib, pkgutil, sys
+sys.modules["h5py"] = None  # any `import h5py` now raises ImportError
+import spacy_elmo
+for info in pkgutil.walk_packages(spacy_elmo.__path__, "spacy_elmo."):
+    if info.name != "spacy_elmo.__main__":
+        importlib.import_module(info.name)
+print("ok")
+"""
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="seam 1 pending: spacy_elmo/convert.py (the future bilm_tf.py) imports h5py at module level; "
     "remove this marker once h5py is imported lazily",
 )
-def test_importing_the_package_does_not_import_h5py():
-    code = "import sys, spacy_elmo; print('h5py' in sys.modules)"
+def test_importing_the_package_does_not_need_h5py():
     result = subprocess.run(
-        [sys.executable, "-c", code], cwd=str(PACKAGE_DIR.parent), capture_output=True, text=True, timeout=180
+        [sys.executable, "-c", IMPORT_WITHOUT_H5PY],
+        cwd=str(PACKAGE_DIR.parent),
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
-    assert result.returncode == 0, result.stderr[-4000:]
-    assert result.stdout.strip() == "False", "`import spacy_elmo` imports h5py"
+    assert result.returncode == 0 and result.stdout.strip() == "ok", (
+        f"importing spacy_elmo's modules needs h5py (import it where a file is read or written):\n"
+        f"{result.stderr[-3000:]}"
+    )
