@@ -22,6 +22,7 @@ import pytest
 from packaging_support import ROOT, declared_entry_points, load_pyproject
 
 DIST_NAME = "spacy-elmo"
+# at least these (more may come)
 CLI_SUBCOMMANDS = {"convert", "pretrain", "evaluate", "embed"}
 TIMEOUT = 180
 
@@ -194,7 +195,7 @@ def test_every_registered_factory_has_an_entry_point(decorated):
 def test_cli_plugin_from_registry(resolved, name):
     plugin = resolved["cli"][name]
     assert plugin["app_name"] == name
-    assert set(plugin["commands"]) == CLI_SUBCOMMANDS
+    assert CLI_SUBCOMMANDS <= set(plugin["commands"]), plugin["commands"]
     assert name in resolved["spacy_cli_groups"], f"`spacy {name}` is not mounted on spaCy's CLI app"
 
 
