@@ -4,6 +4,9 @@
 #   bash run.sh demo     the main job (see README)
 #   bash run.sh test     the test suite
 #   bash run.sh bench    the benchmarks (slow; writes benchmarks/results/*.json)
+#   bash run.sh project  the spaCy project workflow (project.yml)
+#   bash run.sh lint     ruff check (the dev extra is installed into the venv on first use)
+#   bash run.sh types    mypy over spacy_elmo/ (likewise)
 # Environment: VENV (default .venv), PYTHON (default python3), TORCH_SPEC (default torch==2.13.0),
 # TORCH_PIP_ARGS (extra pip arguments for torch, e.g. an index holding CPU-only or CUDA wheels).
 set -euo pipefail
@@ -16,7 +19,9 @@ TORCH_PIP_ARGS=${TORCH_PIP_ARGS:-}
 if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
-stamp="$VENV/.spacy-elmo-installed-$(cat setup.py | cksum | cut -d' ' -f1)"
+# the set-up is redone when pyproject.toml (dependencies, extras, entry points) changes
+hash=$(cksum < pyproject.toml | cut -d' ' -f1)
+stamp="$VENV/.spacy-elmo-installed-$hash"
 if [ ! -f "$stamp" ]; then
   echo "setting up $VENV (torch: $TORCH_SPEC) ..."
   "$VENV/bin/python" -m pip install -q --upgrade pip setuptools wheel
@@ -29,10 +34,22 @@ fi
 PY="$VENV/bin/python"
 task=${1:-demo}
 shift || true
+# ruff and mypy come with the `dev` extra, installed only for the tasks that need them
+if [ "$task" = lint ] || [ "$task" = types ]; then
+  dev_stamp="$VENV/.spacy-elmo-dev-installed-$hash"
+  if [ ! -f "$dev_stamp" ]; then
+    echo "installing the dev extra (ruff, mypy) into $VENV ..."
+    "$PY" -m pip install -q -e ".[test,project,dev]"
+    touch "$dev_stamp"
+  fi
+fi
 case "$task" in
   demo) exec "$PY" -m spacy_elmo.demo "$@" ;;
   test) exec "$PY" -m pytest -q -p no:cacheprovider tests "$@" ;;
   bench) exec "$PY" benchmarks/bilm_throughput.py "$@" ;;
   project) exec "$PY" -m spacy project run all . "$@" ;;
-  *) echo "usage: bash run.sh {demo|test|bench} [args]" >&2; exit 2 ;;
+  # `ruff format --check` is not part of lint yet: today it would reformat 93 files (see CONTRIBUTING.md)
+  lint) exec "$VENV/bin/ruff" check spacy_elmo tests benchmarks project "$@" ;;
+  types) exec "$VENV/bin/mypy" "$@" ;;
+  *) echo "usage: bash run.sh {demo|test|bench|project|lint|types} [args]" >&2; exit 2 ;;
 esac
