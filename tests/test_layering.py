@@ -27,20 +27,13 @@ PACKAGE = "spacy_elmo"
 # Lowest layer first. Names are relative to spacy_elmo; "__init__" is spacy_elmo/__init__.py itself, a
 # subpackage's name covers everything inside it.
 LAYERS: List[List[str]] = [
-    ["about", "chars", "jsonl"],
+    ["about", "chars", "text"],
     ["bilm"],  # the PyTorch biLM: options, weights, native format, runner, batching
-    ["convert", "loading"],  # convert: the bilm-tf HDF5 reader/writer (to become bilm_tf.py)
+    ["bilm_tf", "loading"],  # the bilm-tf HDF5 reader/writer; the one resolver
     ["layers"],  # thinc layers
-    ["extensions", "listeners", "pipeline"],
-    ["pretrain", "embed"],
+    ["extensions", "listener_bookkeeping", "pipeline"],
+    ["pretrain", "embed_hdf5"],
     ["cli", "demo", "__main__", "__init__"],
-]
-
-# Edges (importer, imported) that break the order today. Remove each one when it is fixed; when the list
-# is empty, test_no_layer_violations stops being an expected failure.
-KNOWN_VIOLATIONS: List[Tuple[str, str]] = [
-    # WeightsError, bilm_arrays and build_bilm live in convert.py; they move to bilm/weights.py
-    ("spacy_elmo.bilm.serialize", "spacy_elmo.convert"),
 ]
 
 
@@ -161,17 +154,6 @@ def test_the_resolver_sees_relative_and_absolute_imports():
     assert all(m.startswith(PACKAGE) for _, m in edges())
 
 
-def test_no_layer_violations_beyond_the_known_ones():
-    new = layer_violations() - set(KNOWN_VIOLATIONS)
-    assert not new, f"imports from a layer above (see CONTRIBUTING.md):\n{_describe(new)}"
-
-
-def test_known_violations_are_still_there():
-    fixed = set(KNOWN_VIOLATIONS) - layer_violations()
-    assert not fixed, f"fixed, remove from KNOWN_VIOLATIONS in tests/test_layering.py:\n{_describe(fixed)}"
-
-
-@pytest.mark.xfail(bool(KNOWN_VIOLATIONS), reason="KNOWN_VIOLATIONS lists imports that break the order", strict=True)
 def test_no_layer_violations():
     violations = layer_violations()
     assert not violations, f"imports from a layer above (see CONTRIBUTING.md):\n{_describe(violations)}"
@@ -191,11 +173,6 @@ print("ok")
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="seam 1 pending: spacy_elmo/convert.py (the future bilm_tf.py) imports h5py at module level; "
-    "remove this marker once h5py is imported lazily",
-)
 def test_importing_the_package_does_not_need_h5py():
     result = subprocess.run(
         [sys.executable, "-c", IMPORT_WITHOUT_H5PY],
