@@ -36,6 +36,14 @@ def make_batch(batch_size: int, length: int) -> torch.Tensor:
     return torch.from_numpy(chars.batch_to_ids(make_sentences(batch_size, length)))
 
 
+def bilm_work(bilm: BiLM, ids: torch.Tensor) -> Callable[[], object]:
+    return lambda: bilm(ids)
+
+
+def runner_work(runner: BiLMRunner, sentences: List[List[str]]) -> Callable[[], object]:
+    return lambda: runner.embed_sentences(sentences)
+
+
 def time_work(work: Callable[[], object], context: Callable, min_seconds: float, sync: Callable[[], None]) -> float:
     """Best time of `work` after a warm-up, repeated for about `min_seconds` (2 to 20 times)."""
     with torch.no_grad(), context():
@@ -81,19 +89,11 @@ def main() -> None:
         flops = bilm_flops_per_token(options)
         for batch_size in [int(b) for b in args.batch_sizes.split(",")]:
             if args.entry == "bilm":
-                ids = make_batch(batch_size, args.length).to(device)
-                context = autocast
-
-                def work() -> object:
-                    return bilm(ids)
+                work, context = bilm_work(bilm, make_batch(batch_size, args.length).to(device)), autocast
             else:
                 # one batch of all the sentences, as the bilm entry has
                 runner = BiLMRunner(bilm, precision=args.precision, token_budget=batch_size * (args.length + 2))
-                sentences = make_sentences(batch_size, args.length)
-                context = contextlib.nullcontext
-
-                def work() -> object:
-                    return runner.embed_sentences(sentences)
+                work, context = runner_work(runner, make_sentences(batch_size, args.length)), contextlib.nullcontext
             seconds = time_work(work, context, args.min_seconds, sync)
             tokens = batch_size * args.length
             tokens_per_s = tokens / seconds

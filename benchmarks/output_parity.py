@@ -53,7 +53,9 @@ def dump(path: str) -> None:
         for i, doc in enumerate(nlp.pipe(texts, batch_size=3)):
             out[f"pipe_{with_sents}_{i}"] = doc._.elmo_layers
             out[f"pipe_vec_{with_sents}_{i}"] = doc._.elmo
-    nlp = spacy.blank("en"); nlp.add_pipe("sentencizer"); nlp.add_pipe("elmo", config={"stateful": True, "model": {"path": str(FIX)}})
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo", config={"stateful": True, "model": {"path": str(FIX)}})
     for i, doc in enumerate(nlp.pipe([" ".join(g[b].split()) for g in groups for b in range(3)], batch_size=4)):
         out[f"pipe_stateful_{i}"] = doc._.elmo_layers
     from spacy_elmo.pretrain.batches import sentence_batches
@@ -64,7 +66,9 @@ def dump(path: str) -> None:
     toks = numpy.array(toks)
     tc = rng.integers(0, 200, (50, 50))
     for j, b in enumerate(sentence_batches(toks, tc, numpy.arange(50), token_budget=200)):
-        out[f"sb_{j}_c"] = b.char_ids.numpy(); out[f"sb_{j}_n"] = b.next_ids.numpy(); out[f"sb_{j}_p"] = b.prev_ids.numpy()
+        out[f"sb_{j}_c"] = b.char_ids.numpy()
+        out[f"sb_{j}_n"] = b.next_ids.numpy()
+        out[f"sb_{j}_p"] = b.prev_ids.numpy()
     try:
         from spacy_elmo.embed import EmbedSettings, embed_file
     except ImportError:

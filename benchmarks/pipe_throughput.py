@@ -22,9 +22,8 @@ import spacy
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import describe_machine, emit  # noqa: E402
-
 import spacy_elmo.loading  # noqa: E402
+from common import describe_machine, emit  # noqa: E402
 from spacy_elmo.bilm.bilm import BiLM  # noqa: E402
 from spacy_elmo.bilm.options import full_options  # noqa: E402
 from spacy_elmo.layers import bilm_model  # noqa: E402

@@ -9,10 +9,10 @@ import numpy
 import pytest
 import torch
 
-from spacy_elmo.bilm.options import OptionsError
 from spacy_elmo.bilm.native import bilm_from_bytes, bilm_to_bytes, load_native, save_native
-from spacy_elmo.bilm_tf import load_bilm_tf, save_bilm_tf
+from spacy_elmo.bilm.options import OptionsError
 from spacy_elmo.bilm.weights import WeightsError, bilm_arrays, build_bilm
+from spacy_elmo.bilm_tf import load_bilm_tf, save_bilm_tf
 from spacy_elmo.loading import load_bilm
 
 

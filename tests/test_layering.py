@@ -19,8 +19,6 @@ import sys
 from pathlib import Path
 from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 
-import pytest
-
 PACKAGE_DIR = Path(__file__).parent.parent / "spacy_elmo"
 PACKAGE = "spacy_elmo"
 

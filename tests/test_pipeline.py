@@ -10,8 +10,8 @@ import torch
 from spacy.tokens import Doc
 
 import spacy_elmo.loading
-from spacy_elmo.bilm.runner import BiLMRunner
 from spacy_elmo.bilm.native import save_native
+from spacy_elmo.bilm.runner import BiLMRunner
 from spacy_elmo.bilm.weights import WeightsError
 from spacy_elmo.pipeline import Elmo
 

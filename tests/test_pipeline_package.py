@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy
 import torch
-from spacy.training import Example
 from spacy.tokens import DocBin
+from spacy.training import Example
 from spacy.util import load_config, load_model_from_config
 
 FIXTURES = Path(__file__).parent / "fixtures"

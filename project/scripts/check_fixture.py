@@ -21,11 +21,10 @@ from typing import Any, Dict, List, Optional
 import h5py
 import numpy
 
+from check_report import finish_check
 from spacy_elmo.bilm.runner import BiLMRunner
 from spacy_elmo.bilm_tf import load_bilm_tf
 from spacy_elmo.loading import load_bilm
-
-from check_report import finish_check
 
 ATOL, RTOL = 1e-6, 1e-5
 

@@ -61,7 +61,7 @@ def check(package_dir: Path, text: str = TEXT) -> Dict[str, Any]:
         probe = subprocess.run([sys.executable, "-c", PROBE, name, text], capture_output=True, text=True, env=env, cwd=target)
         if probe.returncode != 0:
             raise RuntimeError(f"the installed package {name} failed to load or run:\n{probe.stderr[-3000:]}")
-        line = next((l for l in probe.stdout.splitlines() if l.startswith("PROBE-RESULT ")), None)
+        line = next((out for out in probe.stdout.splitlines() if out.startswith("PROBE-RESULT ")), None)
         if line is None:
             raise RuntimeError(f"no result from the probe of {name}:\n{probe.stdout[-2000:]}")
         report = json.loads(line[len("PROBE-RESULT "):])

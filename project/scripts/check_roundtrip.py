@@ -14,11 +14,10 @@ from typing import Any, Dict, List, Optional
 
 import numpy
 
+from check_report import finish_check
 from spacy_elmo.bilm.runner import BiLMRunner
 from spacy_elmo.bilm.weights import bilm_arrays
 from spacy_elmo.loading import load_bilm
-
-from check_report import finish_check
 
 
 def sample_sentences(text: Path, n_sentences: int, max_tokens: int = 60) -> List[List[str]]:

@@ -89,7 +89,7 @@ def main() -> None:
         }
         width = data["train"][0][0].shape[1]
         key = "layer " + "+".join(map(str, layers))
-        results[key] = probe(lambda: torch.nn.Linear(width, n_labels), data)
+        results[key] = probe(lambda width=width: torch.nn.Linear(width, n_labels), data)
         print(f"{key}: {results[key]}", flush=True)
 
     counts = Counter(t.lower_ for d in splits["train"][0] for t in d)

@@ -6,8 +6,8 @@ import torch
 from torch import nn
 
 from .char_cnn import CharacterEncoder
-from .options import BiLMOptions
 from .lstm import BiLSTMStack, LSTMState
+from .options import BiLMOptions
 from .softmax import SoftmaxHead
 from .token_cache import TokenCache
 

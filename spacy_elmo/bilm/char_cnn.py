@@ -11,7 +11,6 @@ from torch import nn
 from .. import chars
 from .options import BiLMOptions
 
-
 ROW_CHUNK = 64
 
 

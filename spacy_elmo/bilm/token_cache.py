@@ -17,7 +17,7 @@ class TokenCache:
         if max_size < 1:
             raise ValueError(f"token cache size must be >= 1, got {max_size}")
         self.max_size = max_size
-        self._slots: "OrderedDict[bytes, int]" = OrderedDict()
+        self._slots: OrderedDict[bytes, int] = OrderedDict()
         self._store: torch.Tensor = torch.empty(0)
         self._weights_key: Tuple = ()
         self.hits = 0

@@ -10,11 +10,13 @@ def _group() -> None:
 
 
 # Each subcommand registers itself on `elmo_cli` when imported.
-from . import convert  # noqa: E402,F401
-from . import embed  # noqa: E402,F401
-from . import pretrain  # noqa: E402,F401
-from . import evaluate  # noqa: E402,F401
-from . import verify  # noqa: E402,F401
+from . import (
+    convert,  # noqa: E402,F401
+    embed,  # noqa: E402,F401
+    evaluate,  # noqa: E402,F401
+    pretrain,  # noqa: E402,F401
+    verify,  # noqa: E402,F401
+)
 
 try:  # as a spaCy CLI plugin: `spacy elmo ...`
     from spacy.cli._util import app as _spacy_app

@@ -25,7 +25,7 @@ def convert_cli(
         bilm = load_bilm(source, options_file=options)
     except (FileNotFoundError, ValueError) as err:
         typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     if target == "native":
         save_native(bilm, output)
     else:

@@ -32,5 +32,5 @@ def embed_cli(
             written = embed_file(input_path, output_path, settings, workers=workers, progress=bar.update)
         except (FileNotFoundError, ValueError) as err:
             typer.echo(f"error: {err}", err=True)
-            raise typer.Exit(1)
+            raise typer.Exit(1) from None
     typer.echo(f"wrote {written} lines to {output_path}")

@@ -40,7 +40,7 @@ def evaluate_cli(
             results = stream_perplexity(bilm, stream)
     except (FileNotFoundError, CorpusError, NoSoftmaxError, ValueError) as err:
         typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     line = json.dumps({"model": str(model), "text": str(text), **results}, indent=2)
     typer.echo(line)
     if output is not None:

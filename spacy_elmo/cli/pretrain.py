@@ -49,4 +49,4 @@ def pretrain_cli(
         pretrain(config, output_dir, resume=resume, init_from=init_from, log=lambda m: typer.echo(m))
     except (FileNotFoundError, PretrainConfigError, CorpusError, VocabError, ValueError) as err:
         typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None

@@ -29,7 +29,7 @@ class LayerCache:
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._entries: "OrderedDict[bytes, Any]" = OrderedDict()
+        self._entries: OrderedDict[bytes, Any] = OrderedDict()
         self.n_bytes = 0
         self.hits = 0
         self.misses = 0

@@ -116,7 +116,8 @@ def _layers_from_docs(model: ElmoListener, docs: List[Doc], is_train: bool) -> L
     if missing and docs is not model._init_inputs:
         warnings.warn(
             f"ElmoListener: {missing} doc(s) have no ELMo layers (doc._.elmo_layers is None): the "
-            f"'{model.upstream_name}' pipe did not run before this component, so zeros were used"
+            f"'{model.upstream_name}' pipe did not run before this component, so zeros were used",
+            stacklevel=2,
         )
     return outputs
 

@@ -12,7 +12,6 @@ Weights `s` start at zero (the plain average of the layers) and `gamma` at one. 
 from typing import Any, Callable, List, Optional, Tuple
 
 import numpy
-
 from spacy.util import registry
 from thinc.api import Model, Ops
 from thinc.types import Floats1d, Floats2d, Floats3d

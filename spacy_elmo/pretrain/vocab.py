@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy
+
 from ..bilm.weights import read_vocab, write_vocab
 
 BOS, EOS, UNK = "<S>", "</S>", "<UNK>"

@@ -63,7 +63,6 @@ def test_configurations_run_and_stay_batch_independent(make_bilm, skip, clips):
     for sentence, got in zip(sentences, together):
         numpy.testing.assert_allclose(embedder.embed_batch([sentence])[0], got, atol=1e-6, rtol=0)
     if clips[1] is not None:
-        P = bilm.options.projection_dim
         # without skip connections a layer's output is the clipped projection itself
         if not skip:
             assert numpy.abs(together[1][1:]).max() <= clips[1] + 1e-7

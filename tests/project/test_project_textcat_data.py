@@ -23,7 +23,7 @@ def test_mr_split_is_fixed_by_the_seed_and_covers_every_sentence_once(tmp_path):
     splits = {s: _texts(tmp_path / "a" / f"{s}.spacy") for s in ("train", "dev", "test")}
     everything = sorted(splits["train"] + splits["dev"] + splits["test"])
     original = sorted((" ".join(text.split()), label) for text, label in read_mr(ASSETS / "mr-polarity"))
-    assert [(" ".join(t.split()), l) for t, l in everything] == original
+    assert [(" ".join(t.split()), label) for t, label in everything] == original
     # both classes in every split, roughly balanced
     for items in splits.values():
         positive = sum(label == "positive" for _, label in items)

@@ -106,7 +106,7 @@ def test_results_table_has_every_run(project):
     results = read_json(root / "metrics" / "results.json")
     rows = {(r["task"], r["variant"]): r for r in results["rows"]}
     assert set(rows) == {(t, v) for t in TASKS for v in VARIANTS}
-    for (task, variant), row in rows.items():
+    for (_task, variant), row in rows.items():
         assert 0.0 <= row["test"] <= 1.0 and 0.0 <= row["dev"] <= 1.0, row
         assert row["seed"] == 0 and row["wall_time_s"] > 0
         if variant == "baseline":
