@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import List, Optional, Union
 
 from .bilm.bilm import BiLM
-from .bilm.native import MODEL_FILE, OPTIONS_FILE, is_native, load_native
+from .bilm.native import MODEL_FILE, OPTIONS_FILE, is_native, load_native, read_native_options
 from .bilm.options import BiLMOptions
 from .bilm_tf import load_bilm_tf
 
@@ -86,7 +86,10 @@ def resolve_model(path: PathLike, options_file: Optional[PathLike] = None, optio
 
 
 def read_options(source: ModelSource) -> BiLMOptions:
-    """The model's options without loading its weights."""
+    """The model's options without loading its weights: a native model's from its model file (its
+    options.json is a readable copy, checked against it), a bilm-tf model's from its options.json."""
+    if source.kind == "native":
+        return read_native_options(source.path)
     return BiLMOptions.from_file(source.options_file)
 
 

@@ -126,6 +126,7 @@ def inspect_native(directory: Union[str, Path]) -> Tuple[BiLM, str, bool]:
     if not path.exists():
         raise FileNotFoundError(f"no native spacy-elmo model at {directory} (missing {MODEL_FILE})")
     payload = _checked_payload(path.read_bytes(), str(path))
+    _check_readable_copy(Path(directory), payload["options"])
     recorded = payload.get(DIGEST_KEY)
     digest = recorded or payload_digest(payload["options"], payload["weights"], payload.get("vocab"))
     return _bilm_from_payload(payload, str(path)), digest, recorded is not None
@@ -149,11 +150,48 @@ def save_native(
 
 
 def load_native(directory: Union[str, Path]) -> BiLM:
-    directory = Path(directory)
-    path = directory / MODEL_FILE
+    return inspect_native(directory)[0]
+
+
+def read_native_options(directory: Union[str, Path]) -> BiLMOptions:
+    """A native model's options, from the model file (the one source of truth), without building it."""
+    path = Path(directory) / MODEL_FILE
     if not path.exists():
         raise FileNotFoundError(f"no native spacy-elmo model at {directory} (missing {MODEL_FILE})")
-    return bilm_from_bytes(path.read_bytes(), source=str(path))
+    payload = _checked_payload(path.read_bytes(), str(path))
+    _check_readable_copy(Path(directory), payload["options"])
+    return BiLMOptions.from_dict(payload["options"], source=str(path))
+
+
+def _check_readable_copy(directory: Path, stored: Dict[str, Any]) -> None:
+    """options.json beside model.msgpack is a copy for people to read; an edited copy would describe a
+    model that is not the one loaded, so it is an error rather than silently ignored."""
+    copy_path = directory / OPTIONS_FILE
+    if not copy_path.exists():
+        return
+    try:
+        written = json.loads(copy_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise WeightsError(f"{copy_path}: not valid JSON ({err}); it is a copy of the options in {MODEL_FILE}") from None
+    differ = _differing_keys(stored, written)
+    if differ:
+        raise WeightsError(
+            f"{copy_path}: differs from the options stored in {directory / MODEL_FILE} at {', '.join(differ)}. "
+            f"options.json is a readable copy (the model file is what loads): restore it from the model "
+            f"(`spacy elmo verify {directory}` shows the stored options), or retrain/convert for new options"
+        )
+
+
+def _differing_keys(a: Any, b: Any, prefix: str = "") -> List[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = sorted(set(a) | set(b))
+        return [k for key in keys for k in _differing_keys(a.get(key, _ABSENT), b.get(key, _ABSENT), f"{prefix}{key}.")]
+    same = a == b and type(a) is type(b) or (isinstance(a, (int, float)) and isinstance(b, (int, float)) and a == b
+                                                and not isinstance(a, bool) and not isinstance(b, bool))
+    return [] if same else [f"'{prefix[:-1]}'"]
+
+
+_ABSENT = object()
 
 
 def is_native(path: Union[str, Path]) -> bool:

@@ -68,3 +68,22 @@ def test_one_writer_for_full_and_compact_models(make_bilm, tmp_path):
     assert compact.vocab == bilm.vocab
     assert bare.softmax is None and bare.vocab is None and bare.options.n_tokens_vocab == 0
     assert "softmax/W" not in dict(bilm_arrays(bare))
+
+
+def test_an_edited_options_json_beside_a_native_model_is_an_error_naming_it(reference_bilm, tmp_path):
+    """options.json is a readable copy; the model file is what loads. An edit used to be ignored."""
+    import json
+
+    from spacy_elmo.loading import read_options, resolve_model
+
+    directory = save_native(reference_bilm, tmp_path / "model")
+    options = json.loads((directory / "options.json").read_text())
+    options["lstm"]["projection_dim"] = 256
+    (directory / "options.json").write_text(json.dumps(options))
+    pattern = rf"{directory / 'options.json'}: differs from the options stored in .*model.msgpack at 'lstm.projection_dim'"
+    with pytest.raises(WeightsError, match=pattern):
+        load_native(directory)
+    with pytest.raises(WeightsError, match=pattern):
+        read_options(resolve_model(directory))
+    (directory / "options.json").unlink()  # the copy is optional: the model file is the source of truth
+    assert read_options(resolve_model(directory)).projection_dim == reference_bilm.options.projection_dim
