@@ -154,18 +154,19 @@ def test_default_model_path(monkeypatch, tmp_path, reference_bilm):
     numpy.testing.assert_allclose(doc._.elmo_layers, reference._.elmo_layers, atol=1e-6)
 
 
-def test_missing_default_model_is_a_clear_error(monkeypatch, tmp_path):
+def test_missing_default_model_is_a_clear_error_at_add_pipe(monkeypatch, tmp_path):
     monkeypatch.setattr(spacy_elmo.loading, "SHIPPED_MODELS_DIR", tmp_path)
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo")
     with pytest.raises(FileNotFoundError, match="default biLM 'en_elmo_small' is not installed"):
-        nlp("no model")
+        nlp.add_pipe("elmo")
 
 
-def test_missing_path_is_a_clear_error(tmp_path):
-    nlp = elmo_nlp(model={"path": str(tmp_path / "nowhere")})
+def test_missing_path_is_a_clear_error_at_add_pipe(tmp_path):
     with pytest.raises(FileNotFoundError, match="nowhere.*does not exist"):
-        nlp("no model")
+        elmo_nlp(model={"path": str(tmp_path / "nowhere")})
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"empty \(spacy-elmo.BiLM.v1 model.path\): expected a native model"):
+        elmo_nlp(model={"path": str(tmp_path / "empty")})
 
 
 def test_options_that_do_not_match_the_weights(tmp_path):
@@ -250,8 +251,14 @@ def test_to_disk_and_spacy_load_round_trip(nlp, tmp_path):
     for b, a in zip(before, after):
         numpy.testing.assert_allclose(a, b, atol=1e-6, rtol=0)
     from_bytes = spacy.blank("en")
-    from_bytes.add_pipe("elmo", config={"model": {"@architectures": "spacy-elmo.BiLM.v1", "path": "unused"}})
+    # add_pipe checks its path (here the shipped default); from_bytes then replaces the weights
+    from_bytes.add_pipe("elmo", config={"model": {"@architectures": "spacy-elmo.BiLM.v1", "path": ""}})
     from_bytes.from_bytes(nlp.to_bytes())
+    # spaCy's documented way: the pipeline built from its config (path not checked), then its bytes
+    from_config = spacy.util.get_lang_class("en").from_config(nlp.config.interpolate().merge(
+        {"components": {"elmo": {"model": {"path": str(tmp_path / "gone")}}}}))
+    from_config.from_bytes(nlp.to_bytes())
+    numpy.testing.assert_allclose(from_config(texts[0])._.elmo_layers, before[0], atol=1e-6, rtol=0)
     numpy.testing.assert_allclose(from_bytes(texts[0])._.elmo_layers, before[0], atol=1e-6, rtol=0)
 
 

@@ -13,6 +13,7 @@ exist on the machine the pipeline is deployed to) is read only when no saved wei
 
 import copy
 import functools
+import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy
@@ -53,6 +54,19 @@ def prepare_for_pipe(bilm: BiLM) -> BiLM:
     for param in bilm.parameters():
         param.requires_grad_(True)
     return bilm.to(get_torch_default_device())
+
+
+def built_from_a_config() -> bool:
+    """Whether this layer is being built from a whole pipeline config (`spacy.load`, `Language.from_config`
+    before `from_bytes`, `spacy train`) rather than by `nlp.add_pipe`. A saved config's path may not exist
+    on the machine the pipeline was deployed to, where the saved weights are loaded instead, so only
+    `add_pipe` checks the path at once. spaCy passes no flag for this, so the call stack is asked."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "from_config" and frame.f_globals.get("__name__") == "spacy.language":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def load_for_pipe(path: str) -> BiLM:
@@ -209,6 +223,8 @@ def BiLM_v1(
     mixed_precision: run the biLM under CUDA autocast (GPU only; no effect on CPU).
     """
     check_window(window_size, window_context)
+    if not built_from_a_config():
+        loading.resolve_model(path, option=PATH_OPTION)  # a bad path fails at add_pipe, not at the first doc
     runner = BiLMRunner(load=functools.partial(load_for_pipe, path))
     shim = PyTorchShim(
         runner,

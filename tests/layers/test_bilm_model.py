@@ -50,6 +50,5 @@ def test_the_layer_knows_its_dims_before_loading_weights():
 
 def test_a_missing_path_names_the_config_option(tmp_path):
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"model": {"path": str(tmp_path / "nowhere")}})
     with pytest.raises(FileNotFoundError, match=r"nowhere' does not exist \(spacy-elmo.BiLM.v1 model.path\)"):
-        nlp("no model")
+        nlp.add_pipe("elmo", config={"model": {"path": str(tmp_path / "nowhere")}})
