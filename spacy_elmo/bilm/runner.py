@@ -13,6 +13,7 @@ and the Python API alike:
 """
 
 import contextlib
+import os
 from typing import Callable, ContextManager, Iterable, Iterator, List, Optional, Sequence
 
 import numpy
@@ -90,6 +91,8 @@ class BiLMRunner(torch.nn.Module):
         self.max_batch_size = max_batch_size
         self.n_threads = n_threads  # torch threads while running (0: torch's own setting)
         self.n_splits = 0  # batches split after running out of memory
+        self._pid = os.getpid()
+        self._forked = False
         self._carried = CarriedState()
         if bilm is not None:
             self.set_bilm(bilm)
@@ -102,11 +105,22 @@ class BiLMRunner(torch.nn.Module):
 
     def load(self) -> BiLM:
         """The biLM, loaded now if it has not been."""
+        if self._pid != os.getpid():
+            self._enter_new_process()
         if self.bilm is None:
             assert self._load is not None
             self.set_bilm(self._load())
         assert self.bilm is not None
         return self.bilm
+
+    def _enter_new_process(self) -> None:
+        """First use in a process forked from the one that made the runner (`nlp.pipe(n_process=N)`,
+        multiprocessing pools). A forked child inherits torch's OpenMP thread pool as bookkeeping only,
+        not as threads: its first parallel product would wait for them forever. One thread per process
+        is also what N processes on N cores want, so the child runs with one, whatever `n_threads` says."""
+        self._pid = os.getpid()
+        self._forked = True
+        torch.set_num_threads(1)
 
     def set_bilm(self, bilm: BiLM, device: Optional[torch.device] = None) -> None:
         if self.token_cache_size is not None:
@@ -150,7 +164,7 @@ class BiLMRunner(torch.nn.Module):
     def _forward(self, char_ids: torch.Tensor) -> torch.Tensor:
         bilm = self.load()
         initial = self._carried.rows(bilm.lstm, char_ids.shape[0], char_ids.device) if self.stateful else None
-        with torch_threads(self.n_threads), precision_context(char_ids.device, self.precision):
+        with torch_threads(0 if self._forked else self.n_threads), precision_context(char_ids.device, self.precision):
             output = bilm(char_ids, initial_state=initial, return_final_state=self.stateful)
         if self.stateful:
             self._carried.store(output.final_state)

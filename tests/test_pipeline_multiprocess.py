@@ -1,0 +1,56 @@
+"""`nlp.pipe(n_process=2)`: used to hang (the parent's OpenMP threads do not survive the fork); now the
+same layers as one process, for the shipped model, a model by path, and a pipeline from spacy.load.
+
+Runs in a subprocess under a timeout, so that a hang fails the test instead of stalling the suite."""
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+FIXTURE = Path(__file__).parent / "fixtures" / "elmo-fixture"
+
+SCRIPT = r"""
+import json, sys
+import numpy, spacy, torch
+
+texts = [f"Sentence number {i} talks about the bank of the river. And money {i}." for i in range(60)] + ["", "x"]
+
+
+def compare(nlp):
+    one = [d._.elmo_layers for d in nlp.pipe(texts, batch_size=16)]  # the parent runs torch first
+    two = [d._.elmo_layers for d in nlp.pipe(texts, batch_size=16, n_process=2)]
+    return len(one) == len(two) and all(numpy.array_equal(a, b) for a, b in zip(one, two))
+
+
+def build(path):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo", config={"model": {"path": path}})
+    return nlp
+
+
+threads = torch.get_num_threads()
+results = {"shipped": compare(build("")), "path": compare(build(sys.argv[1]))}
+build(sys.argv[1]).to_disk(sys.argv[2])
+results["spacy.load"] = compare(spacy.load(sys.argv[2]))
+results["parent threads kept"] = torch.get_num_threads() == threads
+print(json.dumps(results))
+"""
+
+
+def test_n_process_2_gives_the_same_layers_and_does_not_hang(tmp_path):
+    process = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, str(FIXTURE), str(tmp_path / "pipeline")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        out, err = process.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)  # the workers too
+        process.communicate()
+        raise AssertionError("nlp.pipe(n_process=2) did not finish in 240 s (hung)") from None
+    assert process.returncode == 0, err[-3000:]
+    results = json.loads(out.strip().splitlines()[-1])
+    assert results == {"shipped": True, "path": True, "spacy.load": True, "parent threads kept": True}, results
