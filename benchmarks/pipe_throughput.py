@@ -2,13 +2,14 @@
 configuration (random weights), on the CPU and, with --gpu, on the GPU.
 
     python benchmarks/pipe_throughput.py [--models shipped,full,fixture] [--words 20000] [--gpu]
+    python benchmarks/pipe_throughput.py --models shipped --n-process 1,2 --threads 1   # processes, 1 thread each
 
 Docs are paragraphs of the project's Gutenberg validation sample (assets/gutenberg/valid_sample.txt.gz;
 generated sentences if it is missing), run through spacy.blank("en") + sentencizer + elmo with its
 defaults (store="layers", float32), all pipeline work included (tokenizer, sentence splits, char ids,
 biLM, scatter back, doc extensions). One warm-up pass over a few docs first; then the best of
---repeats passes. One JSON line per model: words/s (all tokens, whitespace included), doc count,
-device, threads.
+--repeats passes. One JSON line per model and `--n-process` value: words/s (all tokens, whitespace
+included), doc count, device, threads (worker processes run one torch thread each).
 """
 import argparse
 import gzip
@@ -16,7 +17,7 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import List
+from typing import List, Tuple
 
 import spacy
 import torch
@@ -54,7 +55,7 @@ def load_texts(n_words: int) -> List[str]:
 def build(model: str) -> spacy.Language:
     nlp = spacy.blank("en")
     nlp.add_pipe("sentencizer")
-    path = {"shipped": "", "fixture": str(FIXTURE), "full": "unused: weights are set below"}[model]
+    path = {"shipped": "", "fixture": str(FIXTURE), "full": ""}[model]  # full: weights are set below
     elmo = nlp.add_pipe("elmo", config={"model": {"@architectures": "spacy-elmo.BiLM.v1", "path": path}})
     if model == "full":
         bilm = BiLM(full_options())
@@ -63,14 +64,14 @@ def build(model: str) -> spacy.Language:
     return nlp
 
 
-def measure(nlp: spacy.Language, texts: List[str], repeats: int, sync) -> float:
+def measure(nlp: spacy.Language, texts: List[str], repeats: int, sync, n_process: int = 1) -> Tuple[float, int]:
     list(nlp.pipe(texts[:8]))  # warm-up (and lazy weight loading)
     best = float("inf")
     n_words = 0
     for _ in range(repeats):
         sync()
         start = time.perf_counter()
-        n_words = sum(len(doc) for doc in nlp.pipe(texts))
+        n_words = sum(len(doc) for doc in nlp.pipe(texts, n_process=n_process))
         sync()
         best = min(best, time.perf_counter() - start)
     return n_words / best, n_words
@@ -84,6 +85,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     parser.add_argument("--gpu", action="store_true", help="run on GPU 0 (spacy.require_gpu)")
+    parser.add_argument("--n-process", default="1", help="comma-separated nlp.pipe(n_process=...) values (CPU)")
     parser.add_argument("--output", default="", help="append JSON lines to this file too")
     args = parser.parse_args()
     if args.threads:
@@ -103,20 +105,23 @@ def main() -> None:
         n_words = args.full_words if model == "full" and not args.gpu else args.words
         texts = load_texts(n_words)
         nlp = build(model)
-        words_per_s, counted = measure(nlp, texts, args.repeats, sync)
-        options = nlp.get_pipe("elmo").bilm.options
-        emit(
-            {
-                **record,
-                "words_per_s": round(words_per_s, 1),
-                "words": counted,
-                "docs": len(texts),
-                "lstm_dim": options.lstm_dim,
-                "projection_dim": options.projection_dim,
-                "batch_size_tokens": nlp.get_pipe("elmo").batch_size,
-            },
-            args.output,
-        )
+        for n_process in [int(n) for n in args.n_process.split(",")]:
+            words_per_s, counted = measure(nlp, texts, args.repeats, sync, n_process)
+            options = nlp.get_pipe("elmo").bilm.options
+            emit(
+                {
+                    **record,
+                    "n_process": n_process,
+                    "threads_per_process": torch.get_num_threads() if n_process == 1 else 1,
+                    "words_per_s": round(words_per_s, 1),
+                    "words": counted,
+                    "docs": len(texts),
+                    "lstm_dim": options.lstm_dim,
+                    "projection_dim": options.projection_dim,
+                    "batch_size_tokens": nlp.get_pipe("elmo").batch_size,
+                },
+                args.output,
+            )
 
 
 if __name__ == "__main__":
