@@ -3,6 +3,7 @@
 Every helper is a no-op for a single process (no WORLD_SIZE, or 1), so the trainer has one code path.
 NCCL on GPUs, gloo on CPUs.
 """
+import importlib
 import os
 from typing import List, Optional, Tuple
 
@@ -27,18 +28,26 @@ def process_group_exists() -> bool:
 
 
 def init_distributed(device: torch.device) -> Tuple[int, int]:
-    """(rank, world size): joins the process group torchrun describes, unless the caller already has."""
+    """(rank, world size): joins the process group torchrun describes, unless the caller already has.
+
+    torch.distributed.nn binds the default group as a default argument (`group=group.WORLD`) when it is
+    first imported, and DistributedDataParallel's constructor imports it. Imported after the group is
+    made, it keeps the group, and gloo's threads, alive past `destroy_process_group`; a rank then tears
+    them down at exit and can abort (SIGABRT/SIGSEGV) after a successful run. Imported first, it binds None.
+    """
     world = world_size_from_env()
     if world <= 1:
         return 0, 1
     if not dist.is_initialized():
+        importlib.import_module("torch.distributed.nn.functional")
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     return dist.get_rank(), dist.get_world_size()
 
 
 def end_distributed() -> None:
     """Tear down the process group this run created: left to interpreter exit, gloo's threads can be
-    destroyed while still joinable, and a rank then aborts (SIGABRT) after a successful run."""
+    destroyed while still joinable, and a rank then aborts (SIGABRT) after a successful run (see
+    `init_distributed` for what else must hold for the group to be really freed here)."""
     if process_group_exists():
         dist.destroy_process_group()
 
