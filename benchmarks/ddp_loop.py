@@ -72,7 +72,7 @@ def main() -> None:
     print(json.dumps({
         "benchmark": "ddp_loop", "summary": True, "tests": args.tests, "busy": args.busy, "runs": len(results),
         "passed": sum(bool(r["passed"]) for r in results), "total_s": round(time.perf_counter() - start, 1),
-        "wall_s_min": min(walls), "wall_s_median": statistics.median(walls), "wall_s_max": max(walls),
+        "wall_s_min": min(walls), "wall_s_median": round(statistics.median(walls), 2), "wall_s_max": max(walls),
         "failures": [{"run": i + 1, "rc": r["rc"], "tail": r["tail"]}
                      for i, r in enumerate(results) if not r["passed"]],
     }), flush=True)

@@ -39,7 +39,7 @@ from .distributed import (
 from .metrics import MetricsLog
 from .sampled_softmax import LogUniformSampler
 from .schedule import schedule_from_config
-from .trainer import LanguageModelLoss, Log, Trainer, TrainerSettings, TrainResult
+from .trainer import LanguageModelLoss, Log, Trainer, TrainerSettings, TrainResult, main_process_log
 from .vocab import Vocab
 
 
@@ -73,7 +73,7 @@ def build_trainer(config: Config, output_dir: Path, resume: bool, init_from: Opt
     schedule_from_config(config, steps_per_epoch=1)  # a bad schedule fails here, before any tokenizing
     rank, world = init_distributed(device)
     is_main = rank == 0
-    say: Log = log if is_main else (lambda message: None)
+    say = main_process_log(log, rank)
     init_from = init_from or config["paths"].get("init_from")
     stream, dev = _prepare_data(config, output_dir, is_main, world, say)
     V = config["vocab"]

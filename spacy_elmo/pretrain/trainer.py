@@ -221,7 +221,7 @@ class Trainer:
         self.checkpoint_dir = output_dir / "checkpoints"
         self.metrics = metrics
         self.config_text = config_text
-        self.say = log if self.is_main else _quiet
+        self.say = main_process_log(log, rank)
         self.state = TrainState()
         self.losses: List[float] = []
         self.last_eval: Optional[Dict[str, float]] = None
@@ -391,5 +391,10 @@ class Trainer:
                 signal.signal(sig, handler)
 
 
+def main_process_log(log: Log, rank: int) -> Log:
+    """`log` on rank 0, nothing on the other ranks: one copy of every line is enough."""
+    return log if rank == 0 else _quiet
+
+
 def _quiet(message: str) -> None:
-    """The log of ranks other than 0: one copy of every line is enough."""
+    pass
