@@ -1,8 +1,9 @@
 """Training throughput of the biLM language model (tokens/s), random weights, sampled softmax.
 
 Measures full training steps (forward, sampled softmax over both directions, backward, gradient
-clipping, Adam update) on windows of random "words" drawn from a Zipf distribution, so the character
-CNN sees a realistic share of repeated tokens. Prints one JSON line per configuration.
+clipping, Adam update; the training loop's own `train_step`) on windows of random "words" drawn from
+a Zipf distribution, so the character CNN sees a realistic share of repeated tokens. Prints one JSON
+line per configuration.
 
   python benchmarks/train_throughput.py                       # small and full configs, CPU
   python benchmarks/train_throughput.py --device cuda         # on a GPU (device name reported)
@@ -20,8 +21,9 @@ import torch
 from spacy_elmo import chars
 from spacy_elmo.bilm.bilm import BiLM
 from spacy_elmo.bilm.options import BiLMOptions, full_options, small_options
+from spacy_elmo.pretrain.batches import LMBatch
 from spacy_elmo.pretrain.sampled_softmax import LogUniformSampler
-from spacy_elmo.pretrain.train import LanguageModelLoss
+from spacy_elmo.pretrain.trainer import LanguageModelLoss, StepSettings, train_step
 
 CONFIGS = {
     "small": ("2x1024_128_2048cnn_1xhighway", small_options),
@@ -45,14 +47,14 @@ def _cpu_model() -> str:
     return "unknown"
 
 
-def random_batch(n_rows: int, n_steps: int, n_vocab: int, generator: numpy.random.Generator):
+def random_batch(n_rows: int, n_steps: int, n_vocab: int, generator: numpy.random.Generator) -> LMBatch:
     """Char ids of Zipf-distributed random words and their softmax targets."""
     words = ["".join(generator.choice(list("abcdefghijklmnopqrstuvwxyz"), size=int(n))) for n in generator.integers(1, 12, size=4096)]
     ranks = numpy.minimum(generator.zipf(1.2, size=(n_rows, n_steps + 2)) - 1, len(words) - 1)
     window = [[words[r] for r in row[1:-1]] for row in ranks]
     char_ids = torch.from_numpy(chars.batch_to_ids(window, add_boundaries=False).astype(numpy.int64))
     targets = torch.from_numpy(numpy.minimum(ranks, n_vocab - 1).astype(numpy.int64))
-    return char_ids, targets[:, 2:], targets[:, :-2]
+    return LMBatch(char_ids=char_ids, next_ids=targets[:, 2:], prev_ids=targets[:, :-2])
 
 
 def measure(options: BiLMOptions, device: torch.device, batch_size: int, window: int, n_vocab: int,
@@ -67,26 +69,14 @@ def measure(options: BiLMOptions, device: torch.device, batch_size: int, window:
     log_expected = sampler.log_expected.to(device)
     rng = numpy.random.default_rng(0)
     batches = [random_batch(batch_size, window, n_vocab, rng) for _ in range(2)]
-    amp_dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
+    amp_dtype = (torch.float16 if device.type == "cuda" else torch.bfloat16) if amp else None
+    settings = StepSettings(dropout=0.1, grad_clip=10.0, amp_dtype=amp_dtype)
     scaler = torch.amp.GradScaler("cuda") if amp and device.type == "cuda" else None
 
     def step(i: int) -> None:
-        char_ids, next_ids, prev_ids = (t.to(device) for t in batches[i % 2])
+        batch = batches[i % 2].to(device)
         samples = sampler.sample().to(device)
-        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp):
-            loss, _, _ = model(char_ids, next_ids, prev_ids, samples, log_expected, 0.1)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.unscale_(optimizer)
-        else:
-            loss.backward()
-        torch.nn.utils.clip_grad_norm_(bilm.parameters(), 10.0)
-        if scaler is not None:
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        train_step(model, bilm, optimizer, batch, samples, log_expected, settings, scaler)
 
     for i in range(warmup):
         step(i)

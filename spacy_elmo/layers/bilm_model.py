@@ -14,6 +14,7 @@ exist on the machine the pipeline is deployed to) is read only when no saved wei
 import copy
 import functools
 import sys
+from types import FrameType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy
@@ -61,7 +62,7 @@ def built_from_a_config() -> bool:
     before `from_bytes`, `spacy train`) rather than by `nlp.add_pipe`. A saved config's path may not exist
     on the machine the pipeline was deployed to, where the saved weights are loaded instead, so only
     `add_pipe` checks the path at once. spaCy passes no flag for this, so the call stack is asked."""
-    frame = sys._getframe(1)
+    frame: Optional[FrameType] = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_name == "from_config" and frame.f_globals.get("__name__") == "spacy.language":
             return True

@@ -5,7 +5,7 @@ command line (as `spacy train` takes them) are applied after the defaults are me
 be overridden whether or not the file names it.
 """
 from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 from thinc.api import Config
 
@@ -126,3 +126,54 @@ def model_options(config: Config, n_vocab: int) -> BiLMOptions:
         raise PretrainConfigError(f"[model]: unknown settings {sorted(unknown)}; expected {MODEL_KEYS}")
     kwargs = {k: section[k] for k in MODEL_KEYS}
     return BiLMOptions(**kwargs, n_tokens_vocab=n_vocab)
+
+
+# Settings that may differ between a run and its resumption: when to stop, how often to log, evaluate and
+# checkpoint, what to evaluate on, where the corpus cache lives, and how many threads or which device run
+# it (the last two change speed, or the last bits of the numbers, not what is trained). Anything else
+# (model, data, vocabulary, batches, optimizer, schedule, seed) would continue a run that was not trained
+# that way.
+RESUMABLE_CHANGES = (
+    "training.max_steps",
+    "training.max_epochs",
+    "training.max_minutes",
+    "training.log_every",
+    "training.eval_every",
+    "training.checkpoint_every",
+    "training.keep_checkpoints",
+    "training.n_threads",
+    "training.device",
+    "paths.dev",
+    "corpus.dev",
+    "corpus.max_dev_tokens",
+    "corpus.cache_dir",
+    "paths.init_from",  # a checkpoint's weights win over init_from on resume
+)
+
+
+def _flatten(section: Any, prefix: str = "") -> Dict[str, Any]:
+    if not isinstance(section, dict):
+        return {prefix[:-1]: section}
+    out: Dict[str, Any] = {}
+    for key, value in section.items():
+        out.update(_flatten(value, f"{prefix}{key}."))
+    return out
+
+
+def resume_changes(saved: str, current: Config, source: str) -> Dict[str, Tuple[Any, Any]]:
+    """The settings that differ between a checkpoint's config (`saved`, as text) and this run's, as
+    {key: (saved, now)}. A change to anything but `RESUMABLE_CHANGES` is a PretrainConfigError naming
+    every such key: the checkpoint was not trained that way."""
+    before = _flatten(Config().from_str(saved, interpolate=True))
+    after = _flatten(Config(current).interpolate())
+    changed = {key: (before.get(key), after.get(key)) for key in sorted(set(before) | set(after))
+               if before.get(key) != after.get(key)}
+    refused = {key: values for key, values in changed.items() if key not in RESUMABLE_CHANGES}
+    if refused:
+        listed = "; ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in refused.items())
+        raise PretrainConfigError(
+            f"cannot resume from {source}: the run was trained with other settings ({listed}). Resume with "
+            f"the checkpoint's settings (its config is saved in the checkpoint and in config.cfg), or start a "
+            f"new run in another output directory. Safe to change on resume: {', '.join(RESUMABLE_CHANGES)}"
+        )
+    return changed

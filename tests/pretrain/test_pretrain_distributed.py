@@ -1,13 +1,33 @@
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy
+import pytest
 
 from pretrain_support import SAMPLE_TRAIN, tiny_config
 from spacy_elmo.bilm.native import load_native
 from spacy_elmo.bilm.weights import bilm_arrays
 from spacy_elmo.pretrain.corpus import CorpusSettings, build_vocab, prepare_corpus
 from spacy_elmo.pretrain.train import _build_model, pretrain
+
+ROOT = Path(__file__).resolve().parents[2]
+TEARDOWN_WORKER = Path(__file__).parent / "ddp_teardown_worker.py"
+
+
+def torchrun(*args: str):
+    """`torchrun --standalone`, 2 processes, on the loopback interface with one thread each.
+
+    An explicit loopback address (not the host's FQDN) for the rendezvous and gloo, so that the
+    test does not depend on the host's name resolution; one OpenMP thread per process, whatever
+    the caller's environment says, so that two processes fit a 2-core machine.
+    """
+    env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr", "127.0.0.1",
+               "--nproc_per_node", "2", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
 
 
 def test_two_process_gloo_ddp_matches_one_process_on_the_same_global_batch(tmp_path, corpus_cache):
@@ -24,14 +44,13 @@ def test_two_process_gloo_ddp_matches_one_process_on_the_same_global_batch(tmp_p
     pretrain(tiny_config(corpus_cache, **overrides), single, log=lambda m: None)
 
     ddp = tmp_path / "ddp"
-    args = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-            "-m", "spacy_elmo", "pretrain", "pretrain_tiny.cfg", str(ddp),
+    args = ["-m", "spacy_elmo", "pretrain", "pretrain_tiny.cfg", str(ddp),
             "--paths.train", str(SAMPLE_TRAIN), "--paths.dev", "null", "--corpus.cache_dir", str(corpus_cache),
             "--training.n_threads", "1"]
     for key, value in overrides.items():
         if key != "paths.dev":
             args += [f"--{key}", str(value)]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=240)
+    done = torchrun(*args)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert "2 process(es)" in done.stdout
 
@@ -49,3 +68,15 @@ def test_two_process_gloo_ddp_matches_one_process_on_the_same_global_batch(tmp_p
     # the steps moved the weights far more than the two runs differ
     largest_step = max(float(numpy.abs(one[name] - start[name]).max()) for name in one)
     assert largest_step > 1e-3 > 100 * largest_gap, (largest_step, largest_gap)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads thread names from /proc")
+def test_ending_the_process_group_stops_gloos_threads_after_ddp(tmp_path):
+    """The cause of a rare SIGABRT/SIGSEGV of a rank after a successful DDP run: the group outlived
+    `end_distributed` (torch.distributed.nn, imported by DDP, had bound it as a default argument), and
+    gloo's threads were torn down at interpreter exit. Deterministic, unlike the crash it prevents."""
+    done = torchrun(str(TEARDOWN_WORKER), str(tmp_path))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    for rank in (0, 1):
+        threads = (tmp_path / f"rank_{rank}.txt").read_text(encoding="utf-8").split("\n")
+        assert not [name for name in threads if "gloo" in name], (rank, threads)

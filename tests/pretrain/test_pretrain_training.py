@@ -88,6 +88,48 @@ def test_sigkill_and_resume_repeats_the_uninterrupted_losses_exactly(tmp_path, c
     assert all(numpy.array_equal(a[k], b[k]) for k in a) and reference_model.vocab is not None
 
 
+def test_sigterm_stops_after_the_step_with_a_checkpoint_and_resume_continues_exactly(tmp_path, corpus_cache):
+    """The graceful stop: SIGTERM during step 10's logging ends the run after that step, checkpointed and
+    with its model saved; the previous handler is back afterwards; resuming repeats the uninterrupted run."""
+    overrides = {"training.max_steps": 20, "training.checkpoint_every": 5, "training.log_every": 1,
+                 "training.eval_every": 0, "paths.dev": None, "training.dropout": 0.1}
+    reference = pretrain(tiny_config(corpus_cache, **overrides), tmp_path / "reference", log=lambda m: None)
+
+    received = []
+
+    def ours(signum, frame):
+        received.append(signum)
+
+    previous = signal.signal(signal.SIGTERM, ours)
+    try:
+        messages = []
+
+        def log(message):
+            messages.append(message)
+            if message.startswith("step      10 "):
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        stopped = pretrain(tiny_config(corpus_cache, **overrides), tmp_path / "stopped", log=log)
+        assert received == [] and signal.getsignal(signal.SIGTERM) is ours
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert stopped.state.step == 10 and f"stopping at step 10 (signal {int(signal.SIGTERM)})" in messages
+    assert ckpt.latest_checkpoint(tmp_path / "stopped" / "checkpoints")[1]["trainer"]["step"] == 10
+    assert load_native(tmp_path / "stopped" / "model").vocab is not None
+
+    resumed = pretrain(tiny_config(corpus_cache, **overrides), tmp_path / "stopped", resume=True, log=lambda m: None)
+    assert stopped.losses + resumed.losses == reference.losses  # exact, step for step
+
+    def timeless(run):  # the train records, less the wall-clock fields
+        records = read_metrics(tmp_path / run / "metrics.jsonl", "train")
+        return [{k: v for k, v in r.items() if k not in ("wall_s", "tokens_per_s")} for r in records]
+
+    assert timeless("stopped") == timeless("reference")
+    a = dict(bilm_arrays(load_native(tmp_path / "reference" / "model")))
+    b = dict(bilm_arrays(load_native(tmp_path / "stopped" / "model")))
+    assert a.keys() == b.keys() and all(numpy.array_equal(a[k], b[k]) for k in a)
+
+
 def test_corrupt_checkpoint_is_refused_and_the_previous_one_used(tmp_path, corpus_cache):
     overrides = {"training.max_steps": 20, "training.checkpoint_every": 10, "training.eval_every": 0,
                  "paths.dev": None}

@@ -1,0 +1,89 @@
+"""The process group of a `torchrun` launch: joined, used for the few collectives training needs, torn down.
+
+Every helper is a no-op for a single process (no WORLD_SIZE, or 1), so the trainer has one code path.
+NCCL on GPUs, gloo on CPUs.
+"""
+import importlib
+import os
+from typing import List, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+def world_size_from_env() -> int:
+    """The number of processes `torchrun` started (its WORLD_SIZE); 1 when not started by it."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def local_rank_from_env() -> int:
+    """This process's index on its machine (torchrun's LOCAL_RANK): the GPU it trains on."""
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def process_group_exists() -> bool:
+    """Whether a default process group is up (ours, or one the caller made before calling us)."""
+    return dist.is_available() and dist.is_initialized()
+
+
+def init_distributed(device: torch.device) -> Tuple[int, int]:
+    """(rank, world size): joins the process group torchrun describes, unless the caller already has.
+
+    torch.distributed.nn binds the default group as a default argument (`group=group.WORLD`) when it is
+    first imported, and DistributedDataParallel's constructor imports it. Imported after the group is
+    made, it keeps the group, and gloo's threads, alive past `destroy_process_group`; a rank then tears
+    them down at exit and can abort (SIGABRT/SIGSEGV) after a successful run. Imported first, it binds None.
+    """
+    world = world_size_from_env()
+    if world <= 1:
+        return 0, 1
+    if not dist.is_initialized():
+        importlib.import_module("torch.distributed.nn.functional")
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return dist.get_rank(), dist.get_world_size()
+
+
+def end_distributed() -> None:
+    """Tear down the process group this run created: left to interpreter exit, gloo's threads can be
+    destroyed while still joinable, and a rank then aborts (SIGABRT) after a successful run (see
+    `init_distributed` for what else must hold for the group to be really freed here)."""
+    if process_group_exists():
+        dist.destroy_process_group()
+
+
+def barrier(world: int) -> None:
+    """Wait for every process: the others read what rank 0 wrote (corpus cache), or wait for its last write."""
+    if world > 1:
+        dist.barrier()
+
+
+def any_process(flag: bool, world: int, device: torch.device) -> bool:
+    """`flag` or'ed over all processes: a stop (limit reached, signal) must be taken by all at the same
+    step, although wall time and signals differ between them, or the others hang in the next all-reduce."""
+    if world == 1:
+        return flag
+    tensor = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return bool(tensor.item())
+
+
+def gather_bytes(value: bytes, world: int) -> List[Optional[bytes]]:
+    """`value` of every process, in rank order: each rank draws its own dropout randomness, and an exact
+    resume restores every rank's generator from rank 0's checkpoint."""
+    if world == 1:
+        return [value]
+    gathered: List[Optional[bytes]] = [None] * world
+    dist.all_gather_object(gathered, value)
+    return gathered
+
+
+def data_parallel(model: nn.Module, device: torch.device, world: int) -> nn.Module:
+    """`model` for training: wrapped in DistributedDataParallel (gradients averaged) when there are peers."""
+    if world == 1:
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    return DistributedDataParallel(
+        model, device_ids=[device.index] if device.type == "cuda" else None, broadcast_buffers=False
+    )
