@@ -5,7 +5,7 @@
 #   bash run.sh test     the test suite
 #   bash run.sh bench    the benchmarks (slow; writes benchmarks/results/*.json)
 #   bash run.sh project  the spaCy project workflow (project.yml)
-#   bash run.sh lint     ruff check (the dev extra is installed into the venv on first use)
+#   bash run.sh lint     ruff check and ruff format --check (the dev extra is installed on first use)
 #   bash run.sh types    mypy over spacy_elmo/ (likewise)
 # Environment: VENV (default .venv), PYTHON (default python3), TORCH_SPEC (default torch==2.13.0),
 # TORCH_PIP_ARGS (extra pip arguments for torch, e.g. an index holding CPU-only or CUDA wheels).
@@ -48,8 +48,7 @@ case "$task" in
   test) exec "$PY" -m pytest -q -p no:cacheprovider tests "$@" ;;
   bench) exec "$PY" benchmarks/bilm_throughput.py "$@" ;;
   project) exec "$PY" -m spacy project run all . "$@" ;;
-  # `ruff format --check` is not part of lint yet: today it would reformat 93 files (see CONTRIBUTING.md)
-  lint) exec "$VENV/bin/ruff" check spacy_elmo tests benchmarks project "$@" ;;
+  lint) "$VENV/bin/ruff" check . "$@" && exec "$VENV/bin/ruff" format --check . ;;
   types) exec "$VENV/bin/mypy" "$@" ;;
   *) echo "usage: bash run.sh {demo|test|bench|project|lint|types} [args]" >&2; exit 2 ;;
 esac

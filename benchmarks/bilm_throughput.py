@@ -9,10 +9,11 @@ boundary tokens not counted) and that as a fraction of the square-matmul rate me
 `--entry bilm` (default) times the module's forward on character ids; `--entry runner` times what `embed`
 and the Python API run: words -> character ids -> batching -> forward -> per-sentence numpy arrays.
 """
+
 import argparse
 import contextlib
 import time
-from typing import Callable, List
+from typing import Callable
 
 import torch
 
@@ -26,7 +27,7 @@ CONFIGS = {"full": full_options, "small": small_options}
 WORDS = "the of and to in a is that for it as was with be by on not he I this are or his from at which".split()
 
 
-def make_sentences(batch_size: int, length: int) -> List[List[str]]:
+def make_sentences(batch_size: int, length: int) -> list[list[str]]:
     generator = torch.Generator().manual_seed(batch_size * 1000 + length)
     picks = torch.randint(len(WORDS), (batch_size, length), generator=generator).tolist()
     return [[WORDS[i] + ("s" if (r + c) % 3 == 0 else "") for c, i in enumerate(row)] for r, row in enumerate(picks)]
@@ -40,7 +41,7 @@ def bilm_work(bilm: BiLM, ids: torch.Tensor) -> Callable[[], object]:
     return lambda: bilm(ids)
 
 
-def runner_work(runner: BiLMRunner, sentences: List[List[str]]) -> Callable[[], object]:
+def runner_work(runner: BiLMRunner, sentences: list[list[str]]) -> Callable[[], object]:
     return lambda: runner.embed_sentences(sentences)
 
 
@@ -65,7 +66,8 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="torch.compile the LSTM cell")
     parser.add_argument("--entry", default="bilm", choices=["bilm", "runner"], help="what is timed (see above)")
     parser.add_argument(
-        "--dedupe", action="store_true",
+        "--dedupe",
+        action="store_true",
         help="let the biLM run each distinct token of a batch through the CNN once (off by default: the "
         "FLOP count assumes every token does, and these sentences repeat few word types)",
     )
@@ -75,9 +77,13 @@ def main() -> None:
     machine = describe_machine(device)
     dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.precision]
     rate = matmul_rate(device, dtype or torch.float32, n=8192 if device.startswith("cuda") else 2048)
-    emit({"bench": f"matmul_{args.precision}", "gflops": round(rate, 1), "date": time.strftime("%Y-%m-%d"), **machine},
-         args.output)
-    autocast = (lambda: torch.autocast(device_type=device.split(":")[0], dtype=dtype)) if dtype else contextlib.nullcontext
+    emit(
+        {"bench": f"matmul_{args.precision}", "gflops": round(rate, 1), "date": time.strftime("%Y-%m-%d"), **machine},
+        args.output,
+    )
+    autocast = (
+        (lambda: torch.autocast(device_type=device.split(":")[0], dtype=dtype)) if dtype else contextlib.nullcontext
+    )
     for name in args.configs.split(","):
         options = CONFIGS[name]()
         bilm = BiLM(options).to(device).eval()

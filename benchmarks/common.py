@@ -1,17 +1,18 @@
 """Shared by the benchmarks: the machine's own matrix-product rate, FLOP counts, machine description."""
+
 import json
 import os
 import platform
 import time
-from typing import Callable, Dict
+from typing import Callable
 
 import torch
 
 from spacy_elmo.bilm.options import BiLMOptions
 
 
-def describe_machine(device: str = "cpu") -> Dict[str, object]:
-    info: Dict[str, object] = {"python": platform.python_version(), "torch": torch.__version__}
+def describe_machine(device: str = "cpu") -> dict[str, object]:
+    info: dict[str, object] = {"python": platform.python_version(), "torch": torch.__version__}
     if device.startswith("cuda"):
         info["device"] = torch.cuda.get_device_name(torch.device(device))
     else:
@@ -62,7 +63,7 @@ def bilm_flops_per_token(options: BiLMOptions) -> float:
     return float(cnn + highway + projection + lstm)
 
 
-def emit(record: Dict[str, object], path: str = "") -> None:
+def emit(record: dict[str, object], path: str = "") -> None:
     line = json.dumps(record)
     print(line, flush=True)
     if path:

@@ -9,6 +9,7 @@ pass count, the wall times and the tail of every failure's output.
   python benchmarks/ddp_loop.py --runs 10 --busy 2 # 10 runs beside 2 busy-looping processes (a loaded machine)
   python benchmarks/ddp_loop.py --tests tests/pretrain  # the whole pretraining suite each time
 """
+
 import argparse
 import json
 import multiprocessing
@@ -17,11 +18,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List
 
 ROOT = Path(__file__).resolve().parent.parent
-DDP_TEST = ("tests/pretrain/test_pretrain_distributed.py"
-            "::test_two_process_gloo_ddp_matches_one_process_on_the_same_global_batch")
+DDP_TEST = (
+    "tests/pretrain/test_pretrain_distributed.py"
+    "::test_two_process_gloo_ddp_matches_one_process_on_the_same_global_batch"
+)
 
 
 def _spin() -> None:
@@ -29,7 +31,7 @@ def _spin() -> None:
         pass
 
 
-def run_once(tests: List[str], timeout_s: float, tail: int) -> Dict[str, object]:
+def run_once(tests: list[str], timeout_s: float, tail: int) -> dict[str, object]:
     """One pytest process over `tests`; a timeout counts as a failure, not as an error of the loop."""
     start = time.perf_counter()
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests]
@@ -40,8 +42,12 @@ def run_once(tests: List[str], timeout_s: float, tail: int) -> Dict[str, object]
         rc = -1
         parts = (p.decode(errors="replace") if isinstance(p, bytes) else (p or "") for p in (err.stdout, err.stderr))
         output = f"timed out after {timeout_s} s\n" + "".join(parts)
-    return {"passed": rc == 0, "rc": rc, "wall_s": round(time.perf_counter() - start, 2),
-            "tail": "" if rc == 0 else output[-tail:]}
+    return {
+        "passed": rc == 0,
+        "rc": rc,
+        "wall_s": round(time.perf_counter() - start, 2),
+        "tail": "" if rc == 0 else output[-tail:],
+    }
 
 
 def main() -> None:
@@ -69,13 +75,26 @@ def main() -> None:
         for spinner in spinners:
             spinner.terminate()
     walls = [float(r["wall_s"]) for r in results]  # type: ignore[arg-type]
-    print(json.dumps({
-        "benchmark": "ddp_loop", "summary": True, "tests": args.tests, "busy": args.busy, "runs": len(results),
-        "passed": sum(bool(r["passed"]) for r in results), "total_s": round(time.perf_counter() - start, 1),
-        "wall_s_min": min(walls), "wall_s_median": round(statistics.median(walls), 2), "wall_s_max": max(walls),
-        "failures": [{"run": i + 1, "rc": r["rc"], "tail": r["tail"]}
-                     for i, r in enumerate(results) if not r["passed"]],
-    }), flush=True)
+    print(
+        json.dumps(
+            {
+                "benchmark": "ddp_loop",
+                "summary": True,
+                "tests": args.tests,
+                "busy": args.busy,
+                "runs": len(results),
+                "passed": sum(bool(r["passed"]) for r in results),
+                "total_s": round(time.perf_counter() - start, 1),
+                "wall_s_min": min(walls),
+                "wall_s_median": round(statistics.median(walls), 2),
+                "wall_s_max": max(walls),
+                "failures": [
+                    {"run": i + 1, "rc": r["rc"], "tail": r["tail"]} for i, r in enumerate(results) if not r["passed"]
+                ],
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

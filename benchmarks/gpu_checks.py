@@ -8,6 +8,7 @@
    with the same outputs as an unconstrained run.
 Each prints one JSON line with "ok" against the issue's bounds (1e-5, 2e-2, equal at 1e-5).
 """
+
 import argparse
 
 import numpy
@@ -43,10 +44,15 @@ def main() -> None:
     ref = BiLMRunner(cpu).embed_sentences(batch)
     got = BiLMRunner(gpu).embed_sentences(batch)
     diff = max(float(numpy.abs(a - b).max()) for a, b in zip(ref, got))
-    emit({"check": "fp32_gpu_vs_cpu", "max_abs_diff": diff, "bound": 1e-5, "ok": diff <= 1e-5, "device": device}, args.output)
+    emit(
+        {"check": "fp32_gpu_vs_cpu", "max_abs_diff": diff, "bound": 1e-5, "ok": diff <= 1e-5, "device": device},
+        args.output,
+    )
     bf16 = BiLMRunner(gpu, precision="bf16").embed_sentences(batch)
     rel = max(float(numpy.linalg.norm(a - b) / numpy.linalg.norm(a)) for a, b in zip(got, bf16))
-    emit({"check": "bf16_vs_fp32", "max_relative": rel, "bound": 2e-2, "ok": rel <= 2e-2, "device": device}, args.output)
+    emit(
+        {"check": "bf16_vs_fp32", "max_relative": rel, "bound": 2e-2, "ok": rel <= 2e-2, "device": device}, args.output
+    )
     big = sentences(2048, 40)
     expected = BiLMRunner(gpu, token_budget=8192).embed_sentences(big[:64])
     torch.cuda.empty_cache()
@@ -58,8 +64,17 @@ def main() -> None:
     out = embedder.embed_sentences(big)
     torch.cuda.set_per_process_memory_fraction(1.0)
     same = max(float(numpy.abs(a - b).max()) for a, b in zip(expected, out[:64]))
-    emit({"check": "oom_split", "n_splits": embedder.n_splits, "n_sentences": len(out), "max_abs_diff": same,
-          "ok": embedder.n_splits > 0 and len(out) == len(big) and same <= 1e-5, "device": device}, args.output)
+    emit(
+        {
+            "check": "oom_split",
+            "n_splits": embedder.n_splits,
+            "n_sentences": len(out),
+            "max_abs_diff": same,
+            "ok": embedder.n_splits > 0 and len(out) == len(big) and same <= 1e-5,
+            "device": device,
+        },
+        args.output,
+    )
 
 
 if __name__ == "__main__":

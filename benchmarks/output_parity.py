@@ -8,6 +8,7 @@ The fixture and the shipped model through the runner (stateless at several budge
 token layer), the `elmo` pipe (with and without sentence boundaries, stateful), the perplexity
 batches and `embed` (whitespace and spaCy tokenization). Uses only APIs that old versions have too.
 """
+
 import json
 import sys
 import tempfile
@@ -25,6 +26,7 @@ def dump(path: str) -> None:
     import spacy_elmo
     from spacy_elmo import BiLMEmbedder, load_bilm_tf
     from spacy_elmo.loading import load_bilm
+
     print("spacy_elmo from", spacy_elmo.__file__, file=sys.stderr)
     FIX = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "elmo-fixture"
     groups = json.loads((FIX / "sentences.json").read_text())
@@ -43,8 +45,14 @@ def dump(path: str) -> None:
     shipped = load_bilm("en_elmo_small")
     for i, a in enumerate(BiLMEmbedder(shipped).embed_sentences(sents + [["x" * 300], ["ünï", "😀", "中文"], []])):
         out[f"shipped_{i}"] = a
-    texts = ["The bank raised its rates. We sat on the river bank.", "", "   ", "one", " ".join(["word"] * 400),
-             "Émile ate 😀 at the café. " * 20]
+    texts = [
+        "The bank raised its rates. We sat on the river bank.",
+        "",
+        "   ",
+        "one",
+        " ".join(["word"] * 400),
+        "Émile ate 😀 at the café. " * 20,
+    ]
     for with_sents in (True, False):
         nlp = spacy.blank("en")
         if with_sents:
@@ -59,6 +67,7 @@ def dump(path: str) -> None:
     for i, doc in enumerate(nlp.pipe([" ".join(g[b].split()) for g in groups for b in range(3)], batch_size=4)):
         out[f"pipe_stateful_{i}"] = doc._.elmo_layers
     from spacy_elmo.pretrain.batches import sentence_batches
+
     rng = numpy.random.default_rng(0)
     toks = []
     for n in rng.integers(0, 40, 300):
@@ -73,7 +82,13 @@ def dump(path: str) -> None:
         from spacy_elmo.embed import EmbedSettings, embed_file
     except ImportError:
         from spacy_elmo.embed_hdf5 import EmbedSettings, embed_file
-    print("embed from", embed_file.__code__.co_filename, BiLMEmbedder.__module__, sys.modules[BiLMEmbedder.__module__].__file__, file=sys.stderr)
+    print(
+        "embed from",
+        embed_file.__code__.co_filename,
+        BiLMEmbedder.__module__,
+        sys.modules[BiLMEmbedder.__module__].__file__,
+        file=sys.stderr,
+    )
     d = Path(tempfile.mkdtemp())
     (d / "in.txt").write_text("\n".join(" ".join(s) for s in sents) + "\nThe café's ünïcode. Isn't it?\n")
     for tok in ("whitespace", "en"):

@@ -8,6 +8,7 @@ store="none" and thrown away as they come out. Peak RSS (VmHWM) is read after th
 and at the end: a flat pipe grows by well under 10% between the two. The model defaults to the
 bilm-tf test fixture so that a million tokens fit in minutes on a laptop CPU.
 """
+
 import argparse
 import gzip
 import os

@@ -11,13 +11,13 @@ biLM, scatter back, doc extensions). One warm-up pass over a few docs first; the
 --repeats passes. One JSON line per model and `--n-process` value: words/s (all tokens, whitespace
 included), doc count, device, threads (worker processes run one torch thread each).
 """
+
 import argparse
 import gzip
 import random
 import sys
 import time
 from pathlib import Path
-from typing import List, Tuple
 
 import spacy
 import torch
@@ -34,7 +34,7 @@ SAMPLE = ROOT / "assets" / "gutenberg" / "valid_sample.txt.gz"
 FIXTURE = ROOT / "tests" / "fixtures" / "elmo-fixture"
 
 
-def load_texts(n_words: int) -> List[str]:
+def load_texts(n_words: int) -> list[str]:
     """Paragraphs (blank-line separated) up to n_words whitespace-separated words in all."""
     if SAMPLE.exists():
         text = gzip.open(SAMPLE, "rt", encoding="utf-8").read()
@@ -64,7 +64,7 @@ def build(model: str) -> spacy.Language:
     return nlp
 
 
-def measure(nlp: spacy.Language, texts: List[str], repeats: int, sync, n_process: int = 1) -> Tuple[float, int]:
+def measure(nlp: spacy.Language, texts: list[str], repeats: int, sync, n_process: int = 1) -> tuple[float, int]:
     list(nlp.pipe(texts[:8]))  # warm-up (and lazy weight loading)
     best = float("inf")
     n_words = 0

@@ -7,6 +7,7 @@ $SPACY_ELMO_NEWS_TEXT or ../shared/data/conll2003/train.txt. Three modes over th
 `plain` (every token through the CNN), `dedupe` (each distinct token of a batch once), `cache`
 (dedupe + an LRU cache of 50k word types across batches). Reports seconds and ratios to `plain`.
 """
+
 import argparse
 import os
 import time
@@ -19,7 +20,9 @@ from spacy_elmo.bilm.bilm import BiLM
 from spacy_elmo.bilm.options import full_options, small_options
 from spacy_elmo.bilm.runner import BiLMRunner
 
-DEFAULT_TEXT = os.environ.get("SPACY_ELMO_NEWS_TEXT", str(Path(__file__).parent.parent.parent / "shared/data/conll2003/train.txt"))
+DEFAULT_TEXT = os.environ.get(
+    "SPACY_ELMO_NEWS_TEXT", str(Path(__file__).parent.parent.parent / "shared/data/conll2003/train.txt")
+)
 
 
 def read_conll_sentences(path: Path, n_tokens: int):
@@ -66,7 +69,9 @@ def main() -> None:
                 "n_sentences": len(sentences),
                 "seconds": {k: round(v, 2) for k, v in times.items()},
                 "time_vs_plain": {k: round(v / times["plain"], 3) for k, v in times.items()},
-                "cache_hit_rate": round(bilm.token_cache.hits / max(1, bilm.token_cache.hits + bilm.token_cache.misses), 3),
+                "cache_hit_rate": round(
+                    bilm.token_cache.hits / max(1, bilm.token_cache.hits + bilm.token_cache.misses), 3
+                ),
                 "date": time.strftime("%Y-%m-%d"),
                 "device": machine["device"],
             },

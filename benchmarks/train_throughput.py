@@ -9,11 +9,11 @@ line per configuration.
   python benchmarks/train_throughput.py --device cuda         # on a GPU (device name reported)
   python benchmarks/train_throughput.py --configs small --batch-size 128 --steps 5
 """
+
 import argparse
 import json
 import platform
 import time
-from typing import Dict
 
 import numpy
 import torch
@@ -49,7 +49,10 @@ def _cpu_model() -> str:
 
 def random_batch(n_rows: int, n_steps: int, n_vocab: int, generator: numpy.random.Generator) -> LMBatch:
     """Char ids of Zipf-distributed random words and their softmax targets."""
-    words = ["".join(generator.choice(list("abcdefghijklmnopqrstuvwxyz"), size=int(n))) for n in generator.integers(1, 12, size=4096)]
+    words = [
+        "".join(generator.choice(list("abcdefghijklmnopqrstuvwxyz"), size=int(n)))
+        for n in generator.integers(1, 12, size=4096)
+    ]
     ranks = numpy.minimum(generator.zipf(1.2, size=(n_rows, n_steps + 2)) - 1, len(words) - 1)
     window = [[words[r] for r in row[1:-1]] for row in ranks]
     char_ids = torch.from_numpy(chars.batch_to_ids(window, add_boundaries=False).astype(numpy.int64))
@@ -57,8 +60,17 @@ def random_batch(n_rows: int, n_steps: int, n_vocab: int, generator: numpy.rando
     return LMBatch(char_ids=char_ids, next_ids=targets[:, 2:], prev_ids=targets[:, :-2])
 
 
-def measure(options: BiLMOptions, device: torch.device, batch_size: int, window: int, n_vocab: int,
-            n_negatives: int, steps: int, warmup: int, amp: bool) -> Dict[str, float]:
+def measure(
+    options: BiLMOptions,
+    device: torch.device,
+    batch_size: int,
+    window: int,
+    n_vocab: int,
+    n_negatives: int,
+    steps: int,
+    warmup: int,
+    amp: bool,
+) -> dict[str, float]:
     options.n_tokens_vocab = n_vocab
     bilm = BiLM(options)
     bilm.reset_parameters(0)
@@ -88,8 +100,11 @@ def measure(options: BiLMOptions, device: torch.device, batch_size: int, window:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     elapsed = time.perf_counter() - start
-    return {"tokens_per_s": round(steps * batch_size * window / elapsed, 1), "s_per_step": round(elapsed / steps, 4),
-            "n_parameters": sum(p.numel() for p in bilm.parameters())}
+    return {
+        "tokens_per_s": round(steps * batch_size * window / elapsed, 1),
+        "s_per_step": round(elapsed / steps, 4),
+        "n_parameters": sum(p.numel() for p in bilm.parameters()),
+    }
 
 
 def main() -> None:
@@ -120,12 +135,26 @@ def main() -> None:
                 parser.error(f"unknown config {name!r}; expected one of {sorted(CONFIGS)}")
             todo[name] = CONFIGS[name]
     for name, (label, make) in todo.items():
-        result = measure(make(), device, args.batch_size, args.window, args.vocab, args.negatives, args.steps, args.warmup, args.amp)
-        print(json.dumps({
-            "benchmark": "train_throughput", "config": name, "architecture": label, "device": device_name(device),
-            "batch": f"{args.batch_size}x{args.window}", "vocab": args.vocab, "negatives": args.negatives,
-            "amp": args.amp, "torch": torch.__version__, **result,
-        }), flush=True)
+        result = measure(
+            make(), device, args.batch_size, args.window, args.vocab, args.negatives, args.steps, args.warmup, args.amp
+        )
+        print(
+            json.dumps(
+                {
+                    "benchmark": "train_throughput",
+                    "config": name,
+                    "architecture": label,
+                    "device": device_name(device),
+                    "batch": f"{args.batch_size}x{args.window}",
+                    "vocab": args.vocab,
+                    "negatives": args.negatives,
+                    "amp": args.amp,
+                    "torch": torch.__version__,
+                    **result,
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

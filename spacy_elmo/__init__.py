@@ -1,4 +1,5 @@
 """spacy-elmo: ELMo biLM embeddings as a first-class spaCy component."""
+
 from .about import __version__
 from .bilm.bilm import BiLM, BiLMOutput
 from .bilm.options import BiLMOptions

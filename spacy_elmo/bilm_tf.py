@@ -6,7 +6,7 @@ actually read or written, so `import spacy_elmo` does not need it.
 """
 
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Optional, Union
 
 import numpy
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 PathLike = Union[str, Path]
 
 
-def _read_dataset(handle: "h5py.File", name: str, shape: Tuple[int, ...], path: Path) -> numpy.ndarray:
+def _read_dataset(handle: "h5py.File", name: str, shape: tuple[int, ...], path: Path) -> numpy.ndarray:
     import h5py
 
     if name not in handle:
@@ -52,10 +52,10 @@ def _read_dataset(handle: "h5py.File", name: str, shape: Tuple[int, ...], path: 
     return data.astype(numpy.float32, copy=False)
 
 
-def _dataset_names(handle: "h5py.File") -> List[str]:
+def _dataset_names(handle: "h5py.File") -> list[str]:
     import h5py
 
-    names: List[str] = []
+    names: list[str] = []
     handle.visititems(lambda name, item: names.append(name) if isinstance(item, h5py.Dataset) else None)
     return names
 

@@ -6,7 +6,8 @@ the AllenNLP layout (every id shifted by +1) so that 0 means "no token here" and
 The mapping is vectorised over a whole batch: Python touches each token once (to encode it), never
 each character.
 """
-from typing import List, Sequence
+
+from collections.abc import Sequence
 
 import numpy
 
@@ -97,7 +98,7 @@ def tokens_to_ids(tokens: Sequence[str], max_characters_per_token: int = MAX_CHA
     return ids[0] if len(tokens) else ids.reshape(0, max_characters_per_token)
 
 
-def ids_to_text(ids: numpy.ndarray) -> List[str]:
+def ids_to_text(ids: numpy.ndarray) -> list[str]:
     """Decode a (n_tokens, max_chars) id array back to strings (for debugging and error messages)."""
     words = []
     for row in numpy.asarray(ids):

@@ -5,6 +5,7 @@
 MODEL is a native or bilm-tf/AllenNLP model (see `loading.load_bilm`); by default the shipped English
 model, or the repository's bilm-tf test fixture when no model is shipped yet.
 """
+
 import sys
 import time
 from pathlib import Path
@@ -35,7 +36,9 @@ def main(model: str = "") -> None:
     bilm = load_bilm(model)
     o = bilm.options
     print(f"model: {model}")
-    print(f"  char CNN {o.n_filters} filters, {o.n_highway} highway, {o.n_layers}x LSTM {o.lstm_dim}->{o.projection_dim}")
+    print(
+        f"  char CNN {o.n_filters} filters, {o.n_highway} highway, {o.n_layers}x LSTM {o.lstm_dim}->{o.projection_dim}"
+    )
     embedder = BiLMRunner(bilm)
     layers = embedder.embed_sentences(SENTENCES)
     print(f"loaded and embedded {len(SENTENCES)} sentences in {time.perf_counter() - started:.2f}s")

@@ -5,11 +5,13 @@ index ("0", "1", ...): all layers (L+1, n_tokens, 2P), the top layer or the aver
 The input is streamed in chunks; each finished chunk is flushed, so an interrupted run started again
 skips the lines already written. Worker processes (CPU) each load the model once and embed whole chunks.
 """
+
 import json
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Optional
 
 import numpy
 
@@ -43,7 +45,7 @@ def read_lines(path: Path, text_field: str = "text") -> Iterator[str]:
                 yield line.rstrip("\n")
 
 
-def word_splitter(name: str) -> Callable[[str], List[str]]:
+def word_splitter(name: str) -> Callable[[str], list[str]]:
     """Split on whitespace ("whitespace") or with spaCy's tokenizer for a language code such as "en"."""
     if name == "whitespace":
         return str.split
@@ -83,15 +85,15 @@ def _init_worker(settings: EmbedSettings, threads: Optional[int]) -> None:
     _worker_state["settings"] = settings
 
 
-def _embed_chunk(chunk: Sequence[Tuple[int, str]]) -> List[Tuple[int, numpy.ndarray]]:
+def _embed_chunk(chunk: Sequence[tuple[int, str]]) -> list[tuple[int, numpy.ndarray]]:
     settings: EmbedSettings = _worker_state["settings"]
     tokenized = [_worker_state["tokenize"](text) for _, text in chunk]
     arrays = _worker_state["runner"].embed_sentences(tokenized)
     return [(index, reduce_layers(a, settings.layers).astype(settings.dtype)) for (index, _), a in zip(chunk, arrays)]
 
 
-def _chunks(lines: Iterator[str], done: set, size: int) -> Iterator[List[Tuple[int, str]]]:
-    chunk: List[Tuple[int, str]] = []
+def _chunks(lines: Iterator[str], done: set, size: int) -> Iterator[list[tuple[int, str]]]:
+    chunk: list[tuple[int, str]] = []
     for index, text in enumerate(lines):
         if str(index) in done:
             continue
@@ -124,16 +126,23 @@ def embed_file(
     written = 0
     with handle:
         previous = handle.attrs.get("settings")
-        current = json.dumps({"model": settings.model, "layers": settings.layers, "tokenizer": settings.tokenizer,
-                              "dtype": settings.dtype})
+        current = json.dumps(
+            {
+                "model": settings.model,
+                "layers": settings.layers,
+                "tokenizer": settings.tokenizer,
+                "dtype": settings.dtype,
+            }
+        )
         if previous is not None and previous != current:
             raise ValueError(
-                f"{output_path} was started with other settings ({previous}); use a new output file or the same settings"
+                f"{output_path} was started with other settings ({previous}); "
+                "use a new output file or the same settings"
             )
         handle.attrs["settings"] = current
         done = set(handle.keys())
         chunks = _chunks(read_lines(input_path, settings.text_field), done, settings.chunk_size)
-        results: Iterable[List[Tuple[int, numpy.ndarray]]]
+        results: Iterable[list[tuple[int, numpy.ndarray]]]
         pool: Optional[ProcessPoolExecutor] = None
         if workers <= 1:
             _init_worker(settings, threads=None)

@@ -9,6 +9,7 @@
 Only plain arrays are stored (in `doc.user_data`), so `Doc.to_bytes`, `DocBin(store_user_data=True)`
 and `nlp.pipe(n_process=...)` keep them (numpy arrays; cupy arrays kept on the GPU do not serialize).
 """
+
 from typing import Any, Optional, Union
 
 import numpy

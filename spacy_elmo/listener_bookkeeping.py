@@ -4,7 +4,8 @@
 loading), and `nlp.replace_listeners` uses `listener_map` / `remove_listener`. Kept apart from the pipe
 so that the pipe's own code is about embedding docs.
 """
-from typing import Dict, List, Optional, Tuple
+
+from typing import Optional
 
 from thinc.api import Model
 
@@ -15,18 +16,18 @@ class ListenerBookkeeping:
     """Mixin: `name` and `listener_dims()` come from the pipe."""
 
     name: str
-    listener_map: Dict[str, List[ElmoListener]]
+    listener_map: dict[str, list[ElmoListener]]
 
     def _init_listeners(self) -> None:
         self.listener_map = {}
 
     @property
-    def listeners(self) -> List[ElmoListener]:
+    def listeners(self) -> list[ElmoListener]:
         """Every listener, in the order of the components they belong to."""
         return [m for c in self.listening_components for m in self.listener_map[c]]
 
     @property
-    def listening_components(self) -> List[str]:
+    def listening_components(self) -> list[str]:
         return list(self.listener_map.keys())
 
     def add_listener(self, listener: ElmoListener, component_name: str) -> None:
@@ -56,9 +57,8 @@ class ListenerBookkeeping:
                     self.add_listener(node, component.name)
 
     # provided by the pipe
-    def listener_dims(self) -> Tuple[int, int]:  # pragma: no cover
+    def listener_dims(self) -> tuple[int, int]:  # pragma: no cover
         raise NotImplementedError
 
-    def known_listener_dims(self) -> Optional[Tuple[int, int]]:  # pragma: no cover
+    def known_listener_dims(self) -> Optional[tuple[int, int]]:  # pragma: no cover
         raise NotImplementedError
-

@@ -8,7 +8,7 @@ options without its weights (enough for the dimensions a pipeline needs before l
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Union
+from typing import Optional, Union
 
 from .bilm.bilm import BiLM
 from .bilm.native import MODEL_FILE, OPTIONS_FILE, is_native, load_native, read_native_options
@@ -40,7 +40,7 @@ def shipped_model_path(name: str = DEFAULT_MODEL) -> Path:
     return SHIPPED_MODELS_DIR / name
 
 
-def available_models() -> List[str]:
+def available_models() -> list[str]:
     if not SHIPPED_MODELS_DIR.exists():
         return []
     return sorted(p.name for p in SHIPPED_MODELS_DIR.iterdir() if is_native(p))
@@ -63,8 +63,7 @@ def resolve_model(path: PathLike, options_file: Optional[PathLike] = None, optio
         if not target.exists():
             shipped = ", ".join(available_models()) or "none installed"
             raise FileNotFoundError(
-                f"biLM path {str(path)!r} does not exist{where}. Give {EXPECTED}, or a shipped model name "
-                f"({shipped})"
+                f"biLM path {str(path)!r} does not exist{where}. Give {EXPECTED}, or a shipped model name ({shipped})"
             )
     if target.is_dir():
         if is_native(target):

@@ -17,7 +17,9 @@ from a bounded cache (keyed by the doc's text, tokens and sentence boundaries) i
 evaluations. With `fine_tune = true` the biLM is trained too (through thinc's PyTorch shim, by the
 training's optimizer) and nothing is cached.
 """
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Callable, Optional, Union
 
 import numpy
 from spacy.language import Language
@@ -69,9 +71,9 @@ DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
 def make_elmo(
     nlp: Language,
     name: str,
-    model: Model[List[Doc], List[Floats3d]],
+    model: Model[list[Doc], list[Floats3d]],
     batch_size: int,
-    default_mix: Union[str, List[float]],
+    default_mix: Union[str, list[float]],
     store: str,
     store_dtype: str,
     set_vector_hooks: bool,
@@ -139,7 +141,7 @@ class Elmo(ListenerBookkeeping, TrainablePipe):
     def __init__(
         self,
         vocab: Vocab,
-        model: Model[List[Doc], List[Floats3d]],
+        model: Model[list[Doc], list[Floats3d]],
         name: str = "elmo",
         *,
         batch_size: int = 4096,
@@ -162,7 +164,9 @@ class Elmo(ListenerBookkeeping, TrainablePipe):
         if n_threads < 0:
             raise ValueError(f"elmo: n_threads must be >= 0 (0 = torch's own setting), got {n_threads}")
         if batch_size < 1 or cache_size_mb < 0:
-            raise ValueError(f"elmo: batch_size must be >= 1 and cache_size_mb >= 0 (got {batch_size}, {cache_size_mb})")
+            raise ValueError(
+                f"elmo: batch_size must be >= 1 and cache_size_mb >= 0 (got {batch_size}, {cache_size_mb})"
+            )
         if set_vector_hooks and store == "none":
             raise ValueError("elmo: set_vector_hooks needs vectors on the doc; use store='layers', 'vectors' or 'both'")
         if model.name != bilm_model.BILM_LAYER_NAME:
@@ -179,7 +183,7 @@ class Elmo(ListenerBookkeeping, TrainablePipe):
         self.fine_tune = fine_tune
         self.to_cpu = to_cpu
         self.n_threads = n_threads
-        self.cfg: Dict[str, Any] = {}
+        self.cfg: dict[str, Any] = {}
         self._apply_settings()
         self.cache = LayerCache(cache_size_mb * 2**20)
         self._cache_active = False
@@ -213,11 +217,11 @@ class Elmo(ListenerBookkeeping, TrainablePipe):
         """The PyTorch biLM (loaded on first access)."""
         return bilm_model.ensure_bilm(self.model)
 
-    def listener_dims(self) -> Tuple[int, int]:
+    def listener_dims(self) -> tuple[int, int]:
         options = self.bilm.options
         return options.output_dim, options.n_output_layers
 
-    def known_listener_dims(self) -> Optional[Tuple[int, int]]:
+    def known_listener_dims(self) -> Optional[tuple[int, int]]:
         options = bilm_model.known_options(self.model)
         return None if options is None else (options.output_dim, options.n_output_layers)
 
@@ -235,15 +239,15 @@ class Elmo(ListenerBookkeeping, TrainablePipe):
 
     # --- prediction ---------------------------------------------------------------------------
 
-    def predict(self, docs: Iterable[Doc]) -> List[Floats3d]:
+    def predict(self, docs: Iterable[Doc]) -> list[Floats3d]:
         docs = list(docs)
         if not self.caching:
             return self.model.predict(docs) if docs else []
         return self._cached_layers(docs)
 
-    def _cached_layers(self, docs: List[Doc]) -> List[Floats3d]:
+    def _cached_layers(self, docs: list[Doc]) -> list[Floats3d]:
         keys = [doc_key(doc) for doc in docs]
-        found: List[Optional[Floats3d]] = [self.cache.get(key) for key in keys]
+        found: list[Optional[Floats3d]] = [self.cache.get(key) for key in keys]
         missing = [i for i, value in enumerate(found) if value is None]
         if missing:
             computed = self.model.predict([docs[i] for i in missing])
@@ -252,7 +256,7 @@ class Elmo(ListenerBookkeeping, TrainablePipe):
                 self.cache.put(keys[i], layers)
         return found  # type: ignore[return-value]
 
-    def set_annotations(self, docs: Iterable[Doc], layers: List[Floats3d]) -> None:
+    def set_annotations(self, docs: Iterable[Doc], layers: list[Floats3d]) -> None:
         keep_layers = self.store in ("layers", "both") or bool(self.listener_map)
         keep_vectors = self.store in ("vectors", "both")
         weights: Optional[numpy.ndarray] = None
@@ -297,8 +301,8 @@ class Elmo(ListenerBookkeeping, TrainablePipe):
         *,
         drop: float = 0.0,
         sgd: Optional[Optimizer] = None,
-        losses: Optional[Dict[str, float]] = None,
-    ) -> Dict[str, float]:
+        losses: Optional[dict[str, float]] = None,
+    ) -> dict[str, float]:
         """Embed the batch and hand the layers to the listeners (which do the learning)."""
         if losses is None:
             losses = {}
@@ -313,7 +317,7 @@ class Elmo(ListenerBookkeeping, TrainablePipe):
             self._cache_active = True
             layers = self._cached_layers(docs) if self.caching else self.model.predict(docs)
 
-            def stop_gradient(d_layers: List[Floats3d]) -> List[Doc]:
+            def stop_gradient(d_layers: list[Floats3d]) -> list[Doc]:
                 return []
 
             for listener in self.listeners:
@@ -323,14 +327,14 @@ class Elmo(ListenerBookkeeping, TrainablePipe):
         layers, bp_layers = self.model.begin_update(docs)
         d_layers = [ops.alloc3f(*x.shape) for x in layers]
 
-        def accumulate_gradient(one_d_layers: List[Floats3d]) -> List[Doc]:
+        def accumulate_gradient(one_d_layers: list[Floats3d]) -> list[Doc]:
             for i, d in enumerate(one_d_layers):
                 d_layers[i] += d
                 squares: Any = d**2
                 losses[self.name] += float(squares.sum())
             return []
 
-        def backprop(one_d_layers: List[Floats3d]) -> List[Doc]:
+        def backprop(one_d_layers: list[Floats3d]) -> list[Doc]:
             accumulate_gradient(one_d_layers)
             d_docs = bp_layers(d_layers)
             if sgd is not None:
@@ -349,8 +353,8 @@ class Elmo(ListenerBookkeeping, TrainablePipe):
         raise NotImplementedError("elmo: this component has no labels")
 
 
-def _take(items: Iterable[Any], n: int) -> List[Any]:
-    out: List[Any] = []
+def _take(items: Iterable[Any], n: int) -> list[Any]:
+    out: list[Any] = []
     for item in items:
         if len(out) >= n:
             break

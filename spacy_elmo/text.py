@@ -8,9 +8,10 @@ that chooses what is read.
 import gzip
 import io
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, List, Type, Union
+from typing import Any, Union
 
 PathLike = Union[str, Path]
 
@@ -27,7 +28,7 @@ def texts_from_jsonl(
     path: PathLike,
     field: str,
     option: str,
-    error: Type[ValueError] = ValueError,
+    error: type[ValueError] = ValueError,
 ) -> Iterator[str]:
     """The string in `field` of each non-blank line; `option` names the setting that chooses `field`."""
     for number, line in enumerate(lines, 1):
@@ -62,12 +63,12 @@ class Tokenizer:
         """Docs with sentence boundaries."""
         return self.sentencizer.pipe(self.tokenizer.pipe(texts, batch_size=batch_size), batch_size=batch_size)
 
-    def words(self, text: str) -> List[str]:
+    def words(self, text: str) -> list[str]:
         """The token strings of `text`, whitespace tokens left out."""
         return [t.text for t in self.tokenizer(text) if not t.is_space]
 
 
-def make_tokenizer(lang: str = "en", option: str = "lang", error: Type[ValueError] = ValueError) -> Tokenizer:
+def make_tokenizer(lang: str = "en", option: str = "lang", error: type[ValueError] = ValueError) -> Tokenizer:
     """spaCy's tokenizer for `lang`; `option` names the setting that chose it, for the error."""
     from spacy import util
     from spacy.pipeline import Sentencizer

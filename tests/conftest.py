@@ -1,4 +1,5 @@
 """Shared fixtures: the bilm-tf/AllenNLP reference model and small random biLMs."""
+
 from pathlib import Path
 
 import pytest

@@ -1,7 +1,7 @@
 """pyproject.toml, read for the packaging tests (tomllib on Python 3.11+, tomli before)."""
 
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
 ROOT = Path(__file__).parent.parent
 PYPROJECT = ROOT / "pyproject.toml"
@@ -21,7 +21,7 @@ def _toml_loader():
             return None
 
 
-def load_pyproject() -> Optional[Dict[str, Any]]:
+def load_pyproject() -> Optional[dict[str, Any]]:
     """The parsed pyproject.toml, or None where neither tomllib nor tomli is available."""
     toml = _toml_loader()
     if toml is None:
@@ -30,7 +30,7 @@ def load_pyproject() -> Optional[Dict[str, Any]]:
         return toml.load(file)
 
 
-def declared_entry_points(pyproject: Dict[str, Any]) -> Dict[str, Dict[str, str]]:
+def declared_entry_points(pyproject: dict[str, Any]) -> dict[str, dict[str, str]]:
     """{group: {name: "module:attr"}}, with [project.scripts] as the console_scripts group."""
     project = pyproject["project"]
     groups = {group: dict(points) for group, points in project.get("entry-points", {}).items()}

@@ -1,4 +1,5 @@
 """bilm-tf/AllenNLP import and export: bit-exact round trips, and errors that name what is wrong."""
+
 import json
 import shutil
 import subprocess
@@ -73,8 +74,9 @@ def test_export_of_native_equals_original_file(fixture_dir, tmp_path):
 
 
 def test_convert_cli_both_ways(fixture_dir, tmp_path):
-    run = lambda *args: subprocess.run([sys.executable, "-m", "spacy_elmo", "convert", *map(str, args)],
-                                       capture_output=True, text=True)
+    run = lambda *args: subprocess.run(
+        [sys.executable, "-m", "spacy_elmo", "convert", *map(str, args)], capture_output=True, text=True
+    )
     done = run(fixture_dir / "lm_weights.hdf5", tmp_path / "native")
     assert done.returncode == 0, done.stderr
     done = run(tmp_path / "native", tmp_path / "back")
@@ -133,8 +135,12 @@ def test_missing_file(weights_copy):
 
 @pytest.mark.parametrize(
     "section,key,path",
-    [("lstm", "projection_dim", "lstm.projection_dim"), ("char_cnn", "filters", "char_cnn.filters"),
-     ("lstm", "dim", "lstm.dim"), ("char_cnn", "n_highway", "char_cnn.n_highway")],
+    [
+        ("lstm", "projection_dim", "lstm.projection_dim"),
+        ("char_cnn", "filters", "char_cnn.filters"),
+        ("lstm", "dim", "lstm.dim"),
+        ("char_cnn", "n_highway", "char_cnn.n_highway"),
+    ],
 )
 def test_missing_option(weights_copy, section, key, path):
     options = json.loads((weights_copy / "options.json").read_text())
@@ -202,5 +208,7 @@ def test_weights_the_options_do_not_describe_are_refused(weights_copy, section, 
 def test_leftover_arrays_in_a_native_model_are_refused(reference_bilm):
     arrays = dict(bilm_arrays(reference_bilm))
     arrays["CNN_high_7/W_carry"] = arrays["CNN_high_0/W_carry"]
-    with pytest.raises(WeightsError, match=r"model.msgpack: 1 weight array\(s\) .*'CNN_high_7/W_carry'.*char_cnn.n_highway"):
+    with pytest.raises(
+        WeightsError, match=r"model.msgpack: 1 weight array\(s\) .*'CNN_high_7/W_carry'.*char_cnn.n_highway"
+    ):
         build_bilm(reference_bilm.options, arrays, source="model.msgpack")

@@ -1,4 +1,5 @@
 """`spacy elmo embed`: every line embedded, layers reduced as asked, resumable, workers agree."""
+
 import json
 import subprocess
 import sys
@@ -74,9 +75,21 @@ def test_cli_with_two_workers_matches_one(fixture_dir, text_file, tmp_path):
     for workers in (1, 2):
         out = tmp_path / f"w{workers}.hdf5"
         done = subprocess.run(
-            [sys.executable, "-m", "spacy_elmo", "embed", str(fixture_dir), str(text_file), str(out),
-             "--layers", "top", "--workers", str(workers)],
-            capture_output=True, text=True,
+            [
+                sys.executable,
+                "-m",
+                "spacy_elmo",
+                "embed",
+                str(fixture_dir),
+                str(text_file),
+                str(out),
+                "--layers",
+                "top",
+                "--workers",
+                str(workers),
+            ],
+            capture_output=True,
+            text=True,
         )
         assert done.returncode == 0, done.stderr
         outputs.append(read_all(out))

@@ -17,14 +17,14 @@ import functools
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, FrozenSet, List, Optional, Set, Tuple
+from typing import Optional
 
 PACKAGE_DIR = Path(__file__).parent.parent / "spacy_elmo"
 PACKAGE = "spacy_elmo"
 
 # Lowest layer first. Names are relative to spacy_elmo; "__init__" is spacy_elmo/__init__.py itself, a
 # subpackage's name covers everything inside it.
-LAYERS: List[List[str]] = [
+LAYERS: list[list[str]] = [
     ["about", "chars", "text"],
     ["bilm"],  # the PyTorch biLM: options, weights, native format, runner, batching
     ["bilm_tf", "loading"],  # the bilm-tf HDF5 reader/writer; the one resolver
@@ -35,7 +35,7 @@ LAYERS: List[List[str]] = [
 ]
 
 
-def _module_names() -> Dict[str, Path]:
+def _module_names() -> dict[str, Path]:
     """{"spacy_elmo.bilm.lstm": path, "spacy_elmo.bilm": path of its __init__.py, ...}"""
     modules = {}
     for path in sorted(PACKAGE_DIR.rglob("*.py")):
@@ -76,7 +76,7 @@ def _package_of(module: str) -> str:
 
 
 @functools.cache
-def imports_of(module: str) -> FrozenSet[str]:
+def imports_of(module: str) -> frozenset[str]:
     """The spacy_elmo modules a module imports, relative imports resolved."""
     tree = ast.parse(MODULES[module].read_text(encoding="utf-8"), filename=str(MODULES[module]))
     found = set()
@@ -102,12 +102,12 @@ def imports_of(module: str) -> FrozenSet[str]:
     return frozenset(found)
 
 
-def edges() -> List[Tuple[str, str]]:
+def edges() -> list[tuple[str, str]]:
     """(importer, imported) for every import of a spacy_elmo module that exists."""
     return sorted((module, target) for module in MODULES for target in imports_of(module) if target in MODULES)
 
 
-def layer_violations() -> Set[Tuple[str, str]]:
+def layer_violations() -> set[tuple[str, str]]:
     # modules without a layer are reported by test_every_module_has_a_layer
     layered = [(a, b) for a, b in edges() if layer_entry(a) is not None and layer_entry(b) is not None]
     return {(a, b) for a, b in layered if layer_index(b) > layer_index(a)}

@@ -15,7 +15,6 @@ import sys
 import zipfile
 from email.parser import Parser
 from pathlib import Path
-from typing import Dict, List, Set
 
 import pytest
 
@@ -81,7 +80,7 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
 
 
 @pytest.fixture(scope="module")
-def names(wheel) -> Set[str]:
+def names(wheel) -> set[str]:
     return set(wheel.namelist())
 
 
@@ -132,7 +131,7 @@ def test_wheel_entry_points_match_pyproject(wheel):
     parser = configparser.ConfigParser(delimiters=("=",), interpolation=None)
     parser.optionxform = str  # entry point names are case-sensitive
     parser.read_string(_dist_info_file(wheel, "entry_points.txt"))
-    in_wheel: Dict[str, Dict[str, str]] = {group: dict(parser[group]) for group in parser.sections()}
+    in_wheel: dict[str, dict[str, str]] = {group: dict(parser[group]) for group in parser.sections()}
     assert in_wheel == declared_entry_points(PYPROJECT)
     for group in ("spacy_factories", "spacy_architectures", "spacy_cli", "console_scripts"):
         assert in_wheel.get(group), f"no {group} entry points in the wheel"
@@ -151,9 +150,9 @@ def test_wheel_metadata(wheel):
     assert metadata.get_payload().lstrip().startswith("# spacy-elmo"), "the README is the long description"
 
 
-def _imported_top_level_names() -> Dict[str, List[str]]:
+def _imported_top_level_names() -> dict[str, list[str]]:
     """{top-level module: [files]} for every absolute import in spacy_elmo/."""
-    found: Dict[str, List[str]] = {}
+    found: dict[str, list[str]] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         for node in ast.walk(tree):

@@ -1,4 +1,5 @@
 """The `elmo` pipe on the bilm-tf fixture model: loading, layers, mixes, batching, bad input, storage."""
+
 import json
 import shutil
 from pathlib import Path
@@ -255,8 +256,9 @@ def test_to_disk_and_spacy_load_round_trip(nlp, tmp_path):
     from_bytes.add_pipe("elmo", config={"model": {"@architectures": "spacy-elmo.BiLM.v1", "path": ""}})
     from_bytes.from_bytes(nlp.to_bytes())
     # spaCy's documented way: the pipeline built from its config (path not checked), then its bytes
-    from_config = spacy.util.get_lang_class("en").from_config(nlp.config.interpolate().merge(
-        {"components": {"elmo": {"model": {"path": str(tmp_path / "gone")}}}}))
+    from_config = spacy.util.get_lang_class("en").from_config(
+        nlp.config.interpolate().merge({"components": {"elmo": {"model": {"path": str(tmp_path / "gone")}}}})
+    )
     from_config.from_bytes(nlp.to_bytes())
     numpy.testing.assert_allclose(from_config(texts[0])._.elmo_layers, before[0], atol=1e-6, rtol=0)
     numpy.testing.assert_allclose(from_bytes(texts[0])._.elmo_layers, before[0], atol=1e-6, rtol=0)

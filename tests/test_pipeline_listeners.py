@@ -1,5 +1,6 @@
 """Listeners in-process: broadcast during update, the frozen-biLM cache, fine-tuning, replace_listeners,
 frozen + annotating components, and saving a pipeline with listeners."""
+
 import random
 from pathlib import Path
 
@@ -197,10 +198,22 @@ def test_listener_width_is_checked():
 
 
 TEXTCAT_ARCHITECTURES = {
-    "spacy.TextCatReduce.v1": {"use_reduce_first": False, "use_reduce_last": True, "use_reduce_max": True, "use_reduce_mean": True},
+    "spacy.TextCatReduce.v1": {
+        "use_reduce_first": False,
+        "use_reduce_last": True,
+        "use_reduce_max": True,
+        "use_reduce_mean": True,
+    },
     "spacy.TextCatCNN.v2": {},
     "spacy.TextCatParametricAttention.v1": {},
-    "spacy.TextCatEnsemble.v2": {"linear_model": {"@architectures": "spacy.TextCatBOW.v3", "exclusive_classes": True, "ngram_size": 1, "no_output_layer": False}},
+    "spacy.TextCatEnsemble.v2": {
+        "linear_model": {
+            "@architectures": "spacy.TextCatBOW.v3",
+            "exclusive_classes": True,
+            "ngram_size": 1,
+            "no_output_layer": False,
+        }
+    },
 }
 
 
@@ -233,5 +246,8 @@ def test_listeners_get_layers_whatever_store_says():
     doc = nlp("Layers stay on the doc for the listeners")
     assert doc._.elmo_layers is not None and doc._.elmo.shape == (len(doc), 32)
     plain = spacy.blank("en")
-    plain.add_pipe("elmo", config={"store": "vectors", "model": {"@architectures": "spacy-elmo.BiLM.v1", "path": str(ELMO_FIXTURE)}})
+    plain.add_pipe(
+        "elmo",
+        config={"store": "vectors", "model": {"@architectures": "spacy-elmo.BiLM.v1", "path": str(ELMO_FIXTURE)}},
+    )
     assert plain("No listeners here")._.elmo_layers is None

@@ -2,6 +2,7 @@
 same layers as one process, for the shipped model, a model by path, and a pipeline from spacy.load.
 
 Runs in a subprocess under a timeout, so that a hang fails the test instead of stalling the suite."""
+
 import json
 import os
 import signal
@@ -43,7 +44,10 @@ print(json.dumps(results))
 def test_n_process_2_gives_the_same_layers_and_does_not_hang(tmp_path):
     process = subprocess.Popen(
         [sys.executable, "-c", SCRIPT, str(FIXTURE), str(tmp_path / "pipeline")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     try:
         out, err = process.communicate(timeout=240)

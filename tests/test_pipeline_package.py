@@ -1,5 +1,6 @@
 """`spacy package` -> `pip install` -> `spacy.load` of the package in a fresh process, with pickle and
 torch.load disabled there (the weights are the native msgpack format, nothing else is needed)."""
+
 import json
 import os
 import subprocess
@@ -39,7 +40,9 @@ print(json.dumps({
 
 def test_package_installs_and_loads_without_pickle(tmp_path):
     torch.set_num_threads(1)
-    config = load_config(FIXTURES / "spacy" / "ner_textcat.cfg", overrides={"paths.elmo": str(FIXTURES / "elmo-fixture")})
+    config = load_config(
+        FIXTURES / "spacy" / "ner_textcat.cfg", overrides={"paths.elmo": str(FIXTURES / "elmo-fixture")}
+    )
     config["nlp"]["pipeline"] = ["elmo", "ner"]
     nlp = load_model_from_config(config, auto_fill=True)
     docs = DocBin().from_disk(FIXTURES / "spacy" / "train" / "wnut17.spacy").get_docs(nlp.vocab)
@@ -67,14 +70,18 @@ def test_package_installs_and_loads_without_pickle(tmp_path):
     out = json.loads(run(sys.executable, "-s", "-c", LOAD_SCRIPT, "en_elmo_package_test", json.dumps(TEXTS), env=env))
     assert out["pipe_names"] == ["elmo", "ner"]
     for doc, layers, ents in zip(expected, out["layers"], out["ents"]):
-        numpy.testing.assert_allclose(numpy.asarray(layers, dtype="float32").reshape(doc._.elmo_layers.shape), doc._.elmo_layers, atol=1e-6)
+        numpy.testing.assert_allclose(
+            numpy.asarray(layers, dtype="float32").reshape(doc._.elmo_layers.shape), doc._.elmo_layers, atol=1e-6
+        )
         assert ents == [[e.start, e.end, e.label_] for e in doc.ents]
 
 
 def test_standalone_ner_after_replace_listeners_loads_in_a_fresh_process(tmp_path):
     """replace_listeners + removing the elmo pipe leaves an ner that owns its biLM, loadable alone."""
     torch.set_num_threads(1)
-    config = load_config(FIXTURES / "spacy" / "ner_textcat.cfg", overrides={"paths.elmo": str(FIXTURES / "elmo-fixture")})
+    config = load_config(
+        FIXTURES / "spacy" / "ner_textcat.cfg", overrides={"paths.elmo": str(FIXTURES / "elmo-fixture")}
+    )
     config["nlp"]["pipeline"] = ["elmo", "ner"]
     nlp = load_model_from_config(config, auto_fill=True)
     docs = list(DocBin().from_disk(FIXTURES / "spacy" / "train" / "wnut17.spacy").get_docs(nlp.vocab))[:8]

@@ -1,5 +1,6 @@
 """`spacy train` of `ner` + `textcat` listening to one `elmo` pipe (WNUT-17 and MR samples, the fixture
 biLM), and the partial base configs with `spacy init fill-config` + `spacy debug config`."""
+
 import subprocess
 import sys
 from pathlib import Path
@@ -81,7 +82,10 @@ def mix_of(nlp: spacy.Language, component: str):
 
 
 def fixture_weights():
-    return {name: p.detach().numpy() for name, p in load_bilm_tf(ELMO_FIXTURE / "options.json", ELMO_FIXTURE / "lm_weights.hdf5").named_parameters()}
+    return {
+        name: p.detach().numpy()
+        for name, p in load_bilm_tf(ELMO_FIXTURE / "options.json", ELMO_FIXTURE / "lm_weights.hdf5").named_parameters()
+    }
 
 
 def test_spacy_train_ner_and_textcat_with_a_frozen_bilm(tmp_path, count_bilm_calls):

@@ -1,5 +1,6 @@
 """Property-based tests over arbitrary Unicode and token shapes: never an exception, shapes always
 right, results independent of batching."""
+
 import numpy
 import pytest
 from hypothesis import HealthCheck, given, settings

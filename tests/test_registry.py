@@ -15,7 +15,7 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
 import pytest
 
@@ -126,7 +126,7 @@ def _installed() -> Optional[str]:
     return result.stdout.strip().splitlines()[-1]
 
 
-def _installed_entry_points() -> Dict[str, Dict[str, str]]:
+def _installed_entry_points() -> dict[str, dict[str, str]]:
     groups = json.loads(_installed())
     if groups is None:
         pytest.skip(f"{DIST_NAME} is not installed (pip install -e .): entry points cannot be checked")
@@ -134,7 +134,7 @@ def _installed_entry_points() -> Dict[str, Dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def resolved() -> Dict[str, Any]:
+def resolved() -> dict[str, Any]:
     _installed_entry_points()  # skips if the package is not installed
     names = {"architectures": ARCHITECTURES, "factories": FACTORIES, "cli": CLI_PLUGINS}
     result = _run_python(RESOLVE, json.dumps(names))
@@ -143,7 +143,7 @@ def resolved() -> Dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def decorated() -> Dict[str, Any]:
+def decorated() -> dict[str, Any]:
     result = _run_python(DECORATED)
     assert result.returncode == 0, f"importing spacy_elmo failed:\n{result.stderr[-4000:]}"
     return json.loads(result.stdout.strip().splitlines()[-1])

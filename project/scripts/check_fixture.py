@@ -12,11 +12,12 @@ batch i = [s[0][i], s[1][i], s[2][i]]. So: stateful mode must match all 30 sente
 mode must match batch 0 (which started from zero state); the token layer must match
 `elmo_token_embeddings.hdf5` for the lines of `vocab_test.txt`. Tolerance: allclose(atol=1e-6, rtol=1e-5).
 """
+
 import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Optional
 
 import h5py
 import numpy
@@ -34,13 +35,13 @@ def top_layer(layers: numpy.ndarray, projection_dim: int) -> numpy.ndarray:
     return numpy.stack([layers[-1, :, :projection_dim], layers[-1, :, projection_dim:]])
 
 
-def check(fixture: Path, model: Optional[Path] = None) -> Dict[str, Any]:
+def check(fixture: Path, model: Optional[Path] = None) -> dict[str, Any]:
     if model is None:
         bilm = load_bilm_tf(fixture / "options.json", fixture / "lm_weights.hdf5")
     else:
         bilm = load_bilm(model)
     P = bilm.options.projection_dim
-    sentences: List[List[str]] = json.loads((fixture / "sentences.json").read_text(encoding="utf8"))
+    sentences: list[list[str]] = json.loads((fixture / "sentences.json").read_text(encoding="utf8"))
     refs = []
     for k in range(len(sentences)):
         with h5py.File(fixture / f"lm_embeddings_{k}.hdf5", "r") as handle:
@@ -50,7 +51,7 @@ def check(fixture: Path, model: Optional[Path] = None) -> Dict[str, Any]:
     stateful = BiLMRunner(bilm, stateful=True)
     stateless = BiLMRunner(bilm)
     worst_stateful = worst_stateless = 0.0
-    failures: List[str] = []
+    failures: list[str] = []
     for i in range(n_batches):
         batch = [sentences[k][i].split() for k in range(len(sentences))]
         outputs = stateful.embed_batch(batch)
@@ -96,11 +97,13 @@ def check(fixture: Path, model: Optional[Path] = None) -> Dict[str, Any]:
     }
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("fixture", type=Path)
     parser.add_argument("output", type=Path)
-    parser.add_argument("--model", type=Path, default=None, help="check this model instead of the fixture's own weights")
+    parser.add_argument(
+        "--model", type=Path, default=None, help="check this model instead of the fixture's own weights"
+    )
     args = parser.parse_args(argv)
     try:
         result = check(args.fixture, args.model)

@@ -7,6 +7,7 @@ network: pip installs the package directory with --no-deps (spacy-elmo and spaCy
 environment) into a temporary --target, and a fresh interpreter imports it from there, loads it and
 runs a doc through it, so nothing of this process's state (e.g. already-registered functions) helps.
 """
+
 import argparse
 import json
 import os
@@ -14,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Optional
 
 from check_report import finish_check
 
@@ -49,22 +50,37 @@ def package_name(package_dir: Path) -> str:
     return f"{meta['lang']}_{meta['name']}"
 
 
-def check(package_dir: Path, text: str = TEXT) -> Dict[str, Any]:
+def check(package_dir: Path, text: str = TEXT) -> dict[str, Any]:
     name = package_name(package_dir)
     with tempfile.TemporaryDirectory(prefix="spacy-elmo-package-") as target:
-        pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-               "--no-index", "--target", target, str(package_dir)]
+        pip = [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--target",
+            target,
+            str(package_dir),
+        ]
         installed = subprocess.run(pip, capture_output=True, text=True)
         if installed.returncode != 0:
             raise RuntimeError(f"pip could not install {package_dir}:\n{installed.stdout}{installed.stderr}")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([target, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
-        probe = subprocess.run([sys.executable, "-c", PROBE, name, text], capture_output=True, text=True, env=env, cwd=target)
+        env = dict(
+            os.environ, PYTHONPATH=os.pathsep.join([target, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        )
+        probe = subprocess.run(
+            [sys.executable, "-c", PROBE, name, text], capture_output=True, text=True, env=env, cwd=target
+        )
         if probe.returncode != 0:
             raise RuntimeError(f"the installed package {name} failed to load or run:\n{probe.stderr[-3000:]}")
         line = next((out for out in probe.stdout.splitlines() if out.startswith("PROBE-RESULT ")), None)
         if line is None:
             raise RuntimeError(f"no result from the probe of {name}:\n{probe.stdout[-2000:]}")
-        report = json.loads(line[len("PROBE-RESULT "):])
+        report = json.loads(line[len("PROBE-RESULT ") :])
     problems = []
     if not report["module_file"].startswith(target):
         problems.append(f"{name} was imported from {report['module_file']}, not from the scratch install")
@@ -81,13 +97,14 @@ def check(package_dir: Path, text: str = TEXT) -> Dict[str, Any]:
         problems=problems,
         summary=(
             f"installed {name}, loaded pipes {report['pipe_names']}, found {len(report['ents'])} entities"
-            if not problems else "; ".join(problems)
+            if not problems
+            else "; ".join(problems)
         ),
     )
     return report
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("package_dir", type=Path, help="the directory `spacy package` wrote (holding setup.py)")
     parser.add_argument("output", type=Path)

@@ -7,10 +7,11 @@ Loads the original (native) model and the exported directory (options.json + wei
 vocab.txt), then requires (1) every weight array, softmax included, to be bit for bit equal,
 (2) the same vocabulary, and (3) identical layer outputs for the first sentences of a text file.
 """
+
 import argparse
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Optional
 
 import numpy
 
@@ -20,7 +21,7 @@ from spacy_elmo.bilm.weights import bilm_arrays
 from spacy_elmo.loading import load_bilm
 
 
-def sample_sentences(text: Path, n_sentences: int, max_tokens: int = 60) -> List[List[str]]:
+def sample_sentences(text: Path, n_sentences: int, max_tokens: int = 60) -> list[list[str]]:
     sentences = []
     for line in text.read_text(encoding="utf8").splitlines():
         tokens = line.split()[:max_tokens]
@@ -33,14 +34,17 @@ def sample_sentences(text: Path, n_sentences: int, max_tokens: int = 60) -> List
     return sentences
 
 
-def check(original_dir: Path, exported_dir: Path, text: Path, n_sentences: int = 64) -> Dict[str, Any]:
+def check(original_dir: Path, exported_dir: Path, text: Path, n_sentences: int = 64) -> dict[str, Any]:
     original = load_bilm(original_dir)
     exported = load_bilm(exported_dir)
     a = dict(bilm_arrays(original))
     b = dict(bilm_arrays(exported))
-    problems: List[str] = []
+    problems: list[str] = []
     if sorted(a) != sorted(b):
-        problems.append(f"different weight names: only in original {sorted(set(a) - set(b))}, only in export {sorted(set(b) - set(a))}")
+        problems.append(
+            f"different weight names: only in original {sorted(set(a) - set(b))}, "
+            f"only in export {sorted(set(b) - set(a))}"
+        )
     unequal = [name for name in a if name in b and not numpy.array_equal(a[name], b[name])]
     if unequal:
         problems.append(f"weights differ: {unequal[:5]}")
@@ -72,7 +76,7 @@ def check(original_dir: Path, exported_dir: Path, text: Path, n_sentences: int =
     }
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("original", type=Path, help="the native model directory")
     parser.add_argument("exported", type=Path, help="the bilm-tf/AllenNLP directory it was exported to")

@@ -9,13 +9,15 @@ below; optional tasks (CoNLL-2003, SST-5) appear when they were run. The learned
 every ELMo run (the softmax of its scalar mix, as in the paper's Figure 2) are read from the trained
 pipeline itself, the perplexities and checks from their JSON files.
 """
+
 import argparse
 import json
 import math
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Optional
 
 from spacy.util import load_config
 
@@ -31,13 +33,13 @@ class Task:
     required: bool
 
 
-TASKS: Tuple[Task, ...] = (
+TASKS: tuple[Task, ...] = (
     Task("ner", "WNUT-17", "ner", "ents_f", "entity F1", "test", True),
     Task("textcat", "MR", "textcat", "cats_micro_f", "accuracy", "test", True),
     Task("conll", "CoNLL-2003", "ner", "ents_f", "entity F1", "dev", False),
     Task("sst5", "SST-5", "textcat", "cats_micro_f", "accuracy", "dev", False),
 )
-VARIANTS: Dict[str, str] = {
+VARIANTS: dict[str, str] = {
     "baseline": "baseline (spaCy tok2vec)",
     "elmo": "ELMo (project biLM, domain-adapted)",
     "elmo_shipped": "ELMo (shipped model)",
@@ -56,9 +58,9 @@ class Row:
     seed: Optional[int]
     wall_time_s: Optional[float]
     bilm: Optional[str] = None  # the biLM an ELMo run used (its elmo pipe's model path)
-    layer_weights: Optional[List[float]] = None
+    layer_weights: Optional[list[float]] = None
     gamma: Optional[float] = None
-    extra: Dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def read_json(path: Path) -> Any:
@@ -70,7 +72,7 @@ def read_json(path: Path) -> Any:
         raise ValueError(f"{path}: not valid JSON ({err})") from None
 
 
-def component_score(scores: Dict[str, Any], task: Task, path: Path) -> float:
+def component_score(scores: dict[str, Any], task: Task, path: Path) -> float:
     """The task's metric from `spacy evaluate --per-component` output (or a flat score dict)."""
     source = scores.get(task.component, scores)
     if not isinstance(source, dict) or task.metric not in source:
@@ -113,13 +115,13 @@ def training_seed(model_dir: Path) -> Optional[int]:
 MIX_WEIGHT_PARAMS = ("weights", "scalar_weights", "layer_weights", "s")
 
 
-def softmax(values: Sequence[float]) -> List[float]:
+def softmax(values: Sequence[float]) -> list[float]:
     top = max(values)
     exps = [math.exp(v - top) for v in values]
     return [e / sum(exps) for e in exps]
 
 
-def node_mix(node: Any) -> Optional[Tuple[List[float], Optional[float]]]:
+def node_mix(node: Any) -> Optional[tuple[list[float], Optional[float]]]:
     """(softmax of the mix weights, gamma) if this thinc node is an ELMo scalar mix, else None."""
     if "mix" not in node.name.lower():
         return None
@@ -133,7 +135,7 @@ def node_mix(node: Any) -> Optional[Tuple[List[float], Optional[float]]]:
     return None
 
 
-def mix_weights(model_dir: Path) -> Dict[str, Tuple[List[float], Optional[float]]]:
+def mix_weights(model_dir: Path) -> dict[str, tuple[list[float], Optional[float]]]:
     """Per component of a trained pipeline: (softmax of its ELMo scalar-mix weights, gamma).
 
     Loads the pipeline and walks each component's thinc model for its scalar-mix node.
@@ -141,7 +143,7 @@ def mix_weights(model_dir: Path) -> Dict[str, Tuple[List[float], Optional[float]
     import spacy  # the pipeline needs spacy_elmo's registered functions, found by entry point
 
     nlp = spacy.load(model_dir)
-    found: Dict[str, Tuple[List[float], Optional[float]]] = {}
+    found: dict[str, tuple[list[float], Optional[float]]] = {}
     for name, component in nlp.pipeline:
         model = getattr(component, "model", None)
         if model is None or name == "elmo":
@@ -154,9 +156,9 @@ def mix_weights(model_dir: Path) -> Dict[str, Tuple[List[float], Optional[float]
     return found
 
 
-def collect_rows(training: Path, metrics: Path, with_weights: bool = True, allow_missing: bool = False) -> List[Row]:
-    rows: List[Row] = []
-    missing: List[str] = []
+def collect_rows(training: Path, metrics: Path, with_weights: bool = True, allow_missing: bool = False) -> list[Row]:
+    rows: list[Row] = []
+    missing: list[str] = []
     for task in TASKS:
         for variant in VARIANTS:
             run = f"{task.name}-{variant}"
@@ -204,7 +206,7 @@ def fmt(value: Optional[float], scale: float = 100.0) -> str:
     return "-" if value is None else f"{value * scale:.2f}"
 
 
-def markdown(rows: Sequence[Row], perplexity: Dict[str, Any], checks: Dict[str, Any]) -> str:
+def markdown(rows: Sequence[Row], perplexity: dict[str, Any], checks: dict[str, Any]) -> str:
     lines = ["# spacy-elmo project results", ""]
     lines += [
         "| task | data | variant | biLM | metric | dev | test | seed | train wall time (s) |",
@@ -213,7 +215,8 @@ def markdown(rows: Sequence[Row], perplexity: Dict[str, Any], checks: Dict[str, 
     for r in rows:
         wall = "-" if r.wall_time_s is None else f"{r.wall_time_s:.0f}"
         lines.append(
-            f"| {r.task} | {r.dataset} | {VARIANTS[r.variant]} | {r.bilm or '-'} | {r.metric} | {fmt(r.dev)} | {fmt(r.test)} "
+            f"| {r.task} | {r.dataset} | {VARIANTS[r.variant]} | {r.bilm or '-'} | {r.metric} "
+            f"| {fmt(r.dev)} | {fmt(r.test)} "
             f"| {'-' if r.seed is None else r.seed} | {wall} |"
         )
     weighted = [r for r in rows if r.layer_weights]
@@ -227,12 +230,18 @@ def markdown(rows: Sequence[Row], perplexity: Dict[str, Any], checks: Dict[str, 
             gamma = "-" if r.gamma is None else f"{r.gamma:.3f}"
             lines.append(f"| {r.task} | {VARIANTS[r.variant]} | " + " | ".join(cells) + f" | {gamma} |")
     if perplexity:
-        lines += ["", "## biLM perplexity (held-out text)", "",
-                  "| text | forward | backward | average | tokens | out of vocabulary |", "|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## biLM perplexity (held-out text)",
+            "",
+            "| text | forward | backward | average | tokens | out of vocabulary |",
+            "|---|---|---|---|---|---|",
+        ]
         for name, p in perplexity.items():
             oov = f"{100 * p['oov_rate']:.1f}%" if isinstance(p.get("oov_rate"), (int, float)) else "-"
             lines.append(
-                f"| {name} | {p['forward_ppl']:.1f} | {p['backward_ppl']:.1f} | {p['average_ppl']:.1f} | {p['n_tokens']} | {oov} |"
+                f"| {name} | {p['forward_ppl']:.1f} | {p['backward_ppl']:.1f} | {p['average_ppl']:.1f} "
+                f"| {p['n_tokens']} | {oov} |"
             )
     if checks:
         lines += ["", "## Checks", ""]
@@ -245,7 +254,7 @@ def markdown(rows: Sequence[Row], perplexity: Dict[str, Any], checks: Dict[str, 
 
 def collect(
     training: Path, metrics: Path, output: Path, with_weights: bool = True, allow_missing: bool = False
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     rows = collect_rows(training, metrics, with_weights, allow_missing)
     perplexity = {}
     for path in sorted((metrics / "perplexity").glob("*.json")):
@@ -266,12 +275,14 @@ def collect(
     return result
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--training", type=Path, default=Path("training"))
     parser.add_argument("--metrics", type=Path, default=Path("metrics"))
     parser.add_argument("--output", type=Path, default=Path("metrics/results"), help="writes OUTPUT.json and OUTPUT.md")
-    parser.add_argument("--allow-missing", action="store_true", help="leave out runs with no results instead of failing")
+    parser.add_argument(
+        "--allow-missing", action="store_true", help="leave out runs with no results instead of failing"
+    )
     args = parser.parse_args(argv)
     try:
         result = collect(args.training, args.metrics, args.output, allow_missing=args.allow_missing)

@@ -13,21 +13,23 @@ Formats:
 - conll: `TOKEN POS CHUNK NER` separated by spaces, IOB2 (IOB1 is also read correctly), with
   `-DOCSTART-` lines marking documents; those lines are skipped.
 """
+
 import argparse
 import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import Optional
 
 from spacy.tokens import Doc, DocBin, Span
 from spacy.vocab import Vocab
 
-Sentence = Tuple[List[str], List[str]]
+Sentence = tuple[list[str], list[str]]
 
 
 def read_wnut(lines: Sequence[str], source: str = "<wnut>") -> Iterator[Sentence]:
     """Sentences of a `token<TAB>tag` file; blank or whitespace-only lines end a sentence."""
-    words: List[str] = []
-    tags: List[str] = []
+    words: list[str] = []
+    tags: list[str] = []
     for number, line in enumerate(lines, 1):
         line = line.rstrip("\r\n")
         if not line.strip():
@@ -46,8 +48,8 @@ def read_wnut(lines: Sequence[str], source: str = "<wnut>") -> Iterator[Sentence
 
 def read_conll(lines: Sequence[str], source: str = "<conll>") -> Iterator[Sentence]:
     """Sentences of a CoNLL-2003 file (`TOKEN POS CHUNK NER`), skipping `-DOCSTART-` lines."""
-    words: List[str] = []
-    tags: List[str] = []
+    words: list[str] = []
+    tags: list[str] = []
     for number, line in enumerate(lines, 1):
         fields = line.split()
         if not fields or fields[0] == "-DOCSTART-":
@@ -63,10 +65,10 @@ def read_conll(lines: Sequence[str], source: str = "<conll>") -> Iterator[Senten
         yield words, tags
 
 
-def iob_spans(tags: Sequence[str], source: str = "") -> List[Tuple[int, int, str]]:
+def iob_spans(tags: Sequence[str], source: str = "") -> list[tuple[int, int, str]]:
     """(start, end, label) token spans of IOB2 tags; also right for IOB1 and for an I- that
     opens an entity after O or after another type (a common slip in hand-labelled data)."""
-    spans: List[Tuple[int, int, str]] = []
+    spans: list[tuple[int, int, str]] = []
     start: Optional[int] = None
     label = ""
     for i, tag in enumerate(list(tags) + ["O"]):
@@ -85,7 +87,7 @@ def iob_spans(tags: Sequence[str], source: str = "") -> List[Tuple[int, int, str
     return spans
 
 
-def sentence_doc(vocab: Vocab, words: List[str], tags: List[str], source: str = "") -> Doc:
+def sentence_doc(vocab: Vocab, words: list[str], tags: list[str], source: str = "") -> Doc:
     """A Doc over the gold tokens (spaces unknown) with gold entities and one sentence."""
     doc = Doc(vocab, words=words)
     doc.ents = [Span(doc, s, e, label=label) for s, e, label in iob_spans(tags, source)]
@@ -119,7 +121,7 @@ def convert(fmt: str, input_path: Path, output_path: Path, limit: int = 0) -> in
     return count
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("format", choices=["wnut", "conll"])
     parser.add_argument("input", type=Path)

@@ -11,21 +11,23 @@ split. SST-5 lines are `LABEL sentence` with LABEL 0-4 (very negative .. very po
 Texts in both sets are already tokenized (space separated), so each Doc is built over those tokens
 (spaces unknown): training and evaluation then see exactly the gold tokens.
 """
+
 import argparse
 import random
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Optional
 
 from spacy.tokens import Doc, DocBin
 from spacy.vocab import Vocab
 
 MR_LABELS = ("positive", "negative")
 SST5_LABELS = ("very_negative", "negative", "neutral", "positive", "very_positive")
-Item = Tuple[str, str]  # (text, label)
+Item = tuple[str, str]  # (text, label)
 
 
-def cats_for(label: str, labels: Sequence[str]) -> Dict[str, float]:
+def cats_for(label: str, labels: Sequence[str]) -> dict[str, float]:
     if label not in labels:
         raise ValueError(f"label {label!r} is not one of {list(labels)}")
     return {name: float(name == label) for name in labels}
@@ -40,9 +42,9 @@ def make_docs(vocab: Vocab, items: Sequence[Item], labels: Sequence[str]) -> Doc
     return db
 
 
-def read_mr(directory: Path) -> List[Item]:
+def read_mr(directory: Path) -> list[Item]:
     """Every MR sentence with its label: rt-polarity.pos, then rt-polarity.neg, in file order."""
-    items: List[Item] = []
+    items: list[Item] = []
     for name, label in (("rt-polarity.pos", "positive"), ("rt-polarity.neg", "negative")):
         path = directory / name
         if not path.is_file():
@@ -54,7 +56,7 @@ def read_mr(directory: Path) -> List[Item]:
     return items
 
 
-def split_items(items: Sequence[Item], seed: int, fractions: Tuple[float, float, float]) -> Dict[str, List[Item]]:
+def split_items(items: Sequence[Item], seed: int, fractions: tuple[float, float, float]) -> dict[str, list[Item]]:
     """A seeded shuffle, then train/dev/test cut by `fractions` (which must sum to 1)."""
     if abs(sum(fractions) - 1.0) > 1e-9 or min(fractions) < 0:
         raise ValueError(f"split fractions must be >= 0 and sum to 1, got {fractions}")
@@ -69,11 +71,11 @@ def split_items(items: Sequence[Item], seed: int, fractions: Tuple[float, float,
     }
 
 
-def read_sst5(path: Path) -> List[Item]:
+def read_sst5(path: Path) -> list[Item]:
     """`LABEL sentence` lines, LABEL an integer 0-4."""
     if not path.is_file():
         raise FileNotFoundError(f"SST-5 file not found: {path}")
-    items: List[Item] = []
+    items: list[Item] = []
     for number, line in enumerate(path.read_text(encoding="utf8").splitlines(), 1):
         if not line.strip():
             continue
@@ -84,7 +86,9 @@ def read_sst5(path: Path) -> List[Item]:
     return items
 
 
-def convert_mr(directory: Path, output_dir: Path, seed: int = 0, fractions=(0.8, 0.1, 0.1), limit: int = 0) -> Dict[str, int]:
+def convert_mr(
+    directory: Path, output_dir: Path, seed: int = 0, fractions=(0.8, 0.1, 0.1), limit: int = 0
+) -> dict[str, int]:
     """Write train/dev/test.spacy under `output_dir`; `limit` caps each split (for quick runs)."""
     vocab = Vocab()
     splits = split_items(read_mr(directory), seed, tuple(fractions))
@@ -105,7 +109,7 @@ def convert_sst5(path: Path, output: Path, limit: int = 0) -> int:
     return len(items)
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("format", choices=["mr", "sst5"])
     parser.add_argument("input", type=Path, help="mr: the directory of rt-polarity.pos/.neg; sst5: one split's file")

@@ -9,12 +9,14 @@
   (layer 0 = the character/token layer), like Figure 2 of Peters et al. (2018);
 - scores.png: baseline vs ELMo on each task (test split; dev for the tasks with no public test).
 """
+
 import argparse
 import json
 import math
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Optional
 
 import matplotlib
 
@@ -32,7 +34,7 @@ HELDOUT_PPL_KEYS = ("dev_average_ppl", "heldout_ppl", "valid_ppl", "dev_ppl")
 TRAIN_LOSS_KEYS = ("train_loss", "loss")
 
 
-def read_jsonl(path: Path) -> List[Dict[str, Any]]:
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
     records = []
     for number, line in enumerate(path.read_text(encoding="utf8").splitlines(), 1):
         if line.strip():
@@ -45,7 +47,7 @@ def read_jsonl(path: Path) -> List[Dict[str, Any]]:
     return records
 
 
-def series(records: Sequence[Dict[str, Any]], keys: Sequence[str]) -> Optional[tuple]:
+def series(records: Sequence[dict[str, Any]], keys: Sequence[str]) -> Optional[tuple]:
     """(steps, values) of the first key present, finite values only; None if no record has one."""
     for key in keys:
         points = [
@@ -58,13 +60,14 @@ def series(records: Sequence[Dict[str, Any]], keys: Sequence[str]) -> Optional[t
     return None
 
 
-def plot_pretraining(records: Sequence[Dict[str, Any]], output: Path) -> None:
+def plot_pretraining(records: Sequence[dict[str, Any]], output: Path) -> None:
     train_ppl = series(records, TRAIN_PPL_KEYS)
     heldout = series(records, HELDOUT_PPL_KEYS)
     loss = series(records, TRAIN_LOSS_KEYS)
     if not (train_ppl or heldout or loss):
         raise ValueError(
-            f"the pretraining log has none of the keys {TRAIN_PPL_KEYS + HELDOUT_PPL_KEYS + TRAIN_LOSS_KEYS} with a 'step'"
+            "the pretraining log has none of the keys "
+            f"{TRAIN_PPL_KEYS + HELDOUT_PPL_KEYS + TRAIN_LOSS_KEYS} with a 'step'"
         )
     fig, (ax_ppl, ax_loss) = plt.subplots(1, 2, figsize=(11, 4.2))
     if train_ppl:
@@ -89,7 +92,7 @@ def plot_pretraining(records: Sequence[Dict[str, Any]], output: Path) -> None:
     plt.close(fig)
 
 
-def plot_layer_weights(rows: Sequence[Dict[str, Any]], output: Path) -> None:
+def plot_layer_weights(rows: Sequence[dict[str, Any]], output: Path) -> None:
     weighted = [r for r in rows if r.get("layer_weights")]
     if not weighted:
         raise ValueError("no run has learned layer weights (no ELMo run in the results)")
@@ -112,8 +115,8 @@ def plot_layer_weights(rows: Sequence[Dict[str, Any]], output: Path) -> None:
     plt.close(fig)
 
 
-def plot_scores(rows: Sequence[Dict[str, Any]], output: Path) -> None:
-    tasks: List[str] = []
+def plot_scores(rows: Sequence[dict[str, Any]], output: Path) -> None:
+    tasks: list[str] = []
     for row in rows:
         if row["task"] not in tasks:
             tasks.append(row["task"])
@@ -148,7 +151,7 @@ def plot_scores(rows: Sequence[Dict[str, Any]], output: Path) -> None:
     plt.close(fig)
 
 
-def make_plots(results: Path, pretrain_metrics: Optional[Path], output: Path) -> List[Path]:
+def make_plots(results: Path, pretrain_metrics: Optional[Path], output: Path) -> list[Path]:
     data = json.loads(results.read_text(encoding="utf8"))
     output.mkdir(parents=True, exist_ok=True)
     written = []
@@ -161,7 +164,7 @@ def make_plots(results: Path, pretrain_metrics: Optional[Path], output: Path) ->
     return written
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, default=Path("metrics/results.json"))
     parser.add_argument("--pretrain-metrics", type=Path, default=None, help="the pretraining metrics.jsonl")

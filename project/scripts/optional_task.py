@@ -12,6 +12,7 @@ split to report: both data sets' test splits are held back.
     conll: <dir>/train.txt, <dir>/valid.txt   (TOKEN POS CHUNK NER, -DOCSTART- lines)
     sst5:  <dir>/train.txt, <dir>/dev.txt     (LABEL sentence, LABEL 0-4)
 """
+
 import argparse
 import json
 import os
@@ -19,19 +20,19 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Optional
 
 from convert_ner import convert as convert_ner
 from convert_textcat import convert_sst5
 
-TASKS: Dict[str, Dict[str, str]] = {
+TASKS: dict[str, dict[str, str]] = {
     "conll": {"kind": "ner", "train": "train.txt", "dev": "valid.txt"},
     "sst5": {"kind": "textcat", "train": "train.txt", "dev": "dev.txt"},
 }
 VARIANTS = ("baseline", "elmo", "elmo_shipped")
 
 
-def run(command: List[str], threads: int = 0) -> float:
+def run(command: list[str], threads: int = 0) -> float:
     """Run a command with this interpreter (math libraries capped at `threads`, 0 = their default);
     its wall time in seconds. Fails loudly."""
     env = os.environ.copy()
@@ -44,13 +45,13 @@ def run(command: List[str], threads: int = 0) -> float:
     return time.time() - started
 
 
-def skip(task: str, metrics: Path) -> Dict[str, object]:
+def skip(task: str, metrics: Path) -> dict[str, object]:
     for stale in (metrics / "eval").glob(f"{task}-*.json"):
         stale.unlink()
     return {"task": task, "skipped": True, "reason": "no data directory given"}
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("task", choices=sorted(TASKS))
     parser.add_argument("--data-dir", default="", help="the data set's directory; empty = skip this task")
@@ -62,7 +63,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--gpu-id", type=int, default=-1)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=0, help="threads per process for the math libraries (0 = default)")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="threads per process for the math libraries (0 = default)"
+    )
     parser.add_argument("--max-docs", type=int, default=0, help="cap each split (0 = all)")
     parser.add_argument("--configs", type=Path, default=Path("project/configs"))
     parser.add_argument("--corpus", type=Path, default=Path("corpus"))
@@ -101,22 +104,59 @@ def main(argv: Optional[List[str]] = None) -> None:
         config = args.configs / f"{spec['kind']}_{'baseline' if variant == 'baseline' else 'elmo'}.cfg"
         output = args.training / name
         train = [
-            "-m", "spacy", "train", str(config), "--output", str(output),
-            "--paths.train", str(corpus / "train.spacy"), "--paths.dev", str(corpus / "dev.spacy"),
-            "--gpu-id", str(args.gpu_id), "--system.seed", str(args.seed),
-            "--training.max_epochs", str(args.epochs), "--training.max_steps", str(args.max_steps),
-            "--training.eval_frequency", str(args.eval_frequency),
+            "-m",
+            "spacy",
+            "train",
+            str(config),
+            "--output",
+            str(output),
+            "--paths.train",
+            str(corpus / "train.spacy"),
+            "--paths.dev",
+            str(corpus / "dev.spacy"),
+            "--gpu-id",
+            str(args.gpu_id),
+            "--system.seed",
+            str(args.seed),
+            "--training.max_epochs",
+            str(args.epochs),
+            "--training.max_steps",
+            str(args.max_steps),
+            "--training.eval_frequency",
+            str(args.eval_frequency),
         ]
         if variant == "elmo":
             train.append(f"--paths.elmo={args.elmo}")
         elif variant == "elmo_shipped":
             train.append(f"--paths.elmo={args.pretrained_elmo}")
         wall = run(train, args.threads)
-        (output / "timing.json").write_text(json.dumps({"command": train, "wall_time_s": round(wall, 2)}, indent=2) + "\n")
+        (output / "timing.json").write_text(
+            json.dumps({"command": train, "wall_time_s": round(wall, 2)}, indent=2) + "\n"
+        )
         scores = args.metrics / "eval" / f"{name}.json"
-        run(["-m", "spacy", "evaluate", str(output / "model-best"), str(corpus / "dev.spacy"), "--output", str(scores),
-             "--per-component", "--gpu-id", str(args.gpu_id)], args.threads)
-        runs.append({"variant": variant, "model": str(output / "model-best"), "scores": str(scores), "wall_time_s": round(wall, 2)})
+        run(
+            [
+                "-m",
+                "spacy",
+                "evaluate",
+                str(output / "model-best"),
+                str(corpus / "dev.spacy"),
+                "--output",
+                str(scores),
+                "--per-component",
+                "--gpu-id",
+                str(args.gpu_id),
+            ],
+            args.threads,
+        )
+        runs.append(
+            {
+                "variant": variant,
+                "model": str(output / "model-best"),
+                "scores": str(scores),
+                "wall_time_s": round(wall, 2),
+            }
+        )
     record = {"task": args.task, "skipped": False, "data_dir": str(data_dir), "sentences": splits, "runs": runs}
     marker.write_text(json.dumps(record, indent=2) + "\n", encoding="utf8")
     print(f"{args.task}: {len(runs)} runs evaluated on dev")

@@ -1,7 +1,8 @@
 """Raw text (plain or .gz) -> one paragraph a line, blank lines between, optionally capped at N words.
 
     python project/scripts/prepare_corpus.py gutenberg assets/gutenberg/train_sample.txt.gz corpus/pretrain/train.txt
-    python project/scripts/prepare_corpus.py wikitext assets/wikitext/wiki103.valid.tokens corpus/heldout/wikitext.txt --max-words 50000
+    python project/scripts/prepare_corpus.py wikitext assets/wikitext/wiki103.valid.tokens \
+        corpus/heldout/wikitext.txt --max-words 50000
 
 Why: Project Gutenberg text is hard-wrapped at ~70 columns, so a sentence runs over several
 lines; joining each paragraph into one line lets the tokenizer and sentence splitter see whole
@@ -10,12 +11,14 @@ sentences. Paragraphs stay separated by a blank line, which is what the pretrain
 hyphens and numbers and ` = Heading = ` lines; headings are dropped, the escapes undone, and
 `<unk>` is kept as a word.
 """
+
 import argparse
 import gzip
 import re
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator, List, Optional, TextIO
+from typing import Optional, TextIO
 
 WIKITEXT_ESCAPES = {" @-@ ": "-", " @,@ ": ",", " @.@ ": "."}
 WIKITEXT_HEADING = re.compile(r"^\s*=( =)*\s.*\s=( =)*\s*$")
@@ -31,7 +34,7 @@ def open_text(path: Path) -> TextIO:
 
 def gutenberg_paragraphs(lines: Iterable[str]) -> Iterator[str]:
     """Blank-line-separated blocks of wrapped lines, each joined into one whitespace-normalised line."""
-    block: List[str] = []
+    block: list[str] = []
     for line in lines:
         if line.strip():
             block.append(line.strip())
@@ -79,7 +82,7 @@ def prepare(fmt: str, input_path: Path, output_path: Path, max_words: int = 0) -
     return words
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("format", choices=["gutenberg", "wikitext"])
     parser.add_argument("input", type=Path)

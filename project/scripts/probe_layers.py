@@ -8,11 +8,12 @@ reported. A bag-of-words logistic regression (word types seen twice in train) on
 the reference: a layer below it tells little about the labels that word identity does not. Used to
 find out why ELMo from a small biLM does not help on MR (see project/results/README.md).
 """
+
 import argparse
 import json
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
 
 import numpy
 import spacy
@@ -24,7 +25,7 @@ import spacy_elmo  # noqa: F401  (registers the elmo factory)
 WEIGHT_DECAYS = (1e-4, 1e-3, 1e-2)
 
 
-def read_split(nlp: spacy.Language, directory: Path, split: str) -> Tuple[List[Doc], torch.Tensor]:
+def read_split(nlp: spacy.Language, directory: Path, split: str) -> tuple[list[Doc], torch.Tensor]:
     docs = list(DocBin().from_disk(directory / f"{split}.spacy").get_docs(nlp.vocab))
     labels = sorted(docs[0].cats)
     return docs, torch.tensor([labels.index(max(d.cats, key=d.cats.get)) for d in docs])
@@ -54,9 +55,9 @@ def accuracy(model: torch.nn.Module, inputs, y: torch.Tensor) -> float:
         return 100.0 * float((model(*inputs).argmax(1) == y).float().mean())
 
 
-def probe(make, data: Dict[str, Tuple[list, torch.Tensor]]) -> Dict[str, float]:
+def probe(make, data: dict[str, tuple[list, torch.Tensor]]) -> dict[str, float]:
     """The weight decay with the best dev accuracy, and its dev and test accuracy."""
-    best: Dict[str, float] = {}
+    best: dict[str, float] = {}
     for weight_decay in WEIGHT_DECAYS:
         model = make()
         fit(model, *data["train"], weight_decay)
@@ -77,7 +78,7 @@ def main() -> None:
     nlp.add_pipe("elmo", config={"model": {"@architectures": "spacy-elmo.BiLM.v1", "path": args.model}})
     splits = {name: read_split(nlp, args.corpus, name) for name in ("train", "dev", "test")}
     n_labels = int(max(int(y.max()) for _, y in splits.values())) + 1
-    results: Dict[str, Dict[str, float]] = {}
+    results: dict[str, dict[str, float]] = {}
 
     features = {name: pooled_layers(nlp, docs) for name, (docs, _) in splits.items()}
     mean, std = features["train"].mean(axis=0), features["train"].std(axis=0) + 1e-6

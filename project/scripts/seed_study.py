@@ -11,6 +11,7 @@ A variant is NAME CONFIG [ELMO] (ELMO: the biLM for --paths.elmo; "" = the shipp
 every `spacy train`) and scored with `spacy evaluate` on the test split. The output JSON has every run and, per
 variant, the mean and sample standard deviation of the task's metric; a markdown table is printed.
 """
+
 import argparse
 import json
 import os
@@ -18,7 +19,6 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Tuple
 
 METRICS = {"textcat": ("cats_micro_f", "accuracy"), "ner": ("ents_f", "entity F1")}
 
@@ -34,7 +34,7 @@ def task_of(config: Path) -> str:
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
-def run(command: List[str], log: Path, threads: int) -> None:
+def run(command: list[str], log: Path, threads: int) -> None:
     env = dict(os.environ, **{name: str(threads) for name in THREAD_VARIABLES}) if threads > 0 else None
     with log.open("w", encoding="utf-8") as handle:
         if subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, env=env).returncode:
@@ -42,16 +42,19 @@ def run(command: List[str], log: Path, threads: int) -> None:
 
 
 def train_and_test(
-    config: Path, seed: int, out: Path, splits: Dict[str, str], extra: List[str], threads: int
-) -> Tuple[float, float]:
+    config: Path, seed: int, out: Path, splits: dict[str, str], extra: list[str], threads: int
+) -> tuple[float, float]:
     metric, _ = METRICS[task_of(config)]
     out.mkdir(parents=True, exist_ok=True)
     train = [sys.executable, "-m", "spacy", "train", str(config), "--output", str(out)]
     train += ["--paths.train", splits["train"], "--paths.dev", splits["dev"], "--system.seed", str(seed)]
     run(train + extra, out / "train.log", threads)
     scores = out / "test.json"
-    run([sys.executable, "-m", "spacy", "evaluate", str(out / "model-best"), splits["test"], "--output", str(scores)],
-        out / "evaluate.log", threads)
+    run(
+        [sys.executable, "-m", "spacy", "evaluate", str(out / "model-best"), splits["test"], "--output", str(scores)],
+        out / "evaluate.log",
+        threads,
+    )
     dev = json.loads((out / "model-best" / "meta.json").read_text())["performance"][metric]
     test = json.loads(scores.read_text())[metric]
     return 100.0 * float(dev), 100.0 * float(test)
@@ -84,8 +87,12 @@ def main() -> None:
             runs.append({"variant": name, "config": config_path, "seed": seed, "dev": dev, "test": test})
             tests.append(test)
             print(f"{name} seed {seed}: dev {dev:.2f} test {test:.2f}", flush=True)
-        summary[name] = {"mean": statistics.mean(tests), "sd": statistics.stdev(tests) if len(tests) > 1 else 0.0,
-                         "n": len(tests), "metric": METRICS[task_of(config)][1]}
+        summary[name] = {
+            "mean": statistics.mean(tests),
+            "sd": statistics.stdev(tests) if len(tests) > 1 else 0.0,
+            "n": len(tests),
+            "metric": METRICS[task_of(config)][1],
+        }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps({"seeds": args.seeds, "runs": runs, "summary": summary}, indent=2) + "\n")
     print("| variant | " + " | ".join(f"seed {s}" for s in args.seeds) + " | mean | sd |")

@@ -6,16 +6,17 @@ fine-tune the biLM on (the paper's domain adaptation, Peters et al. 2018, sec. 3
 Only training splits should be given: the tasks' dev and test text stays unseen. The output is in
 the pretraining reader's "tokenized" format (whitespace-separated tokens, a line a paragraph).
 """
+
 import argparse
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 from spacy.tokens import DocBin
 from spacy.vocab import Vocab
 
 
-def write_text(output: Path, sources: List[Path]) -> int:
+def write_text(output: Path, sources: list[Path]) -> int:
     """Write every doc of `sources` as a line of tokens; returns the number of tokens written."""
     output.parent.mkdir(parents=True, exist_ok=True)
     n_tokens = 0
@@ -34,7 +35,7 @@ def write_text(output: Path, sources: List[Path]) -> int:
     return n_tokens
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("output", type=Path)
     parser.add_argument("sources", type=Path, nargs="+", help=".spacy training files")

@@ -10,18 +10,19 @@ The command runs with this interpreter when it starts with `python`, as weasel d
 commands, so the timed run uses the project's environment. The exit status is passed through and
 the timing file is only written when the command succeeds.
 """
+
 import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[list[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     env = os.environ.copy()
     if args[:1] == ["--threads"]:

@@ -7,7 +7,8 @@ the given order is kept (stateful embedding, where row i continues row i of the 
 Used by the pipe, `embed` and the pretraining's evaluation batches.
 """
 
-from typing import List, Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 DEFAULT_TOKEN_BUDGET = 4096
 DEFAULT_MAX_BATCH_SIZE = 1024
@@ -18,15 +19,15 @@ def token_budget_batches(
     token_budget: int,
     max_batch_size: Optional[int] = DEFAULT_MAX_BATCH_SIZE,
     sort: bool = True,
-) -> List[List[int]]:
+) -> list[list[int]]:
     """Indices of `lengths` in batches whose padded size stays within `token_budget`.
 
     sort: longest first (stable among equal lengths), else in the order given.
     max_batch_size: at most this many rows a batch (None: no limit).
     """
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i]) if sort else range(len(lengths))
-    batches: List[List[int]] = []
-    current: List[int] = []
+    batches: list[list[int]] = []
+    current: list[int] = []
     width = 0
     for index in order:
         grown = max(width, int(lengths[index]), 1)

@@ -1,6 +1,7 @@
 """The bidirectional language model: token layer + contextual layers, every layer exposed."""
+
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Optional
 
 import torch
 from torch import nn
@@ -41,7 +42,7 @@ class BiLM(nn.Module):
         self.softmax: Optional[SoftmaxHead] = (
             SoftmaxHead(options.n_tokens_vocab, options.projection_dim) if with_softmax else None
         )
-        self.vocab: Optional[List[str]] = None
+        self.vocab: Optional[list[str]] = None
         # Inference-time options (not weights): see `embed_tokens`.
         self.dedupe_tokens = True
         self.token_cache: Optional[TokenCache] = None

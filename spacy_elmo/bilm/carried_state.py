@@ -4,6 +4,7 @@ Row i of a batch continues row i of the previous batch (bilm-tf's stateful mode)
 rows than any before grows the state with zero rows; the state is detached when stored, so
 gradients never flow across batches.
 """
+
 from typing import Optional
 
 import torch

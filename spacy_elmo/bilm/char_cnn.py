@@ -3,7 +3,8 @@
 Parameters are stored in the orientation of the bilm-tf checkpoint (matrices as (in, out), highway
 gates named as there) so that import and export are plain copies and a round trip is bit for bit.
 """
-from typing import List, Optional
+
+from typing import Optional
 
 import torch
 from torch import nn
@@ -34,9 +35,7 @@ class CharacterEncoder(nn.Module):
         dim = options.char_embedding_dim
         # Row 0 is the "no token" id of the AllenNLP layout and stays zero.
         self.char_embedding = nn.Parameter(torch.zeros(chars.N_CHARACTERS, dim))
-        self.conv_weights = nn.ParameterList(
-            [nn.Parameter(torch.zeros(n, dim, width)) for width, n in options.filters]
-        )
+        self.conv_weights = nn.ParameterList([nn.Parameter(torch.zeros(n, dim, width)) for width, n in options.filters])
         self.conv_biases = nn.ParameterList([nn.Parameter(torch.zeros(n)) for _, n in options.filters])
         n_filters = options.n_filters
         self.highway_carry_w = nn.ParameterList(
@@ -91,15 +90,13 @@ class CharacterEncoder(nn.Module):
         ]
         return torch.cat(chunks)[:n_rows]
 
-    def _encode_chunk(
-        self, char_ids: torch.Tensor, kernels: List[torch.Tensor], bias: torch.Tensor
-    ) -> torch.Tensor:
+    def _encode_chunk(self, char_ids: torch.Tensor, kernels: list[torch.Tensor], bias: torch.Tensor) -> torch.Tensor:
         embedded = nn.functional.embedding(char_ids.long(), self.char_embedding)  # (ROW_CHUNK, chars, dim)
         # Each width's convolution as one matrix product over unfolded windows: 2-3x faster on CPU
         # than conv1d with so few input channels, and the same numbers. The bias is added after the
         # max (a constant commutes with it).
         dim = embedded.shape[2]
-        pooled: List[torch.Tensor] = []
+        pooled: list[torch.Tensor] = []
         for (width, _), kernel in zip(self.options.filters, kernels):
             windows = embedded.unfold(1, width, 1).transpose(2, 3).reshape(embedded.shape[0], -1, width * dim)
             pooled.append(torch.matmul(windows, kernel).amax(dim=1))

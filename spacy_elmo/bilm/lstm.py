@@ -10,8 +10,9 @@ projection, on a batch that shrinks as rows (sorted by length, longest first) ru
 backward direction reads each row reversed within its own length, so both directions see their
 padding at the end and share one loop.
 """
+
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import Optional
 
 import torch
 from torch import nn
@@ -22,7 +23,7 @@ FORGET_BIAS = 1.0
 FORWARD, BACKWARD = 0, 1
 
 
-def lstm_cell(gates: torch.Tensor, c: torch.Tensor, cell_clip: Optional[float]) -> Tuple[torch.Tensor, torch.Tensor]:
+def lstm_cell(gates: torch.Tensor, c: torch.Tensor, cell_clip: Optional[float]) -> tuple[torch.Tensor, torch.Tensor]:
     """The elementwise half of a step (the forget bias is already in `gates`): returns (m, new c)."""
     i, j, f, o = gates.chunk(4, dim=-1)
     c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j)
@@ -108,7 +109,7 @@ class BiLSTMStack(nn.Module):
         initial_state: Optional[LSTMState] = None,
         return_final_state: bool = False,
         dropout: float = 0.0,
-    ) -> Tuple[List[torch.Tensor], Optional[LSTMState]]:
+    ) -> tuple[list[torch.Tensor], Optional[LSTMState]]:
         """tokens (B, T, P), lengths (B,) -> one (B, T, 2P) tensor a layer ([forward; backward]).
 
         Positions at or beyond a row's length are zero in every output. The final state (at each
@@ -127,9 +128,9 @@ class BiLSTMStack(nn.Module):
         both = torch.stack([x, reverse_within_lengths(x, lengths_dev)])  # (2, B, T, P)
         frames = both.transpose(1, 2).contiguous()  # time-major (2, T, B, P)
         state = initial_state.select(order_dev) if initial_state is not None else None
-        final_h: List[torch.Tensor] = []
-        final_c: List[torch.Tensor] = []
-        layer_outputs: List[torch.Tensor] = []
+        final_h: list[torch.Tensor] = []
+        final_c: list[torch.Tensor] = []
+        layer_outputs: list[torch.Tensor] = []
         for layer in range(self.options.n_layers):
             inputs = frames
             if dropout > 0.0 and self.training:
@@ -162,11 +163,11 @@ class BiLSTMStack(nn.Module):
         self,
         layer: int,
         inputs: torch.Tensor,
-        batch_sizes: List[int],
+        batch_sizes: list[int],
         h0: Optional[torch.Tensor],
         c0: Optional[torch.Tensor],
         track_final: bool,
-    ) -> Tuple[torch.Tensor, Optional[torch.Tensor], Optional[torch.Tensor]]:
+    ) -> tuple[torch.Tensor, Optional[torch.Tensor], Optional[torch.Tensor]]:
         """One layer, both directions: inputs (2, T, B, P) -> outputs (2, T, B, P), zero past each length."""
         o = self.options
         _, n_steps, n_rows, P = inputs.shape
@@ -186,7 +187,7 @@ class BiLSTMStack(nn.Module):
             h, c = h0, c0
         final_h = h.clone() if track_final else None
         final_c = c.clone() if track_final else None
-        steps: List[torch.Tensor] = []
+        steps: list[torch.Tensor] = []
         cell_clip, proj_clip = o.cell_clip, o.proj_clip
         for t in range(n_steps):
             n = batch_sizes[t]

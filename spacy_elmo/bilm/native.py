@@ -12,7 +12,7 @@ A native model on disk is a directory: `options.json` (readable) and `model.msgp
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Optional, Union
 
 import numpy
 import srsly
@@ -28,14 +28,14 @@ OPTIONS_FILE = "options.json"
 DIGEST_KEY = "sha256"
 
 
-def encode_array(array: numpy.ndarray) -> Dict[str, Any]:
+def encode_array(array: numpy.ndarray) -> dict[str, Any]:
     array = numpy.ascontiguousarray(array)
     if array.dtype.name not in ALLOWED_DTYPES:
         raise TypeError(f"cannot store dtype {array.dtype}; allowed: {ALLOWED_DTYPES}")
     return {"dtype": array.dtype.name, "shape": list(array.shape), "data": array.tobytes()}
 
 
-def decode_array(value: Dict[str, Any], name: str = "array", source: str = "model") -> numpy.ndarray:
+def decode_array(value: dict[str, Any], name: str = "array", source: str = "model") -> numpy.ndarray:
     try:
         dtype, shape, data = value["dtype"], tuple(value["shape"]), value["data"]
     except (KeyError, TypeError):
@@ -48,7 +48,7 @@ def decode_array(value: Dict[str, Any], name: str = "array", source: str = "mode
     return numpy.frombuffer(data, dtype=dtype).reshape(shape).copy()
 
 
-def payload_digest(options: Dict[str, Any], weights: Dict[str, Dict[str, Any]], vocab: Optional[List[str]]) -> str:
+def payload_digest(options: dict[str, Any], weights: dict[str, dict[str, Any]], vocab: Optional[list[str]]) -> str:
     """SHA-256 of what a model file stores: the options, the vocabulary and each encoded array."""
     digest = hashlib.sha256()
     digest.update(json.dumps(options, sort_keys=True).encode("utf-8"))
@@ -87,7 +87,7 @@ def bilm_to_bytes(bilm: BiLM, softmax_dtype: str = "float32", keep_softmax: bool
     return srsly.msgpack_dumps(payload)
 
 
-def _checked_payload(data: bytes, source: str) -> Dict[str, Any]:
+def _checked_payload(data: bytes, source: str) -> dict[str, Any]:
     """The file's contents, its format and (when it records one) its digest checked."""
     try:
         payload = srsly.msgpack_loads(data, use_list=True)
@@ -108,10 +108,10 @@ def _checked_payload(data: bytes, source: str) -> Dict[str, Any]:
     return payload
 
 
-def _bilm_from_payload(payload: Dict[str, Any], source: str) -> BiLM:
+def _bilm_from_payload(payload: dict[str, Any], source: str) -> BiLM:
     options = BiLMOptions.from_dict(payload["options"], source=source)
     arrays = {name: decode_array(value, name, source) for name, value in payload["weights"].items()}
-    vocab: Optional[List[str]] = payload.get("vocab")
+    vocab: Optional[list[str]] = payload.get("vocab")
     return build_bilm(options, arrays, source=source, vocab=vocab)
 
 
@@ -119,7 +119,7 @@ def bilm_from_bytes(data: bytes, source: str = "model bytes") -> BiLM:
     return _bilm_from_payload(_checked_payload(data, source), source)
 
 
-def inspect_native(directory: Union[str, Path]) -> Tuple[BiLM, str, bool]:
+def inspect_native(directory: Union[str, Path]) -> tuple[BiLM, str, bool]:
     """The model, its digest, and whether that digest was recorded in the file (and so checked) or
     computed now (a file written before digests existed)."""
     path = Path(directory) / MODEL_FILE
@@ -163,7 +163,7 @@ def read_native_options(directory: Union[str, Path]) -> BiLMOptions:
     return BiLMOptions.from_dict(payload["options"], source=str(path))
 
 
-def _check_readable_copy(directory: Path, stored: Dict[str, Any]) -> None:
+def _check_readable_copy(directory: Path, stored: dict[str, Any]) -> None:
     """options.json beside model.msgpack is a copy for people to read; an edited copy would describe a
     model that is not the one loaded, so it is an error rather than silently ignored."""
     copy_path = directory / OPTIONS_FILE
@@ -172,7 +172,9 @@ def _check_readable_copy(directory: Path, stored: Dict[str, Any]) -> None:
     try:
         written = json.loads(copy_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise WeightsError(f"{copy_path}: not valid JSON ({err}); it is a copy of the options in {MODEL_FILE}") from None
+        raise WeightsError(
+            f"{copy_path}: not valid JSON ({err}); it is a copy of the options in {MODEL_FILE}"
+        ) from None
     differ = _differing_keys(stored, written)
     if differ:
         raise WeightsError(
@@ -182,12 +184,21 @@ def _check_readable_copy(directory: Path, stored: Dict[str, Any]) -> None:
         )
 
 
-def _differing_keys(a: Any, b: Any, prefix: str = "") -> List[str]:
+def _differing_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
     if isinstance(a, dict) and isinstance(b, dict):
         keys = sorted(set(a) | set(b))
         return [k for key in keys for k in _differing_keys(a.get(key, _ABSENT), b.get(key, _ABSENT), f"{prefix}{key}.")]
-    same = a == b and type(a) is type(b) or (isinstance(a, (int, float)) and isinstance(b, (int, float)) and a == b
-                                                and not isinstance(a, bool) and not isinstance(b, bool))
+    same = (
+        a == b
+        and type(a) is type(b)
+        or (
+            isinstance(a, (int, float))
+            and isinstance(b, (int, float))
+            and a == b
+            and not isinstance(a, bool)
+            and not isinstance(b, bool)
+        )
+    )
     return [] if same else [f"'{prefix[:-1]}'"]
 
 

@@ -4,12 +4,13 @@ Keeping the reference schema (rather than a new one) means an `options.json` fro
 loads unchanged, and an exported model's options load there. Keys this package does not use are kept
 in `extra` so that a round trip writes them back.
 """
+
 import copy
 import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Optional, Union
 
 from .. import chars
 
@@ -25,7 +26,7 @@ class BiLMOptions:
     """Dimensions and switches of a biLM, named as in bilm-tf's options.json."""
 
     # char_cnn
-    filters: List[Tuple[int, int]]
+    filters: list[tuple[int, int]]
     char_embedding_dim: int = 16
     n_highway: int = 2
     activation: str = "relu"
@@ -41,7 +42,7 @@ class BiLMOptions:
     # language-model head (pretraining); 0 = no softmax
     n_tokens_vocab: int = 0
     # everything else from options.json, kept for round trips
-    extra: Dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.filters = [(int(w), int(n)) for w, n in self.filters]
@@ -91,7 +92,7 @@ class BiLMOptions:
                 raise bad(key, f"is {clip}; a clip value must be >= 0 (leave it out for no clipping)")
 
     @classmethod
-    def from_dict(cls, data: Dict[str, Any], source: str = "options") -> "BiLMOptions":
+    def from_dict(cls, data: dict[str, Any], source: str = "options") -> "BiLMOptions":
         """Parse an options.json dict, checking every key's type and range against bilm-tf's schema.
 
         Nothing is coerced (128.9 is not 128, "false" is not a boolean); every problem is reported at
@@ -102,7 +103,7 @@ class BiLMOptions:
         cnn = read.section(data, "char_cnn")
         lstm = read.section(data, "lstm")
         embedding = read.section(cnn, "embedding", "char_cnn.embedding")
-        values: Dict[str, Any] = dict(
+        values: dict[str, Any] = dict(
             char_embedding_dim=read.integer(embedding, "dim", "char_cnn.embedding.dim", least=1),
             filters=read.filters(cnn, "filters", "char_cnn.filters"),
             n_highway=read.integer(cnn, "n_highway", "char_cnn.n_highway", least=0),
@@ -126,12 +127,12 @@ class BiLMOptions:
         options.validate(source)
         return options
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """The options.json dict, with the keys this package does not use written back."""
         extra = copy.deepcopy(self.extra)
         cnn_extra = extra.pop("__char_cnn__", {})
         lstm_extra = extra.pop("__lstm__", {})
-        lstm: Dict[str, Any] = {
+        lstm: dict[str, Any] = {
             "dim": self.lstm_dim,
             "projection_dim": self.projection_dim,
             "n_layers": self.n_layers,
@@ -142,7 +143,7 @@ class BiLMOptions:
         if self.proj_clip is not None:
             lstm["proj_clip"] = _plain_number(self.proj_clip)
         lstm.update(lstm_extra)
-        cnn: Dict[str, Any] = {
+        cnn: dict[str, Any] = {
             "embedding": {"dim": self.char_embedding_dim},
             "filters": [[w, n] for w, n in self.filters],
             "n_highway": self.n_highway,
@@ -151,7 +152,7 @@ class BiLMOptions:
             "activation": self.activation,
         }
         cnn.update(cnn_extra)
-        out: Dict[str, Any] = {"lstm": lstm, "char_cnn": cnn}
+        out: dict[str, Any] = {"lstm": lstm, "char_cnn": cnn}
         if self.n_tokens_vocab:
             out["n_tokens_vocab"] = self.n_tokens_vocab
         out.update(extra)
@@ -179,7 +180,7 @@ class _OptionReader:
 
     def __init__(self, source: str) -> None:
         self.source = source
-        self.problems: List[str] = []
+        self.problems: list[str] = []
 
     def raise_problems(self) -> None:
         if len(self.problems) == 1:
@@ -188,7 +189,7 @@ class _OptionReader:
             listed = "".join(f"\n  - {problem}" for problem in self.problems)
             raise OptionsError(f"{self.source}: {len(self.problems)} problems in the options:{listed}")
 
-    def _take(self, section: Optional[Dict[str, Any]], key: str, path: str, required: bool, keep: bool = False) -> Any:
+    def _take(self, section: Optional[dict[str, Any]], key: str, path: str, required: bool, keep: bool = False) -> Any:
         if section is None:  # the section itself was missing or wrong: already reported
             return _MISSING
         if key not in section:
@@ -200,7 +201,7 @@ class _OptionReader:
     def _bad(self, path: str, value: Any, expected: str) -> None:
         self.problems.append(f"option '{path}' is {_shown(value)}; expected {expected}")
 
-    def section(self, data: Optional[Dict[str, Any]], key: str, path: str = "") -> Optional[Dict[str, Any]]:
+    def section(self, data: Optional[dict[str, Any]], key: str, path: str = "") -> Optional[dict[str, Any]]:
         if data is None:
             return None
         value = data.pop(key, _MISSING)
@@ -212,7 +213,7 @@ class _OptionReader:
             return None
         return value
 
-    def integer(self, section: Optional[Dict[str, Any]], key: str, path: str, least: int, required: bool = True) -> Any:
+    def integer(self, section: Optional[dict[str, Any]], key: str, path: str, least: int, required: bool = True) -> Any:
         value = self._take(section, key, path, required)
         if value is _MISSING or (value is None and not required):
             return None
@@ -223,7 +224,7 @@ class _OptionReader:
 
     def number(
         self,
-        section: Optional[Dict[str, Any]],
+        section: Optional[dict[str, Any]],
         key: str,
         path: str,
         least: float,
@@ -242,7 +243,7 @@ class _OptionReader:
             return None
         return float(value)
 
-    def boolean(self, section: Optional[Dict[str, Any]], key: str, path: str, default: bool) -> bool:
+    def boolean(self, section: Optional[dict[str, Any]], key: str, path: str, default: bool) -> bool:
         value = self._take(section, key, path, required=False)
         if value is _MISSING:
             return default
@@ -251,7 +252,7 @@ class _OptionReader:
             return default
         return value
 
-    def choice(self, section: Optional[Dict[str, Any]], key: str, path: str, allowed: Tuple[Any, ...]) -> Any:
+    def choice(self, section: Optional[dict[str, Any]], key: str, path: str, allowed: tuple[Any, ...]) -> Any:
         value = self._take(section, key, path, required=True)
         if value is _MISSING:
             return None
@@ -260,7 +261,7 @@ class _OptionReader:
             return None
         return value
 
-    def filters(self, section: Optional[Dict[str, Any]], key: str, path: str) -> List[Tuple[int, int]]:
+    def filters(self, section: Optional[dict[str, Any]], key: str, path: str) -> list[tuple[int, int]]:
         value = self._take(section, key, path, required=True)
         if value is _MISSING:
             return []
@@ -305,13 +306,13 @@ PAPER_FILTERS = [(1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 10
 
 def full_options(**overrides: Any) -> BiLMOptions:
     """The paper's model: 2x4096_512_2048cnn_2xhighway."""
-    kwargs: Dict[str, Any] = dict(filters=PAPER_FILTERS, n_highway=2, lstm_dim=4096, projection_dim=512)
+    kwargs: dict[str, Any] = dict(filters=PAPER_FILTERS, n_highway=2, lstm_dim=4096, projection_dim=512)
     kwargs.update(overrides)
     return BiLMOptions(**kwargs)
 
 
 def small_options(**overrides: Any) -> BiLMOptions:
     """AllenNLP's "small" model: 2x1024_128_2048cnn_1xhighway."""
-    kwargs: Dict[str, Any] = dict(filters=PAPER_FILTERS, n_highway=1, lstm_dim=1024, projection_dim=128)
+    kwargs: dict[str, Any] = dict(filters=PAPER_FILTERS, n_highway=1, lstm_dim=1024, projection_dim=128)
     kwargs.update(overrides)
     return BiLMOptions(**kwargs)

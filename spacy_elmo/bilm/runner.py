@@ -14,7 +14,9 @@ and the Python API alike:
 
 import contextlib
 import os
-from typing import Callable, ContextManager, Iterable, Iterator, List, Optional, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Callable, Optional
 
 import numpy
 import torch
@@ -47,7 +49,7 @@ def torch_threads(n_threads: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def precision_context(device: torch.device, precision: str) -> ContextManager:
+def precision_context(device: torch.device, precision: str) -> AbstractContextManager:
     """Autocast for a reduced precision, nothing for fp32."""
     dtype = PRECISIONS[precision]
     return torch.autocast(device_type=device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
@@ -134,7 +136,7 @@ class BiLMRunner(torch.nn.Module):
 
     # --- character ids in, layers out (tensors) -------------------------------------------------
 
-    def forward(self, batches: List[torch.Tensor]) -> List[torch.Tensor]:
+    def forward(self, batches: list[torch.Tensor]) -> list[torch.Tensor]:
         """Several batches in one call (the shim's entry: one backward pass for a whole doc batch)."""
         bilm = self.load()
         return [self.run(char_ids.to(bilm.device)) for char_ids in batches]
@@ -173,7 +175,7 @@ class BiLMRunner(torch.nn.Module):
     # --- words in, per-sentence arrays out (numpy) ------------------------------------------------
 
     @torch.no_grad()
-    def embed_batch(self, sentences: Sequence[Sequence[str]]) -> List[numpy.ndarray]:
+    def embed_batch(self, sentences: Sequence[Sequence[str]]) -> list[numpy.ndarray]:
         """One batch of sentences -> (L+1, n_tokens, 2P) float32 arrays (stateful mode carries by row)."""
         bilm = self.load()
         was_training = bilm.training
@@ -186,11 +188,11 @@ class BiLMRunner(torch.nn.Module):
             bilm.train(was_training)
         return [numpy.ascontiguousarray(layers[:, row, token_slice(0, len(s))]) for row, s in enumerate(sentences)]
 
-    def embed_sentences(self, sentences: Sequence[Sequence[str]]) -> List[numpy.ndarray]:
+    def embed_sentences(self, sentences: Sequence[Sequence[str]]) -> list[numpy.ndarray]:
         """Any number of sentences, in length-sorted batches under the token budget (stateless only)."""
         if self.stateful:
             raise ValueError("stateful embedding keeps the caller's batches: call embed_batch per batch")
-        results: List[Optional[numpy.ndarray]] = [None] * len(sentences)
+        results: list[Optional[numpy.ndarray]] = [None] * len(sentences)
         lengths = [len(s) + 2 for s in sentences]
         for batch in token_budget_batches(lengths, self.token_budget, self.max_batch_size):
             for index, array in zip(batch, self.embed_batch([sentences[i] for i in batch])):

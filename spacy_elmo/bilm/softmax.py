@@ -2,6 +2,7 @@
 
 Stored as in bilm-tf's checkpoint (`softmax/W` (V, P), `softmax/b` (V,)), so an exported model keeps it.
 """
+
 from typing import Optional
 
 import torch

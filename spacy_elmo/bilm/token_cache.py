@@ -5,8 +5,9 @@ vectors up instead of running the CNN is exact (the layer is context-free). Vect
 device tensor, so a batch's hits are a single gather. The cache is cleared whenever a parameter of
 the encoder changes in place (an optimizer step, a weight load), so it can never serve stale vectors.
 """
+
 from collections import OrderedDict
-from typing import Callable, List, Tuple
+from typing import Callable
 
 import numpy
 import torch
@@ -19,7 +20,7 @@ class TokenCache:
         self.max_size = max_size
         self._slots: OrderedDict[bytes, int] = OrderedDict()
         self._store: torch.Tensor = torch.empty(0)
-        self._weights_key: Tuple = ()
+        self._weights_key: tuple = ()
         self.hits = 0
         self.misses = 0
 
@@ -36,14 +37,16 @@ class TokenCache:
             self.clear()
             self._weights_key = key
 
-    def encode(self, unique_ids: torch.Tensor, module: torch.nn.Module, encoder: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    def encode(
+        self, unique_ids: torch.Tensor, module: torch.nn.Module, encoder: Callable[[torch.Tensor], torch.Tensor]
+    ) -> torch.Tensor:
         """Vectors of distinct token rows (n, chars): cached ones gathered, the rest encoded and stored."""
         self._check_weights(module)
         rows = unique_ids.detach().to("cpu").numpy()
         keys = [row.tobytes() for row in numpy.ascontiguousarray(rows, dtype=numpy.int32)]
-        hit_positions: List[int] = []
-        hit_slots: List[int] = []
-        miss_positions: List[int] = []
+        hit_positions: list[int] = []
+        hit_slots: list[int] = []
+        miss_positions: list[int] = []
         for position, key in enumerate(keys):
             slot = self._slots.get(key)
             if slot is None:
@@ -55,7 +58,11 @@ class TokenCache:
         self.hits += len(hit_positions)
         self.misses += len(miss_positions)
         device = unique_ids.device
-        fresh = encoder(unique_ids[torch.tensor(miss_positions, dtype=torch.long, device=device)]) if miss_positions else None
+        fresh = (
+            encoder(unique_ids[torch.tensor(miss_positions, dtype=torch.long, device=device)])
+            if miss_positions
+            else None
+        )
         template = fresh if fresh is not None else self._store
         out = template.new_empty(len(keys), template.shape[-1])
         if hit_positions:
@@ -65,13 +72,13 @@ class TokenCache:
             self._insert([keys[p] for p in miss_positions], fresh)
         return out
 
-    def _insert(self, keys: List[bytes], vectors: torch.Tensor) -> None:
+    def _insert(self, keys: list[bytes], vectors: torch.Tensor) -> None:
         if self._store.numel() == 0 or self._store.dtype != vectors.dtype or self._store.device != vectors.device:
             self._slots.clear()
             self._store = vectors.new_empty(self.max_size, vectors.shape[-1])
         # Only the most recent max_size of this batch's misses can stay.
         keys, vectors = keys[-self.max_size :], vectors[-self.max_size :]
-        slots: List[int] = []
+        slots: list[int] = []
         for key in keys:
             if len(self._slots) < self.max_size:
                 slots.append(len(self._slots))

@@ -13,8 +13,9 @@ Every transform is a transpose or a slice, so import -> export -> import is bit 
 """
 
 import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Optional, Union
 
 import numpy
 import torch
@@ -35,10 +36,10 @@ def lstm_name(direction: int, layer: int, leaf: str) -> str:
     return f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell/{leaf}"
 
 
-def expected_shapes(options: BiLMOptions) -> Dict[str, Tuple[int, ...]]:
+def expected_shapes(options: BiLMOptions) -> dict[str, tuple[int, ...]]:
     """Every dataset of the reference layout (no softmax) with the shape `options` implies."""
     o = options
-    shapes: Dict[str, Tuple[int, ...]] = {"char_embed": (RAW_CHARACTERS, o.char_embedding_dim)}
+    shapes: dict[str, tuple[int, ...]] = {"char_embed": (RAW_CHARACTERS, o.char_embedding_dim)}
     for i, (width, n) in enumerate(o.filters):
         shapes[f"CNN/W_cnn_{i}"] = (1, width, o.char_embedding_dim, n)
         shapes[f"CNN/b_cnn_{i}"] = (n,)
@@ -84,7 +85,7 @@ def check_accounted_for(names: Iterable[str], options: BiLMOptions, source: str)
     raise WeightsError(f"{source}: {len(extra)} weight array(s) that the options do not account for ({shown}): {hint}")
 
 
-def bilm_arrays(bilm: BiLM) -> Iterator[Tuple[str, numpy.ndarray]]:
+def bilm_arrays(bilm: BiLM) -> Iterator[tuple[str, numpy.ndarray]]:
     """The model's weights as reference-layout arrays, in the reference orientation."""
     o = bilm.options
     enc, lstm = bilm.token_encoder, bilm.lstm
@@ -116,9 +117,9 @@ def bilm_arrays(bilm: BiLM) -> Iterator[Tuple[str, numpy.ndarray]]:
 
 def build_bilm(
     options: BiLMOptions,
-    arrays: Dict[str, numpy.ndarray],
+    arrays: dict[str, numpy.ndarray],
     source: str = "weights",
-    vocab: Optional[List[str]] = None,
+    vocab: Optional[list[str]] = None,
 ) -> BiLM:
     """A BiLM from reference-layout arrays, every name and shape checked against the options."""
     options = BiLMOptions.from_dict(options.to_dict(), source=source)
@@ -152,7 +153,7 @@ def build_bilm(
     return bilm
 
 
-def load_arrays(bilm: BiLM, arrays: Dict[str, numpy.ndarray]) -> None:
+def load_arrays(bilm: BiLM, arrays: dict[str, numpy.ndarray]) -> None:
     """Copy reference-layout arrays into the model's parameters."""
     o = bilm.options
     enc, lstm = bilm.token_encoder, bilm.lstm
@@ -187,7 +188,7 @@ def load_arrays(bilm: BiLM, arrays: Dict[str, numpy.ndarray]) -> None:
         put(bilm.softmax.bias, arrays["softmax/b"])
 
 
-def read_vocab(path: PathLike) -> List[str]:
+def read_vocab(path: PathLike) -> list[str]:
     """A vocabulary file: one word a line, `<S>`, `</S>`, `<UNK>` first in bilm-tf's convention."""
     path = Path(path)
     if not path.exists():
@@ -198,5 +199,5 @@ def read_vocab(path: PathLike) -> List[str]:
     return words
 
 
-def write_vocab(words: List[str], path: PathLike) -> None:
+def write_vocab(words: list[str], path: PathLike) -> None:
     Path(path).write_text("".join(f"{w}\n" for w in words), encoding="utf-8")

@@ -1,7 +1,10 @@
 """`spacy elmo ...` and `python -m spacy_elmo ...`: one Typer app, one module a subcommand."""
+
 import typer
 
-elmo_cli = typer.Typer(name="elmo", help="ELMo biLMs: convert, verify, pretrain, evaluate, embed.", no_args_is_help=True)
+elmo_cli = typer.Typer(
+    name="elmo", help="ELMo biLMs: convert, verify, pretrain, evaluate, embed.", no_args_is_help=True
+)
 
 
 @elmo_cli.callback()
@@ -10,13 +13,7 @@ def _group() -> None:
 
 
 # Each subcommand registers itself on `elmo_cli` when imported.
-from . import (
-    convert,  # noqa: E402,F401
-    embed,  # noqa: E402,F401
-    evaluate,  # noqa: E402,F401
-    pretrain,  # noqa: E402,F401
-    verify,  # noqa: E402,F401
-)
+from . import convert, embed, evaluate, pretrain, verify  # noqa: E402,F401
 
 try:  # as a spaCy CLI plugin: `spacy elmo ...`
     from spacy.cli._util import app as _spacy_app

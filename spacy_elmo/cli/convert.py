@@ -1,4 +1,5 @@
 """`spacy elmo convert`: bilm-tf/AllenNLP options.json + HDF5 <-> the native format."""
+
 from pathlib import Path
 from typing import Optional
 

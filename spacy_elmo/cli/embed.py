@@ -1,4 +1,5 @@
 """`spacy elmo embed`: a text or JSONL file to HDF5 (all layers, the top one, or their average)."""
+
 from pathlib import Path
 
 import typer
@@ -24,9 +25,17 @@ def embed_cli(
     threads: int = typer.Option(0, "--threads", help="torch threads (0: torch's default); each worker uses 1"),
 ) -> None:
     """Embed every line of INPUT_PATH into OUTPUT_PATH (dataset "i" = line i)."""
-    settings = EmbedSettings(model=model, layers=layers, text_field=text_field, tokenizer=tokenizer,
-                             token_budget=token_budget, dtype=dtype, device=device, precision=precision,
-                             n_threads=threads)
+    settings = EmbedSettings(
+        model=model,
+        layers=layers,
+        text_field=text_field,
+        tokenizer=tokenizer,
+        token_budget=token_budget,
+        dtype=dtype,
+        device=device,
+        precision=precision,
+        n_threads=threads,
+    )
     with tqdm(unit=" lines", desc="embedding") as bar:
         try:
             written = embed_file(input_path, output_path, settings, workers=workers, progress=bar.update)

@@ -1,4 +1,5 @@
 """`spacy elmo evaluate MODEL TEXT`: forward, backward and average perplexity on held-out text."""
+
 import json
 import tempfile
 from pathlib import Path
@@ -11,11 +12,15 @@ from . import elmo_cli
 
 @elmo_cli.command("evaluate")
 def evaluate_cli(
-    model: str = typer.Argument(..., help="A biLM with its softmax: native directory, bilm-tf directory, or shipped name"),
+    model: str = typer.Argument(
+        ..., help="A biLM with its softmax: native directory, bilm-tf directory, or shipped name"
+    ),
     text: Path = typer.Argument(..., help="Held-out text: .txt/.txt.gz, .jsonl, or tokenized (see --format)"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Also write the results to this JSON file"),
     fmt: str = typer.Option(
-        "text", "--format", help="text (raw, spaCy-tokenized), jsonl, tokenized (whitespace tokens), bilm-tf (a sentence a line)"
+        "text",
+        "--format",
+        help="text (raw, spaCy-tokenized), jsonl, tokenized (whitespace tokens), bilm-tf (a sentence a line)",
     ),
     text_field: str = typer.Option("text", "--text-field", help="JSONL field holding the text"),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Evaluate the first N words only"),

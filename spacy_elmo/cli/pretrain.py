@@ -1,4 +1,5 @@
 """`spacy elmo pretrain CONFIG OUTPUT_DIR`: train or fine-tune a biLM language model on raw text."""
+
 from pathlib import Path
 from typing import Optional
 
@@ -20,16 +21,18 @@ def resolve_config_path(path: Path) -> Path:
     raise FileNotFoundError(f"config not found: {path} (shipped configs: {available})")
 
 
-@elmo_cli.command(
-    "pretrain", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
-)
+@elmo_cli.command("pretrain", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def pretrain_cli(
     ctx: typer.Context,
-    config_path: Path = typer.Argument(..., help="Pretraining config (.cfg), or a shipped one: pretrain_tiny.cfg, pretrain_en_small.cfg"),
+    config_path: Path = typer.Argument(
+        ..., help="Pretraining config (.cfg), or a shipped one: pretrain_tiny.cfg, pretrain_en_small.cfg"
+    ),
     output_dir: Path = typer.Argument(..., help="Output directory: model/, checkpoints/, metrics.jsonl"),
     resume: bool = typer.Option(False, "--resume", help="Continue from the newest readable checkpoint in OUTPUT_DIR"),
     init_from: Optional[str] = typer.Option(
-        None, "--init-from", help="Start from these weights (native or bilm-tf/AllenNLP; a new softmax if they have none)"
+        None,
+        "--init-from",
+        help="Start from these weights (native or bilm-tf/AllenNLP; a new softmax if they have none)",
     ),
 ) -> None:
     """Train a biLM (forward + backward LM, shared sampled softmax). Overrides: --training.max_steps 100.

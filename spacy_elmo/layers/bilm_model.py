@@ -15,7 +15,7 @@ import copy
 import functools
 import sys
 from types import FrameType
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Optional
 
 import numpy
 import torch
@@ -123,7 +123,7 @@ def known_options(model: Model) -> Optional[BiLMOptions]:
         return None
 
 
-def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3d], Callable]:
+def forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[list[Floats3d], Callable]:
     bilm = ensure_bilm(model)
     ops = model.ops
     runner = get_runner(model)
@@ -163,7 +163,7 @@ def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3
     for doc_index, keep, b, row, seg in places():
         outputs[doc_index][:, keep] = batch_arrays[b][:, row, token_slice(seg.keep_start, seg.keep_end)]
 
-    def backprop(d_outputs: List[Floats3d]) -> List[Doc]:
+    def backprop(d_outputs: list[Floats3d]) -> list[Doc]:
         if not fine_tune:
             return []
         grads = [xp.zeros_like(a) for a in batch_arrays]
@@ -177,7 +177,7 @@ def forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3
     return outputs, backprop
 
 
-def init(model: Model, X: Optional[List[Doc]] = None, Y: Any = None) -> None:
+def init(model: Model, X: Optional[list[Doc]] = None, Y: Any = None) -> None:
     ensure_bilm(model)
 
 
@@ -186,7 +186,7 @@ def replace_listener(model: Model, listener: Model, pipe: Any) -> Model:
     return model
 
 
-def replace_listener_cfg(bilm_cfg: Dict[str, Any], listener_owner_cfg: Dict[str, Any]) -> Dict[str, Any]:
+def replace_listener_cfg(bilm_cfg: dict[str, Any], listener_owner_cfg: dict[str, Any]) -> dict[str, Any]:
     """`nlp.replace_listeners`: the config at the listener path with every `ElmoListener` in it
     replaced by a standalone `spacy-elmo.Elmo.v1` holding a copy of the elmo pipe's model config."""
     from .listener import LISTENER_ARCHITECTURE, STANDALONE_ARCHITECTURE
@@ -211,7 +211,7 @@ def BiLM_v1(
     window_size: int = DEFAULT_WINDOW_SIZE,
     window_context: int = DEFAULT_WINDOW_CONTEXT,
     mixed_precision: bool = False,
-) -> Model[List[Doc], List[Floats3d]]:
+) -> Model[list[Doc], list[Floats3d]]:
     """The biLM layer: docs -> one (L+1, n_tokens, 2P) array of layer outputs per doc.
 
     path: a native model directory, a bilm-tf/AllenNLP directory (options.json + one .hdf5 [+ vocab.txt]),
@@ -254,7 +254,7 @@ def BiLM_v1(
     )
 
 
-def bilm_parameters(model: Model) -> Dict[str, numpy.ndarray]:
+def bilm_parameters(model: Model) -> dict[str, numpy.ndarray]:
     """A numpy copy of every biLM weight (for tests and checks: did training change them?)."""
     bilm = ensure_bilm(model)
     return {name: p.detach().cpu().numpy().copy() for name, p in bilm.named_parameters()}

@@ -5,6 +5,7 @@ With a frozen biLM, a training doc's layers are the same in every epoch, so the 
 them once and reuses them (the Corpus reader makes new Doc objects each epoch, hence a content key
 rather than the Doc). Least recently used entries go first once `max_bytes` is reached.
 """
+
 import hashlib
 from collections import OrderedDict
 from typing import Any, Optional

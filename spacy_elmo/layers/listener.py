@@ -6,8 +6,9 @@ listener; at prediction time, a listener reads the layers the pipe stored on the
 (`doc._.elmo_layers`), since components may batch docs differently there. A listener passes the
 raw layers (n_layers, n_tokens, 2P) on; the scalar mix after it is the listening task's own.
 """
+
 import warnings
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Optional
 
 from spacy.tokens import Doc
 from spacy.util import registry
@@ -21,7 +22,7 @@ STANDALONE_ARCHITECTURE = "spacy-elmo.Elmo.v1"
 LAYERS_EXTENSION = "elmo_layers"
 
 
-def _no_backprop(d_outputs: Any) -> List[Doc]:
+def _no_backprop(d_outputs: Any) -> list[Doc]:
     return []
 
 
@@ -38,23 +39,23 @@ class ElmoListener(Model):
         Model.__init__(self, name=self.name, forward=forward, init=init, dims={"nO": width or None, "nL": None})
         self.upstream_name = upstream_name
         self._batch_id: Optional[int] = None
-        self._outputs: Optional[List[Floats3d]] = None
+        self._outputs: Optional[list[Floats3d]] = None
         self._backprop: Optional[Callable] = None
         # Set by the upstream pipe (find_listeners): () -> (nO, nL), loading its biLM if need be.
-        self.upstream_dims: Optional[Callable[[], Tuple[int, int]]] = None
-        self._init_inputs: Optional[List[Doc]] = None
+        self.upstream_dims: Optional[Callable[[], tuple[int, int]]] = None
+        self._init_inputs: Optional[list[Doc]] = None
 
     @classmethod
-    def get_batch_id(cls, inputs: List[Doc]) -> int:
+    def get_batch_id(cls, inputs: list[Doc]) -> int:
         """A content hash of a batch, to check that a listener gets the batch its upstream embedded."""
         return sum(sum(token.orth for token in doc) for doc in inputs)
 
-    def receive(self, batch_id: int, outputs: List[Floats3d], backprop: Callable) -> None:
+    def receive(self, batch_id: int, outputs: list[Floats3d], backprop: Callable) -> None:
         self._batch_id = batch_id
         self._outputs = outputs
         self._backprop = backprop
 
-    def verify_inputs(self, inputs: List[Doc]) -> bool:
+    def verify_inputs(self, inputs: list[Doc]) -> bool:
         if self._batch_id is None and self._outputs is None:
             raise ValueError(
                 f"ElmoListener: no ELMo layers were received from the upstream '{self.upstream_name}' "
@@ -85,7 +86,7 @@ class ElmoListener(Model):
             if not self.has_dim(dim):
                 self.set_dim(dim, value)
 
-    def backprop_and_clear(self, d_outputs: List[Floats3d]) -> List[Doc]:
+    def backprop_and_clear(self, d_outputs: list[Floats3d]) -> list[Doc]:
         """Run the upstream's backprop, then let go of the batch's outputs: holding them until the
         next batch would keep a whole batch of biLM layers (and their graph) alive for nothing."""
         result = self._backprop(d_outputs) if self._backprop is not None else []
@@ -95,7 +96,7 @@ class ElmoListener(Model):
         return result
 
 
-def _layers_from_docs(model: ElmoListener, docs: List[Doc], is_train: bool) -> List[Floats3d]:
+def _layers_from_docs(model: ElmoListener, docs: list[Doc], is_train: bool) -> list[Floats3d]:
     ops = model.ops
     outputs = []
     missing = 0
@@ -122,7 +123,7 @@ def _layers_from_docs(model: ElmoListener, docs: List[Doc], is_train: bool) -> L
     return outputs
 
 
-def forward(model: ElmoListener, docs: List[Doc], is_train: bool) -> Tuple[List[Floats3d], Callable]:
+def forward(model: ElmoListener, docs: list[Doc], is_train: bool) -> tuple[list[Floats3d], Callable]:
     if is_train:
         if model._batch_id is None:
             return _layers_from_docs(model, docs, True), _no_backprop
@@ -131,7 +132,7 @@ def forward(model: ElmoListener, docs: List[Doc], is_train: bool) -> Tuple[List[
     return _layers_from_docs(model, docs, False), _no_backprop
 
 
-def init(model: ElmoListener, X: Optional[List[Doc]] = None, Y: Any = None) -> None:
+def init(model: ElmoListener, X: Optional[list[Doc]] = None, Y: Any = None) -> None:
     if (not model.has_dim("nO") or not model.has_dim("nL")) and model.upstream_dims is not None:
         model.set_upstream_dims(*model.upstream_dims())
     if not model.has_dim("nO") or not model.has_dim("nL"):
@@ -146,8 +147,8 @@ def init(model: ElmoListener, X: Optional[List[Doc]] = None, Y: Any = None) -> N
 def ElmoListener_v1(
     width: int = 0,
     upstream: str = "elmo",
-    mix: Optional[Model[List[Floats3d], List[Floats2d]]] = None,
-) -> Model[List[Doc], List[Floats2d]]:
+    mix: Optional[Model[list[Floats3d], list[Floats2d]]] = None,
+) -> Model[list[Doc], list[Floats2d]]:
     """Per-token ELMo vectors from an upstream `elmo` pipe, under this task's own scalar mix.
 
     width: the width of the ELMo vectors (2 x the biLM's projection_dim); 0 = take it from the
@@ -164,14 +165,14 @@ def ElmoListener_v1(
 
 @registry.architectures(STANDALONE_ARCHITECTURE)
 def Elmo_v1(
-    bilm: Model[List[Doc], List[Floats3d]],
-    mix: Optional[Model[List[Floats3d], List[Floats2d]]] = None,
-) -> Model[List[Doc], List[Floats2d]]:
+    bilm: Model[list[Doc], list[Floats3d]],
+    mix: Optional[Model[list[Floats3d], list[Floats2d]]] = None,
+) -> Model[list[Doc], list[Floats2d]]:
     """Per-token ELMo vectors from a biLM this model owns (what `nlp.replace_listeners` turns an
     ElmoListener.v1 into): bilm is a spacy-elmo.BiLM.v1 layer, mix a spacy-elmo.ScalarMix.v1."""
     mix = mix if mix is not None else ScalarMix_v1()
     return chain(bilm, mix)
 
 
-def find_elmo_listeners(model: Model) -> List[ElmoListener]:
+def find_elmo_listeners(model: Model) -> list[ElmoListener]:
     return [node for node in model.walk() if isinstance(node, ElmoListener)]

@@ -9,7 +9,8 @@ Weights `s` start at zero (the plain average of the layers) and `gamma` at one. 
 - l2: the penalty lambda * ||s||^2 that pulls the weights toward the plain average (added to the
   gradient of `s` at every update).
 """
-from typing import Any, Callable, List, Optional, Tuple
+
+from typing import Any, Callable, Optional
 
 import numpy
 from spacy.util import registry
@@ -30,7 +31,7 @@ def mix_weights(model: Model) -> Floats1d:
     return _softmax(model.ops, model.get_param("weights"))
 
 
-def forward(model: Model, Xs: List[Floats3d], is_train: bool) -> Tuple[List[Floats2d], Callable]:
+def forward(model: Model, Xs: list[Floats3d], is_train: bool) -> tuple[list[Floats2d], Callable]:
     ops = model.ops
     xp = ops.xp
     n_layers = model.get_dim("nL")
@@ -67,7 +68,7 @@ def forward(model: Model, Xs: List[Floats3d], is_train: bool) -> Tuple[List[Floa
     splits = numpy.cumsum(lengths)[:-1].tolist()
     Ys = xp.split(Y, splits, axis=0)
 
-    def backprop(dYs: List[Floats2d]) -> List[Floats3d]:
+    def backprop(dYs: list[Floats2d]) -> list[Floats3d]:
         dY: Any = xp.concatenate(dYs, axis=0) if len(dYs) > 1 else dYs[0]
         if mask is not None:
             dY = dY * mask
@@ -81,9 +82,7 @@ def forward(model: Model, Xs: List[Floats3d], is_train: bool) -> Tuple[List[Floa
         model.inc_grad("gamma", xp.asarray([d_gamma], dtype=gamma.dtype))
         dXn = (gamma[0] * w)[:, None, None] * dY[None]
         if layer_norm:
-            dX = inv_std * (
-                dXn - dXn.mean(axis=-1, keepdims=True) - Xn * (dXn * Xn).mean(axis=-1, keepdims=True)
-            )
+            dX = inv_std * (dXn - dXn.mean(axis=-1, keepdims=True) - Xn * (dXn * Xn).mean(axis=-1, keepdims=True))
         else:
             dX = dXn
         return xp.split(dX, splits, axis=1)
@@ -91,7 +90,7 @@ def forward(model: Model, Xs: List[Floats3d], is_train: bool) -> Tuple[List[Floa
     return Ys, backprop
 
 
-def init(model: Model, X: Optional[List[Floats3d]] = None, Y=None) -> None:
+def init(model: Model, X: Optional[list[Floats3d]] = None, Y=None) -> None:
     if X:
         if not model.has_dim("nL"):
             model.set_dim("nL", int(X[0].shape[0]))
@@ -113,7 +112,7 @@ def ScalarMix_v1(
     dropout: float = 0.0,
     layer_norm: bool = False,
     l2: float = 0.0,
-) -> Model[List[Floats3d], List[Floats2d]]:
+) -> Model[list[Floats3d], list[Floats2d]]:
     """A learned softmax-weighted mix of the biLM's layers, scaled by gamma.
 
     n_layers: the number of biLM layers (L+1); 0 infers it from the biLM at initialization.

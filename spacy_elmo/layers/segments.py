@@ -11,8 +11,9 @@ tokenizer does, so their neighbours see the text as the model was trained on; th
 Every cut depends only on the doc itself, so a doc's vectors do not depend on the other docs of
 the batch.
 """
+
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import List, Sequence
 
 import numpy
 from spacy.tokens import Doc
@@ -48,7 +49,7 @@ def check_window(window_size: int, window_context: int) -> None:
         )
 
 
-def windows(n: int, window_size: int, window_context: int) -> List[tuple]:
+def windows(n: int, window_size: int, window_context: int) -> list[tuple]:
     """(start, end, keep_start, keep_end) over range(n): keeps tile [0, n), each window <= window_size."""
     if n <= window_size:
         return [(0, n, 0, n)] if n else []
@@ -62,16 +63,16 @@ def windows(n: int, window_size: int, window_context: int) -> List[tuple]:
     return out
 
 
-def sentence_spans(doc: Doc) -> List[tuple]:
+def sentence_spans(doc: Doc) -> list[tuple]:
     """(start, end) token offsets of the doc's sentences, or the whole doc when it has no boundaries."""
     if len(doc) and doc.has_annotation("SENT_START"):
         return [(sent.start, sent.end) for sent in doc.sents]
     return [(0, len(doc))] if len(doc) else []
 
 
-def segment_docs(docs: Sequence[Doc], window_size: int, window_context: int) -> List[Segment]:
+def segment_docs(docs: Sequence[Doc], window_size: int, window_context: int) -> list[Segment]:
     """All segments of all docs, in doc order then text order."""
-    segments: List[Segment] = []
+    segments: list[Segment] = []
     for index, doc in enumerate(docs):
         if not len(doc):
             continue

@@ -7,7 +7,8 @@ the encoder expects; the encoder (MaxoutWindowEncoder, MishWindowEncoder, TorchB
 adds task-specific context. The result is a tok2vec layer for `ner`, `textcat` (every architecture
 with a tok2vec), `tagger`, `parser`, ...
 """
-from typing import List, Optional
+
+from typing import Optional
 
 from spacy.tokens import Doc
 from spacy.util import registry
@@ -17,10 +18,10 @@ from thinc.types import Floats2d
 
 @registry.architectures("spacy-elmo.ElmoTok2Vec.v1")
 def ElmoTok2Vec_v1(
-    elmo: Model[List[Doc], List[Floats2d]],
+    elmo: Model[list[Doc], list[Floats2d]],
     encode: Model[Floats2d, Floats2d],
-    embed: Optional[Model[List[Doc], List[Floats2d]]] = None,
-) -> Model[List[Doc], List[Floats2d]]:
+    embed: Optional[Model[list[Doc], list[Floats2d]]] = None,
+) -> Model[list[Doc], list[Floats2d]]:
     """elmo: per-token ELMo vectors (spacy-elmo.ElmoListener.v1 or spacy-elmo.Elmo.v1).
     encode: the task encoder (its input and output width is its `width`).
     embed: context-independent embeddings concatenated with ELMo (e.g. spacy.MultiHashEmbed.v2);

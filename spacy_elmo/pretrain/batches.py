@@ -9,8 +9,10 @@ starting at s the forward LM predicts tokens[s+1 : s+T+1] and the backward LM to
 Evaluation: whole sentences (`<S>` ... `</S>`), each starting from a zero state as the biLM is used
 for embedding; length-sorted batches padded with "no token" (id 0) and targets -100 (ignored).
 """
+
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Optional
 
 import numpy
 import torch
@@ -57,7 +59,9 @@ class WindowBatcher:
         if window < 1 or batch_size < 1:
             raise ValueError(f"training.window ({window}) and training.batch_size ({batch_size}) must be >= 1")
         if batch_size % world_size:
-            raise ValueError(f"training.batch_size ({batch_size}) must be divisible by the number of processes ({world_size})")
+            raise ValueError(
+                f"training.batch_size ({batch_size}) must be divisible by the number of processes ({world_size})"
+            )
         self.tokens = tokens
         self.type_chars = type_chars
         self.type_to_vocab = numpy.asarray(type_to_vocab, dtype=numpy.int64)

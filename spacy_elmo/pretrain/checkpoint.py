@@ -7,11 +7,12 @@ arrays, the rest plain data), the trainer's counters and data position, and the 
 structure is wrong is refused with `CheckpointError`, and `latest_checkpoint` falls back to the
 newest older one that reads, so a crash while writing, or a damaged disk, costs one interval.
 """
+
 import hashlib
 import os
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Optional
 
 import numpy
 import srsly
@@ -65,7 +66,7 @@ def checkpoint_path(directory: Path, step: int) -> Path:
     return Path(directory) / f"step_{step:08d}.ckpt"
 
 
-def write_checkpoint(directory: Path, step: int, payload: Dict[str, Any]) -> Path:
+def write_checkpoint(directory: Path, step: int, payload: dict[str, Any]) -> Path:
     """Write atomically: temporary file, fsync, rename; a reader never sees a partial file."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -92,7 +93,7 @@ def _process_exists(pid: int) -> bool:
     return True
 
 
-def remove_stale_temporaries(directory: Path) -> List[Path]:
+def remove_stale_temporaries(directory: Path) -> list[Path]:
     """Delete the half-written `step_*.ckpt.tmpPID` files of writers that were killed (their process is
     gone): they are never read, but each is as large as a checkpoint. Returns what was removed."""
     directory = Path(directory)
@@ -106,7 +107,7 @@ def remove_stale_temporaries(directory: Path) -> List[Path]:
     return removed
 
 
-def read_checkpoint(path: Path) -> Dict[str, Any]:
+def read_checkpoint(path: Path) -> dict[str, Any]:
     path = Path(path)
     try:
         outer = srsly.msgpack_loads(path.read_bytes(), use_list=True)
@@ -123,7 +124,7 @@ def read_checkpoint(path: Path) -> Dict[str, Any]:
         raise CheckpointError(f"checkpoint {path} is corrupt ({type(err).__name__}: {err})") from None
 
 
-def list_checkpoints(directory: Path) -> List[Tuple[int, Path]]:
+def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
     """(step, path) of every checkpoint file, newest first (temporary files are ignored)."""
     directory = Path(directory)
     if not directory.exists():
@@ -136,7 +137,7 @@ def list_checkpoints(directory: Path) -> List[Tuple[int, Path]]:
     return sorted(found, reverse=True)
 
 
-def latest_checkpoint(directory: Path, warn=print) -> Optional[Tuple[Path, Dict[str, Any]]]:
+def latest_checkpoint(directory: Path, warn=print) -> Optional[tuple[Path, dict[str, Any]]]:
     """The newest checkpoint that reads. A corrupt one is reported and renamed to `*.corrupt`: kept
     on disk to inspect, but out of the rotation, so that pruning never deletes a good checkpoint to
     make room for it. Temporary files of killed writers are removed first."""

@@ -4,8 +4,9 @@ A user config only needs what differs from `DEFAULT_CONFIG`; `--section.key valu
 command line (as `spacy train` takes them) are applied after the defaults are merged, so any key can
 be overridden whether or not the file names it.
 """
+
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Optional, Union
 
 from thinc.api import Config
 
@@ -95,7 +96,7 @@ class PretrainConfigError(ValueError):
 
 
 def load_config(
-    path: Optional[Union[str, Path]] = None, overrides: Optional[Dict[str, Any]] = None, text: Optional[str] = None
+    path: Optional[Union[str, Path]] = None, overrides: Optional[dict[str, Any]] = None, text: Optional[str] = None
 ) -> Config:
     """The config at `path` (or in `text`) over the defaults, with `overrides` ({"training.max_steps": 100})."""
     defaults = Config().from_str(DEFAULT_CONFIG, interpolate=False)
@@ -151,23 +152,26 @@ RESUMABLE_CHANGES = (
 )
 
 
-def _flatten(section: Any, prefix: str = "") -> Dict[str, Any]:
+def _flatten(section: Any, prefix: str = "") -> dict[str, Any]:
     if not isinstance(section, dict):
         return {prefix[:-1]: section}
-    out: Dict[str, Any] = {}
+    out: dict[str, Any] = {}
     for key, value in section.items():
         out.update(_flatten(value, f"{prefix}{key}."))
     return out
 
 
-def resume_changes(saved: str, current: Config, source: str) -> Dict[str, Tuple[Any, Any]]:
+def resume_changes(saved: str, current: Config, source: str) -> dict[str, tuple[Any, Any]]:
     """The settings that differ between a checkpoint's config (`saved`, as text) and this run's, as
     {key: (saved, now)}. A change to anything but `RESUMABLE_CHANGES` is a PretrainConfigError naming
     every such key: the checkpoint was not trained that way."""
     before = _flatten(Config().from_str(saved, interpolate=True))
     after = _flatten(Config(current).interpolate())
-    changed = {key: (before.get(key), after.get(key)) for key in sorted(set(before) | set(after))
-               if before.get(key) != after.get(key)}
+    changed = {
+        key: (before.get(key), after.get(key))
+        for key in sorted(set(before) | set(after))
+        if before.get(key) != after.get(key)
+    }
     refused = {key: values for key, values in changed.items() if key not in RESUMABLE_CHANGES}
     if refused:
         listed = "; ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in refused.items())

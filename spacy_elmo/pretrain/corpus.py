@@ -16,14 +16,16 @@ vectorised with numpy over spaCy's hash arrays.
 A cache entry is keyed by the input paths, sizes and modification times and by the settings; it is
 written to a temporary directory and renamed, so a killed run never leaves a half-written entry.
 """
+
 import hashlib
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Optional, Union
 
 import numpy
 import srsly
@@ -63,7 +65,7 @@ class TokenStream:
         self.directory = Path(directory)
         try:
             meta = srsly.read_msgpack(self.directory / "types.msgpack")
-            self.types: List[str] = meta["types"]
+            self.types: list[str] = meta["types"]
             self.counts = numpy.asarray(meta["counts"], dtype=numpy.int64)
         except Exception as err:  # msgpack raises several unrelated types on corrupt input
             raise self._damaged(self.directory / "types.msgpack", err) from None
@@ -121,11 +123,11 @@ def _save_npy_atomic(path: Path, array: numpy.ndarray) -> None:
     tmp.replace(path)
 
 
-def expand_paths(paths: Union[PathLike, Sequence[PathLike]]) -> List[Path]:
+def expand_paths(paths: Union[PathLike, Sequence[PathLike]]) -> list[Path]:
     """Files named, or every regular file of a directory named (sorted), each checked to exist."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
-    files: List[Path] = []
+    files: list[Path] = []
     for p in paths:
         p = Path(p)
         if p.is_dir():
@@ -144,7 +146,7 @@ def expand_paths(paths: Union[PathLike, Sequence[PathLike]]) -> List[Path]:
 
 def iter_paragraphs(path: Path) -> Iterator[str]:
     """Paragraphs of a plain-text file: runs of non-blank lines, joined by single spaces."""
-    lines: List[str] = []
+    lines: list[str] = []
     with open_text(path) as handle:
         for line in handle:
             line = line.strip()
@@ -162,7 +164,7 @@ def iter_jsonl(path: Path, field: str) -> Iterator[str]:
         yield from texts_from_jsonl(handle, path, field, option="corpus.text_field", error=CorpusError)
 
 
-def iter_lines(path: Path) -> Iterator[List[str]]:
+def iter_lines(path: Path) -> Iterator[list[str]]:
     with open_text(path) as handle:
         for line in handle:
             tokens = line.split()
@@ -189,7 +191,7 @@ def _frame(hashes: numpy.ndarray, starts: numpy.ndarray, bos: int, eos: int) -> 
     return out
 
 
-def _doc_arrays(doc) -> Tuple[numpy.ndarray, numpy.ndarray]:
+def _doc_arrays(doc) -> tuple[numpy.ndarray, numpy.ndarray]:
     """Hashes and sentence-start flags of a Doc's non-space tokens."""
     from spacy.attrs import IS_SPACE, ORTH, SENT_START
 
@@ -206,14 +208,14 @@ def _doc_arrays(doc) -> Tuple[numpy.ndarray, numpy.ndarray]:
     return arr[keep, 0], kept_starts
 
 
-def _tokenize(files: List[Path], settings: CorpusSettings) -> Tuple[numpy.ndarray, Any]:
+def _tokenize(files: list[Path], settings: CorpusSettings) -> tuple[numpy.ndarray, Any]:
     """All files -> one framed uint64 hash array (and the StringStore that decodes it)."""
     from spacy.tokens import Doc
 
     nlp = make_tokenizer(settings.lang, option="corpus.lang", error=CorpusError)
     strings = nlp.vocab.strings
     bos, eos = strings.add(BOS), strings.add(EOS)
-    chunks: List[numpy.ndarray] = []
+    chunks: list[numpy.ndarray] = []
     n_words = 0
     limit = settings.max_tokens
 
@@ -249,7 +251,7 @@ def _tokenize(files: List[Path], settings: CorpusSettings) -> Tuple[numpy.ndarra
     return numpy.concatenate(chunks), strings
 
 
-def cache_key(files: List[Path], settings: CorpusSettings) -> str:
+def cache_key(files: list[Path], settings: CorpusSettings) -> str:
     described = [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
     blob = json.dumps({"version": CACHE_VERSION, "files": described, "settings": asdict(settings)}, sort_keys=True)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:20]

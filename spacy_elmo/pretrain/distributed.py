@@ -3,9 +3,10 @@
 Every helper is a no-op for a single process (no WORLD_SIZE, or 1), so the trainer has one code path.
 NCCL on GPUs, gloo on CPUs.
 """
+
 import importlib
 import os
-from typing import List, Optional, Tuple
+from typing import Optional
 
 import torch
 import torch.distributed as dist
@@ -27,7 +28,7 @@ def process_group_exists() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-def init_distributed(device: torch.device) -> Tuple[int, int]:
+def init_distributed(device: torch.device) -> tuple[int, int]:
     """(rank, world size): joins the process group torchrun describes, unless the caller already has.
 
     torch.distributed.nn binds the default group as a default argument (`group=group.WORLD`) when it is
@@ -68,12 +69,12 @@ def any_process(flag: bool, world: int, device: torch.device) -> bool:
     return bool(tensor.item())
 
 
-def gather_bytes(value: bytes, world: int) -> List[Optional[bytes]]:
+def gather_bytes(value: bytes, world: int) -> list[Optional[bytes]]:
     """`value` of every process, in rank order: each rank draws its own dropout randomness, and an exact
     resume restores every rank's generator from rank 0's checkpoint."""
     if world == 1:
         return [value]
-    gathered: List[Optional[bytes]] = [None] * world
+    gathered: list[Optional[bytes]] = [None] * world
     dist.all_gather_object(gathered, value)
     return gathered
 

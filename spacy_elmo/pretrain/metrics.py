@@ -1,7 +1,8 @@
 """metrics.jsonl: one JSON object a line, {"type": "train" | "eval", "step", "tokens", ...}."""
+
 import json
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any
 
 
 class MetricsLog:
@@ -16,12 +17,13 @@ class MetricsLog:
         if not self.enabled or not self.path.exists():
             return
         kept = [
-            line for line in self.path.read_text(encoding="utf-8").splitlines()
+            line
+            for line in self.path.read_text(encoding="utf-8").splitlines()
             if line.strip() and json.loads(line).get("step", 0) <= step
         ]
         self.path.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
 
-    def write(self, record: Dict[str, Any]) -> None:
+    def write(self, record: dict[str, Any]) -> None:
         if self.enabled:
             with open(self.path, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(record) + "\n")

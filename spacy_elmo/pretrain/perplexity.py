@@ -6,8 +6,10 @@ n + 1 targets a sentence. Words outside the model's vocabulary are predicted as 
 `oov_rate`; it makes perplexities over different vocabularies incomparable). `average_ppl` is
 exp of the mean of the two directions' mean NLL (the geometric mean of the two perplexities).
 """
+
 import math
-from typing import Dict, Iterable, Optional
+from collections.abc import Iterable
+from typing import Optional
 
 import torch
 
@@ -23,7 +25,7 @@ class NoSoftmaxError(ValueError):
 
 
 @torch.no_grad()
-def perplexity_of_batches(bilm: BiLM, batches: Iterable[LMBatch], autocast: bool = False) -> Dict[str, float]:
+def perplexity_of_batches(bilm: BiLM, batches: Iterable[LMBatch], autocast: bool = False) -> dict[str, float]:
     if bilm.softmax is None:
         raise NoSoftmaxError(
             "this biLM has no softmax (language-model head), so its perplexity is undefined; "
@@ -40,7 +42,9 @@ def perplexity_of_batches(bilm: BiLM, batches: Iterable[LMBatch], autocast: bool
             batch = batch.to(device)
             with torch.autocast(device.type, enabled=autocast):
                 out = bilm(batch.char_ids)
-                f, b, count = directional_nll(out.layers[-1], batch.next_ids, batch.prev_ids, bilm.softmax.weight, bilm.softmax.bias)
+                f, b, count = directional_nll(
+                    out.layers[-1], batch.next_ids, batch.prev_ids, bilm.softmax.weight, bilm.softmax.bias
+                )
             total_f += float(f)
             total_b += float(b)
             n += count
@@ -65,7 +69,7 @@ def stream_perplexity(
     vocab: Optional[Vocab] = None,
     max_tokens: Optional[int] = None,
     token_budget: int = 4096,
-) -> Dict[str, float]:
+) -> dict[str, float]:
     """Perplexity over the sentences of a prepared corpus (the first `max_tokens` tokens' worth)."""
     if bilm.softmax is None:
         perplexity_of_batches(bilm, [])  # raises NoSoftmaxError with the explanation
@@ -73,5 +77,7 @@ def stream_perplexity(
         if bilm.vocab is None:
             raise NoSoftmaxError("this biLM has no vocabulary, so its softmax ids cannot be matched to words")
         vocab = Vocab(bilm.vocab, source="model vocabulary")
-    batches = sentence_batches(stream.tokens, stream.type_chars(), stream.type_to_vocab(vocab), token_budget, max_tokens)
+    batches = sentence_batches(
+        stream.tokens, stream.type_chars(), stream.type_to_vocab(vocab), token_budget, max_tokens
+    )
     return perplexity_of_batches(bilm, batches)

@@ -6,8 +6,9 @@ unigram distribution, so the negatives are mostly the words the model confuses m
 by minus the log of its expected count (log(n * P(k))) so that the sampled loss estimates the full
 softmax, and a negative that happens to be a row's own target is masked out ("accidental hit").
 """
+
 import math
-from typing import Optional, Tuple
+from typing import Optional
 
 import torch
 from torch import nn
@@ -51,7 +52,9 @@ def sampled_softmax_nll(
     return torch.logsumexp(logits, dim=1) - logits[:, 0]
 
 
-def full_softmax_nll(hidden: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+def full_softmax_nll(
+    hidden: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
+) -> torch.Tensor:
     logits = nn.functional.linear(hidden, weight, bias).float()
     return nn.functional.cross_entropy(logits, targets, reduction="none")
 
@@ -64,7 +67,7 @@ def directional_nll(
     bias: torch.Tensor,
     samples: Optional[torch.Tensor] = None,
     log_expected: Optional[torch.Tensor] = None,
-) -> Tuple[torch.Tensor, torch.Tensor, int]:
+) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Summed NLL of the forward LM (next tokens, forward half) and the backward LM (previous
     tokens, backward half) of the top layer (B, T, 2P), and the number of targets each.
 

@@ -7,6 +7,7 @@ card); a decay does that without a restart. It is no help to a run too short to 
 project's 600-step biLM ends at 238 dev perplexity with a constant rate, 261 with linear and 266 with
 cosine decay (project/results/README.md).
 """
+
 import math
 from dataclasses import dataclass
 

@@ -11,9 +11,10 @@ batch inside PyTorch's DistributedDataParallel (NCCL on GPUs, gloo on CPUs); neg
 from identically seeded generators, so every process uses the same ones. Rank 0 evaluates, writes
 checkpoints, metrics and the model.
 """
+
 import time
 from pathlib import Path
-from typing import Dict, Optional, Tuple, Union
+from typing import Optional, Union
 
 import numpy
 import torch
@@ -100,17 +101,39 @@ def build_trainer(config: Config, output_dir: Path, resume: bool, init_from: Opt
     sampler_rng = torch.Generator().manual_seed(T["seed"] + 1)
     torch.manual_seed(T["seed"] + 2 + rank)
 
-    batcher = WindowBatcher(stream.tokens, stream.type_chars(), stream.type_to_vocab(vocab), T["window"],
-                            T["batch_size"], T["seed"], rank, world)
+    batcher = WindowBatcher(
+        stream.tokens,
+        stream.type_chars(),
+        stream.type_to_vocab(vocab),
+        T["window"],
+        T["batch_size"],
+        T["seed"],
+        rank,
+        world,
+    )
     n_neg = int(T["n_negatives"])
     sampler = LogUniformSampler(len(vocab), n_neg) if 0 < n_neg < len(vocab) else None
     scaler = torch.amp.GradScaler("cuda") if T["mixed_precision"] and device.type == "cuda" else None
     metrics = MetricsLog(output_dir / "metrics.jsonl", is_main)
     trainer = Trainer(
-        bilm=bilm, train_module=train_module, optimizer=optimizer, scaler=scaler, batcher=batcher,
-        learn_rate=schedule_from_config(config, batcher.steps_per_epoch), sampler=sampler, sampler_rng=sampler_rng,
-        vocab=vocab, dev=dev, settings=TrainerSettings.from_config(config, device), device=device, rank=rank,
-        world=world, output_dir=output_dir, metrics=metrics, config_text=config.to_str(), log=log,
+        bilm=bilm,
+        train_module=train_module,
+        optimizer=optimizer,
+        scaler=scaler,
+        batcher=batcher,
+        learn_rate=schedule_from_config(config, batcher.steps_per_epoch),
+        sampler=sampler,
+        sampler_rng=sampler_rng,
+        vocab=vocab,
+        dev=dev,
+        settings=TrainerSettings.from_config(config, device),
+        device=device,
+        rank=rank,
+        world=world,
+        output_dir=output_dir,
+        metrics=metrics,
+        config_text=config.to_str(),
+        log=log,
     )
     if found is not None:
         trainer.restore(*found)
@@ -125,15 +148,17 @@ def build_trainer(config: Config, output_dir: Path, resume: bool, init_from: Opt
             if changes:
                 say(f"{config_file} updated with the changed settings ({', '.join(changes)})")
     n_params = sum(p.numel() for p in bilm.parameters())
-    say(f"model: {n_params / 1e6:.2f}M parameters (softmax {len(vocab)} x {bilm.options.projection_dim}), "
+    say(
+        f"model: {n_params / 1e6:.2f}M parameters (softmax {len(vocab)} x {bilm.options.projection_dim}), "
         f"device {device}, {world} process(es), {batcher.steps_per_epoch} steps an epoch, "
-        f"{'sampled softmax with ' + str(n_neg) + ' negatives' if sampler else 'full softmax'}")
+        f"{'sampled softmax with ' + str(n_neg) + ' negatives' if sampler else 'full softmax'}"
+    )
     return trainer
 
 
 def _prepare_data(
     config: Config, output_dir: Path, is_main: bool, world: int, say: Log
-) -> Tuple[TokenStream, Optional[TokenStream]]:
+) -> tuple[TokenStream, Optional[TokenStream]]:
     """The training stream and the dev stream (rank 0 only; None without a dev corpus). Rank 0 tokenizes
     first; the others then read its cache entry instead of tokenizing the same text again."""
     C = config["corpus"]
@@ -144,8 +169,10 @@ def _prepare_data(
     if is_main:
         t0 = time.perf_counter()
         stream = prepare_corpus(C["train"], train_settings, cache_dir)
-        say(f"training corpus: {stream.n_words} words, {stream.n_sentences} sentences, {len(stream.types)} types "
-            f"({time.perf_counter() - t0:.1f}s, cache {stream.directory})")
+        say(
+            f"training corpus: {stream.n_words} words, {stream.n_sentences} sentences, {len(stream.types)} types "
+            f"({time.perf_counter() - t0:.1f}s, cache {stream.directory})"
+        )
     barrier(world)
     if not is_main:
         stream = prepare_corpus(C["train"], train_settings, cache_dir)
@@ -178,13 +205,15 @@ def _make_optimizer(config: Config, params) -> torch.optim.Optimizer:
     if name == "adam":
         return torch.optim.Adam(params, lr=o["learn_rate"], eps=o["eps"])
     if name == "adagrad":
-        return torch.optim.Adagrad(params, lr=o["learn_rate"], initial_accumulator_value=o["adagrad_initial_accumulator"])
+        return torch.optim.Adagrad(
+            params, lr=o["learn_rate"], initial_accumulator_value=o["adagrad_initial_accumulator"]
+        )
     if name == "sgd":
         return torch.optim.SGD(params, lr=o["learn_rate"])
     raise PretrainConfigError(f"training.optimizer.name is {o['name']!r}; expected 'adam', 'adagrad' or 'sgd'")
 
 
-def _softmax_arrays(vocab: Vocab, dim: int, seed: int, stream: TokenStream, bias_init: str) -> Dict[str, numpy.ndarray]:
+def _softmax_arrays(vocab: Vocab, dim: int, seed: int, stream: TokenStream, bias_init: str) -> dict[str, numpy.ndarray]:
     """A new softmax: weights N(0, 1/P); bias zero or the log unigram frequency of each word."""
     generator = torch.Generator().manual_seed(seed + 17)
     weight = torch.randn(len(vocab), dim, generator=generator) * dim**-0.5
@@ -200,7 +229,7 @@ def _softmax_arrays(vocab: Vocab, dim: int, seed: int, stream: TokenStream, bias
 
 def _build_model(
     config: Config, vocab: Vocab, stream: TokenStream, init_from: Optional[str], log: Log
-) -> Tuple[BiLM, Vocab]:
+) -> tuple[BiLM, Vocab]:
     seed = config["training"]["seed"]
     bias_init = config["training"]["softmax_bias_init"]
     if init_from:
@@ -208,7 +237,10 @@ def _build_model(
         if source.softmax is not None and source.vocab is not None:
             log(f"continuing from {init_from} with its own softmax and vocabulary ({len(source.vocab)} words)")
             return source, Vocab(source.vocab, source=f"{init_from} vocabulary")
-        log(f"continuing from {init_from}: it has no softmax, so a new one over the corpus vocabulary ({len(vocab)} words)")
+        log(
+            f"continuing from {init_from}: it has no softmax, "
+            f"so a new one over the corpus vocabulary ({len(vocab)} words)"
+        )
         arrays = {name: value for name, value in bilm_arrays(source) if not name.startswith("softmax/")}
         arrays.update(_softmax_arrays(vocab, source.options.projection_dim, seed, stream, bias_init))
         options = source.options
@@ -219,5 +251,3 @@ def _build_model(
     arrays = dict(bilm_arrays(bilm))
     arrays.update(_softmax_arrays(vocab, bilm.options.projection_dim, seed, stream, bias_init))
     return build_bilm(bilm.options, arrays, source="new model", vocab=vocab.words), vocab
-
-

@@ -4,13 +4,15 @@
 `train_step` is one optimization step, the same function in training and in
 benchmarks/train_throughput.py, so that the benchmark measures what training does.
 """
+
 import math
 import signal
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Optional
 
 import torch
 from thinc.api import Config
@@ -48,7 +50,7 @@ class LanguageModelLoss(nn.Module):
         samples: Optional[torch.Tensor],
         log_expected: Optional[torch.Tensor],
         dropout: float,
-    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         out = self.bilm(char_ids, dropout=dropout)
         softmax = self.bilm.softmax
         assert softmax is not None  # checked in __init__
@@ -114,7 +116,7 @@ class TrainState:
     tokens: int = 0
     wall_s: float = 0.0
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
@@ -124,8 +126,8 @@ class TrainResult:
 
     output_dir: Path
     state: TrainState
-    last_eval: Optional[Dict[str, float]] = None
-    losses: List[float] = field(default_factory=list)
+    last_eval: Optional[dict[str, float]] = None
+    losses: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -147,10 +149,14 @@ class TrainerSettings:
         T = config["training"]
         amp_dtype = (torch.float16 if device.type == "cuda" else torch.bfloat16) if T["mixed_precision"] else None
         return cls(
-            max_steps=int(T["max_steps"] or 0), max_epochs=int(T["max_epochs"] or 0),
-            max_minutes=float(T["max_minutes"] or 0), log_every=int(T["log_every"]),
-            eval_every=int(T["eval_every"] or 0), checkpoint_every=int(T["checkpoint_every"] or 0),
-            keep_checkpoints=int(T["keep_checkpoints"]), max_dev_tokens=config["corpus"]["max_dev_tokens"],
+            max_steps=int(T["max_steps"] or 0),
+            max_epochs=int(T["max_epochs"] or 0),
+            max_minutes=float(T["max_minutes"] or 0),
+            log_every=int(T["log_every"]),
+            eval_every=int(T["eval_every"] or 0),
+            checkpoint_every=int(T["checkpoint_every"] or 0),
+            keep_checkpoints=int(T["keep_checkpoints"]),
+            max_dev_tokens=config["corpus"]["max_dev_tokens"],
             step=StepSettings(dropout=T["dropout"], grad_clip=T["grad_clip"] or 0.0, amp_dtype=amp_dtype),
         )
 
@@ -223,14 +229,14 @@ class Trainer:
         self.config_text = config_text
         self.say = main_process_log(log, rank)
         self.state = TrainState()
-        self.losses: List[float] = []
-        self.last_eval: Optional[Dict[str, float]] = None
+        self.losses: list[float] = []
+        self.last_eval: Optional[dict[str, float]] = None
         self.stop_signal: Optional[int] = None
         self._interval = _Interval()
         self._session_start = time.perf_counter()
         self._wall_at_start = 0.0
 
-    def restore(self, path: Path, payload: Dict[str, Any]) -> None:
+    def restore(self, path: Path, payload: dict[str, Any]) -> None:
         """Continue from checkpoint `payload` (its weights are already in the model): optimizer, counters,
         data position and every random generator, so that the losses repeat the uninterrupted run's."""
         self.optimizer.load_state_dict(ckpt.decode_tree(payload["optimizer"]))
@@ -282,8 +288,16 @@ class Trainer:
         samples = self.sampler.sample(self.sampler_rng).to(self.device) if self.sampler is not None else None
         for group in self.optimizer.param_groups:
             group["lr"] = self.learn_rate(state.step)
-        loss_tensor = train_step(self.train_module, self.bilm, self.optimizer, batch, samples, self.log_expected,
-                                 self.settings.step, self.scaler)
+        loss_tensor = train_step(
+            self.train_module,
+            self.bilm,
+            self.optimizer,
+            batch,
+            samples,
+            self.log_expected,
+            self.settings.step,
+            self.scaler,
+        )
         loss = float(loss_tensor)
         if not math.isfinite(loss):
             raise FloatingPointError(f"training loss became {loss} at step {state.step + 1}; lower the learning rate")
@@ -316,18 +330,26 @@ class Trainer:
             return True
         return self.stop_signal is not None
 
-    def evaluate(self) -> Optional[Dict[str, float]]:
+    def evaluate(self) -> Optional[dict[str, float]]:
         """Dev perplexity (rank 0, when there is a dev corpus): logged, written to metrics.jsonl, kept."""
         if self.dev is None or not self.is_main:
             self.last_eval = None
             return None
         state = self.state
         result = stream_perplexity(self.bilm, self.dev, self.vocab, max_tokens=self.settings.max_dev_tokens)
-        self.metrics.write({"type": "eval", "step": state.step, "tokens": state.tokens,
-                            "wall_s": round(state.wall_s, 3),
-                            **{f"dev_{k}": v for k, v in result.items()}})
-        self.say(f"step {state.step:>7}  dev ppl {result['average_ppl']:.2f} (forward {result['forward_ppl']:.2f}, "
-                 f"backward {result['backward_ppl']:.2f})")
+        self.metrics.write(
+            {
+                "type": "eval",
+                "step": state.step,
+                "tokens": state.tokens,
+                "wall_s": round(state.wall_s, 3),
+                **{f"dev_{k}": v for k, v in result.items()},
+            }
+        )
+        self.say(
+            f"step {state.step:>7}  dev ppl {result['average_ppl']:.2f} (forward {result['forward_ppl']:.2f}, "
+            f"backward {result['backward_ppl']:.2f})"
+        )
         self.last_eval = result
         return result
 
@@ -358,12 +380,23 @@ class Trainer:
             return
         mean = interval.loss / interval.steps
         tps = interval.tokens / max(interval.time_s, 1e-9)
-        self.metrics.write({"type": "train", "step": state.step, "epoch": state.epoch, "tokens": state.tokens,
-                            "train_loss": mean, "train_ppl": math.exp(min(mean, 50.0)),
-                            "lr": self.learn_rate(max(state.step - 1, 0)), "tokens_per_s": round(tps, 1),
-                            "wall_s": round(state.wall_s, 3)})
-        self.say(f"step {state.step:>7}  epoch {state.epoch}  tokens {state.tokens:>10}  loss {mean:.4f}  "
-                 f"ppl {math.exp(min(mean, 50.0)):9.2f}  {tps:8.0f} tokens/s")
+        self.metrics.write(
+            {
+                "type": "train",
+                "step": state.step,
+                "epoch": state.epoch,
+                "tokens": state.tokens,
+                "train_loss": mean,
+                "train_ppl": math.exp(min(mean, 50.0)),
+                "lr": self.learn_rate(max(state.step - 1, 0)),
+                "tokens_per_s": round(tps, 1),
+                "wall_s": round(state.wall_s, 3),
+            }
+        )
+        self.say(
+            f"step {state.step:>7}  epoch {state.epoch}  tokens {state.tokens:>10}  loss {mean:.4f}  "
+            f"ppl {math.exp(min(mean, 50.0)):9.2f}  {tps:8.0f} tokens/s"
+        )
         self._interval = _Interval()
 
     def _restart_clock(self) -> None:
@@ -378,7 +411,7 @@ class Trainer:
     def _stop_signals(self) -> Iterator[None]:
         """SIGTERM/SIGINT request a stop while the loop runs (every process: under torchrun a stop reaches
         all); the previous handlers come back afterwards, also when training fails."""
-        previous: Dict[signal.Signals, Any] = {}
+        previous: dict[signal.Signals, Any] = {}
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
                 previous[sig] = signal.signal(sig, self._request_stop)

@@ -3,8 +3,10 @@
 Frequency order is not cosmetic: the log-uniform sampler of the sampled softmax assumes that a
 word's id is its frequency rank, so the vocabulary must be sorted so.
 """
+
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Union
+from typing import Optional, Union
 
 import numpy
 
@@ -26,7 +28,7 @@ class Vocab:
         words = list(words)
         if words[:3] != list(SPECIALS):
             raise VocabError(f"{source}: must start with {', '.join(SPECIALS)} (one a line), got {words[:3]}")
-        index: Dict[str, int] = {}
+        index: dict[str, int] = {}
         for i, word in enumerate(words):
             if word in index:
                 raise VocabError(f"{source}: word {word!r} appears twice (lines {index[word] + 1} and {i + 1})")
@@ -47,7 +49,11 @@ class Vocab:
 
     @classmethod
     def from_counts(
-        cls, words: Sequence[str], counts: Union[Sequence[int], numpy.ndarray], max_size: Optional[int] = None, min_count: int = 1
+        cls,
+        words: Sequence[str],
+        counts: Union[Sequence[int], numpy.ndarray],
+        max_size: Optional[int] = None,
+        min_count: int = 1,
     ) -> "Vocab":
         """The most frequent words (ties broken by the word, for a reproducible order).
 
@@ -71,7 +77,7 @@ class Vocab:
         write_vocab(list(self.words), path)
 
 
-def words_by_frequency(words: Sequence[str], counts: Sequence[int]) -> List[str]:
+def words_by_frequency(words: Sequence[str], counts: Sequence[int]) -> list[str]:
     """Words sorted as the vocabulary sorts them (for reports and tests)."""
     order = sorted(range(len(words)), key=lambda i: (-int(counts[i]), words[i]))
     return [words[i] for i in order]

@@ -1,4 +1,5 @@
 """The one token-budget batcher (pipe, embed, perplexity batches)."""
+
 import random
 
 import pytest

@@ -1,4 +1,5 @@
 """The native format's digest: a damaged file is an error naming it, never silently other vectors."""
+
 import numpy
 import pytest
 import srsly
@@ -80,7 +81,9 @@ def test_an_edited_options_json_beside_a_native_model_is_an_error_naming_it(refe
     options = json.loads((directory / "options.json").read_text())
     options["lstm"]["projection_dim"] = 256
     (directory / "options.json").write_text(json.dumps(options))
-    pattern = rf"{directory / 'options.json'}: differs from the options stored in .*model.msgpack at 'lstm.projection_dim'"
+    pattern = (
+        rf"{directory / 'options.json'}: differs from the options stored in .*model.msgpack at 'lstm.projection_dim'"
+    )
     with pytest.raises(WeightsError, match=pattern):
         load_native(directory)
     with pytest.raises(WeightsError, match=pattern):

@@ -1,4 +1,5 @@
 """options.json is checked against bilm-tf's schema: nothing coerced, every problem named at once."""
+
 import json
 
 import pytest
@@ -63,8 +64,11 @@ def test_every_problem_is_reported_at_once(write_options):
         BiLMOptions.from_file(write_options(edit))
     message = str(error.value)
     assert "3 problems" in message
-    for part in ("option 'lstm.dim' is \"abc\"", "option 'lstm.use_skip_connections' is \"false\"",
-                 "missing option 'char_cnn.n_highway'"):
+    for part in (
+        "option 'lstm.dim' is \"abc\"",
+        "option 'lstm.use_skip_connections' is \"false\"",
+        "missing option 'char_cnn.n_highway'",
+    ):
         assert part in message
 
 

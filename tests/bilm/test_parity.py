@@ -1,4 +1,5 @@
 """The biLM against the bilm-tf/AllenNLP reference activations, at numpy.allclose(atol=1e-6)."""
+
 import json
 
 import h5py

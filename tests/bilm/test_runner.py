@@ -1,4 +1,5 @@
 """The runner. Stateless means a sentence's vectors do not depend on its batch: size, order, neighbours."""
+
 import json
 import random
 
@@ -55,8 +56,9 @@ def test_padding_positions_are_zero_and_masked(make_bilm):
 @pytest.mark.parametrize("skip", [True, False])
 @pytest.mark.parametrize("clips", [(None, None), (0.5, 0.25), (0.0, 3.0)])
 def test_configurations_run_and_stay_batch_independent(make_bilm, skip, clips):
-    bilm = make_bilm(use_skip_connections=skip, cell_clip=clips[0], proj_clip=clips[1], n_layers=3,
-                       n_highway=0, activation="tanh")
+    bilm = make_bilm(
+        use_skip_connections=skip, cell_clip=clips[0], proj_clip=clips[1], n_layers=3, n_highway=0, activation="tanh"
+    )
     sentences = [["x"] * n for n in (1, 7, 3, 12)]
     embedder = BiLMRunner(bilm)
     together = embedder.embed_batch(sentences)

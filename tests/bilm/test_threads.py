@@ -1,4 +1,5 @@
 """A threads setting for the biLM that never leaks into the caller's torch state."""
+
 import spacy
 import torch
 

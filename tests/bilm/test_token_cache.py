@@ -1,4 +1,5 @@
 """The token cache is exact, bounded, least-recently-used, and never serves stale vectors."""
+
 import json
 
 import numpy

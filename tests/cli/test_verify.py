@@ -1,4 +1,5 @@
 """`spacy elmo verify`: a model checked and described; a damaged one is exit status 1 naming the file."""
+
 import json
 
 import srsly

@@ -1,4 +1,5 @@
 """The biLM layer runs through the one runner: its out-of-memory split serves the pipe too."""
+
 from pathlib import Path
 
 import numpy

@@ -1,4 +1,5 @@
 """The scalar mix: the paper's formula, its gradients (checked numerically), dropout, L2, layer norm."""
+
 import numpy
 import pytest
 from thinc.api import NumpyOps

@@ -1,4 +1,5 @@
 """Cutting docs into sentences and overlapping windows."""
+
 import numpy
 import pytest
 import spacy

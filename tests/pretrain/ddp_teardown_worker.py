@@ -3,10 +3,10 @@
 Writes this rank's thread names after `end_distributed` to OUT_DIR/rank_N.txt: gloo's threads must be
 gone by then, or the rank tears them down at exit, which can abort it after a successful run.
 """
+
 import os
 import sys
 from pathlib import Path
-from typing import List
 
 import torch
 from torch import nn
@@ -14,7 +14,7 @@ from torch import nn
 from spacy_elmo.pretrain.distributed import data_parallel, end_distributed, init_distributed
 
 
-def thread_names() -> List[str]:
+def thread_names() -> list[str]:
     names = []
     for task in sorted(os.listdir("/proc/self/task")):
         try:

@@ -1,6 +1,6 @@
 """Paths and config helpers shared by the pretraining tests."""
+
 from pathlib import Path
-from typing import Dict
 
 from spacy_elmo.pretrain.config import load_config
 
@@ -13,7 +13,7 @@ TINY_CONFIG = Path(__file__).parent.parent.parent / "spacy_elmo" / "configs" / "
 
 def tiny_config(cache_dir: Path, **overrides):
     """The shipped tiny config on the committed sample, one thread, quiet logging."""
-    values: Dict[str, object] = {
+    values: dict[str, object] = {
         "paths.train": str(SAMPLE_TRAIN),
         "paths.dev": str(SAMPLE_DEV),
         "corpus.cache_dir": str(cache_dir),
@@ -22,5 +22,3 @@ def tiny_config(cache_dir: Path, **overrides):
     }
     values.update(overrides)
     return load_config(TINY_CONFIG, values)
-
-

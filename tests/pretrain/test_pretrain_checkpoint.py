@@ -1,4 +1,5 @@
 """Checkpoint files: half-written temporaries of killed writers do not pile up."""
+
 import os
 import subprocess
 import sys

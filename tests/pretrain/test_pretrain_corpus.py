@@ -5,12 +5,11 @@ import os
 import numpy
 import pytest
 
+from pretrain_support import FIXTURES, SAMPLE_TRAIN
 from spacy_elmo import chars
 from spacy_elmo.pretrain import corpus as corpus_module
 from spacy_elmo.pretrain.corpus import CorpusError, CorpusSettings, build_vocab, prepare_corpus
 from spacy_elmo.pretrain.vocab import UNK_ID
-
-from pretrain_support import FIXTURES, SAMPLE_TRAIN
 
 
 def words_of(stream):
@@ -22,8 +21,24 @@ def test_text_paragraphs_are_joined_tokenized_and_framed(tmp_path):
     path.write_text("The cat sat.  It was\nhappy.\n\n\nA dog barked!\n", encoding="utf-8")
     stream = prepare_corpus(path, CorpusSettings(), tmp_path / "cache")
     assert words_of(stream) == [
-        "<S>", "The", "cat", "sat", ".", "</S>", "<S>", "It", "was", "happy", ".", "</S>",
-        "<S>", "A", "dog", "barked", "!", "</S>",
+        "<S>",
+        "The",
+        "cat",
+        "sat",
+        ".",
+        "</S>",
+        "<S>",
+        "It",
+        "was",
+        "happy",
+        ".",
+        "</S>",
+        "<S>",
+        "A",
+        "dog",
+        "barked",
+        "!",
+        "</S>",
     ]
     assert stream.n_sentences == 3 and stream.n_words == 12
     assert stream.tokens.dtype == numpy.int32

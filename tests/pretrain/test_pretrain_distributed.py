@@ -23,10 +23,23 @@ def torchrun(*args: str):
     test does not depend on the host's name resolution; one OpenMP thread per process, whatever
     the caller's environment says, so that two processes fit a 2-core machine.
     """
-    env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr", "127.0.0.1",
-               "--nproc_per_node", "2", *args]
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        GLOO_SOCKET_IFNAME="lo",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--local-addr",
+        "127.0.0.1",
+        "--nproc_per_node",
+        "2",
+        *args,
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
 
 
@@ -37,16 +50,34 @@ def test_two_process_gloo_ddp_matches_one_process_on_the_same_global_batch(tmp_p
     by the gradient's own scale and turns float rounding in near-zero gradients (a character seen
     once) into full-size steps, which would test Adam rather than the data-parallel averaging.
     """
-    overrides = {"training.max_steps": 6, "training.checkpoint_every": 0, "training.eval_every": 0,
-                 "paths.dev": None, "training.dropout": 0.0, "training.optimizer.name": "sgd",
-                 "training.optimizer.learn_rate": 1.0}
+    overrides = {
+        "training.max_steps": 6,
+        "training.checkpoint_every": 0,
+        "training.eval_every": 0,
+        "paths.dev": None,
+        "training.dropout": 0.0,
+        "training.optimizer.name": "sgd",
+        "training.optimizer.learn_rate": 1.0,
+    }
     single = tmp_path / "single"
     pretrain(tiny_config(corpus_cache, **overrides), single, log=lambda m: None)
 
     ddp = tmp_path / "ddp"
-    args = ["-m", "spacy_elmo", "pretrain", "pretrain_tiny.cfg", str(ddp),
-            "--paths.train", str(SAMPLE_TRAIN), "--paths.dev", "null", "--corpus.cache_dir", str(corpus_cache),
-            "--training.n_threads", "1"]
+    args = [
+        "-m",
+        "spacy_elmo",
+        "pretrain",
+        "pretrain_tiny.cfg",
+        str(ddp),
+        "--paths.train",
+        str(SAMPLE_TRAIN),
+        "--paths.dev",
+        "null",
+        "--corpus.cache_dir",
+        str(corpus_cache),
+        "--training.n_threads",
+        "1",
+    ]
     for key, value in overrides.items():
         if key != "paths.dev":
             args += [f"--{key}", str(value)]

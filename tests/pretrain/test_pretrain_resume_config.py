@@ -1,4 +1,5 @@
 """Resuming with another config: refused for the model and the data, allowed (and said) for when to stop."""
+
 import pytest
 
 from pretrain_support import tiny_config
@@ -17,8 +18,12 @@ def interrupted_run(tmp_path, corpus_cache):
 
 @pytest.mark.parametrize(
     "key,value",
-    [("model.lstm_dim", 32), ("training.batch_size", 16), ("training.optimizer.learn_rate", 0.5),
-     ("vocab.max_size", 1000)],
+    [
+        ("model.lstm_dim", 32),
+        ("training.batch_size", 16),
+        ("training.optimizer.learn_rate", 0.5),
+        ("vocab.max_size", 1000),
+    ],
 )
 def test_a_changed_model_or_data_setting_is_refused_naming_it(interrupted_run, corpus_cache, key, value):
     saved = (interrupted_run / "config.cfg").read_text()

@@ -51,5 +51,5 @@ def test_log_q_correction_lowers_the_weight_of_frequent_negatives():
     frequent = sampled_softmax_nll(hidden, targets, weight, bias, torch.tensor([1]), log_expected)
     rare = sampled_softmax_nll(hidden, targets, weight, bias, torch.tensor([2]), log_expected)
     assert frequent.item() < rare.item()
-    expected = math.log(1.0 + math.exp(-math.log(10.0))) # true logit corrected by log(1) = 0
+    expected = math.log(1.0 + math.exp(-math.log(10.0)))  # true logit corrected by log(1) = 0
     assert abs(frequent.item() - expected) < 1e-6

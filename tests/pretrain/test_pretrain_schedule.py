@@ -1,4 +1,5 @@
 """The learning-rate schedule: warm-up, then constant, linear or cosine decay to a floor."""
+
 import json
 import math
 
@@ -34,17 +35,23 @@ def test_decay_falls_monotonically_from_the_peak_to_the_floor_at_the_horizon(dec
 def test_horizon_is_max_steps_or_else_max_epochs_of_steps():
     by_steps = load_config(text="", overrides={"training.max_steps": 500, "training.optimizer.decay": "linear"})
     assert schedule_from_config(by_steps, steps_per_epoch=70).horizon == 500
-    by_epochs = load_config(text="", overrides={"training.max_steps": 0, "training.max_epochs": 3,
-                                                "training.optimizer.decay": "linear"})
+    by_epochs = load_config(
+        text="", overrides={"training.max_steps": 0, "training.max_epochs": 3, "training.optimizer.decay": "linear"}
+    )
     assert schedule_from_config(by_epochs, steps_per_epoch=70).horizon == 210
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"training.optimizer.decay": "exponential"}, "training.optimizer.decay is 'exponential'"),
-    ({"training.optimizer.final_learn_rate_ratio": 1.5}, "final_learn_rate_ratio is 1.5"),
-    ({"training.optimizer.decay": "cosine", "training.max_steps": 0, "training.max_minutes": 30},
-     "neither training.max_steps nor training.max_epochs"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"training.optimizer.decay": "exponential"}, "training.optimizer.decay is 'exponential'"),
+        ({"training.optimizer.final_learn_rate_ratio": 1.5}, "final_learn_rate_ratio is 1.5"),
+        (
+            {"training.optimizer.decay": "cosine", "training.max_steps": 0, "training.max_minutes": 30},
+            "neither training.max_steps nor training.max_epochs",
+        ),
+    ],
+)
 def test_a_bad_schedule_is_refused_naming_the_setting(overrides, message, tmp_path, corpus_cache):
     config = tiny_config(corpus_cache, **overrides)
     with pytest.raises(PretrainConfigError, match=message):
@@ -53,9 +60,16 @@ def test_a_bad_schedule_is_refused_naming_the_setting(overrides, message, tmp_pa
 
 
 def test_training_follows_the_schedule_step_for_step(tmp_path, corpus_cache):
-    overrides = {"training.max_steps": 12, "training.log_every": 1, "training.eval_every": 0, "paths.dev": None,
-                 "training.checkpoint_every": 0, "training.optimizer.warmup_steps": 2,
-                 "training.optimizer.decay": "linear", "training.optimizer.final_learn_rate_ratio": 0.25}
+    overrides = {
+        "training.max_steps": 12,
+        "training.log_every": 1,
+        "training.eval_every": 0,
+        "paths.dev": None,
+        "training.checkpoint_every": 0,
+        "training.optimizer.warmup_steps": 2,
+        "training.optimizer.decay": "linear",
+        "training.optimizer.final_learn_rate_ratio": 0.25,
+    }
     config = tiny_config(corpus_cache, **overrides)
     pretrain(config, tmp_path / "out", log=lambda m: None)
     records = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]

@@ -1,4 +1,5 @@
 """The biLM shipped in the package (spacy_elmo/models/en_elmo_small): present, small, and useful."""
+
 import itertools
 import json
 
@@ -6,7 +7,7 @@ import numpy
 import pytest
 
 from spacy_elmo.bilm.runner import BiLMRunner
-from spacy_elmo.loading import DEFAULT_MODEL, shipped_model_path, load_bilm
+from spacy_elmo.loading import DEFAULT_MODEL, load_bilm, shipped_model_path
 
 SENSES = {
     "bank": (

@@ -10,8 +10,8 @@ import pytest
 
 from pretrain_support import ELMO_FIXTURE, FIXTURES, SAMPLE_DEV, tiny_config
 from spacy_elmo.bilm.native import load_native
-from spacy_elmo.bilm_tf import load_bilm_tf, save_bilm_tf
 from spacy_elmo.bilm.weights import bilm_arrays
+from spacy_elmo.bilm_tf import load_bilm_tf, save_bilm_tf
 from spacy_elmo.pretrain import checkpoint as ckpt
 from spacy_elmo.pretrain.corpus import CorpusSettings, prepare_corpus
 from spacy_elmo.pretrain.perplexity import stream_perplexity
@@ -56,15 +56,26 @@ def test_export_to_bilm_tf_and_back_is_bit_exact_with_softmax_and_vocab(trained_
 
 
 def test_sigkill_and_resume_repeats_the_uninterrupted_losses_exactly(tmp_path, corpus_cache):
-    overrides = {"training.max_steps": 30, "training.checkpoint_every": 10, "training.log_every": 1,
-                 "training.eval_every": 0, "paths.dev": None, "training.dropout": 0.1}
+    overrides = {
+        "training.max_steps": 30,
+        "training.checkpoint_every": 10,
+        "training.log_every": 1,
+        "training.eval_every": 0,
+        "paths.dev": None,
+        "training.dropout": 0.1,
+    }
     reference = pretrain(tiny_config(corpus_cache, **overrides), tmp_path / "reference", log=lambda m: None)
     assert len(reference.losses) == 30
 
     killed = tmp_path / "killed"
     args = [sys.executable, "-m", "spacy_elmo", "pretrain", "pretrain_tiny.cfg", str(killed)]
-    for key, value in {**overrides, "paths.train": tiny_config(corpus_cache)["paths"]["train"],
-                       "corpus.cache_dir": str(corpus_cache), "training.n_threads": 1, "training.max_steps": 1000}.items():
+    for key, value in {
+        **overrides,
+        "paths.train": tiny_config(corpus_cache)["paths"]["train"],
+        "corpus.cache_dir": str(corpus_cache),
+        "training.n_threads": 1,
+        "training.max_steps": 1000,
+    }.items():
         args += [f"--{key}", "null" if value is None else str(value)]
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 120
@@ -83,16 +94,24 @@ def test_sigkill_and_resume_repeats_the_uninterrupted_losses_exactly(tmp_path, c
     losses = [r["train_loss"] for r in read_metrics(killed / "metrics.jsonl", "train")]
     assert [r["step"] for r in read_metrics(killed / "metrics.jsonl", "train")] == list(range(1, 31))
     assert losses == reference.losses  # exact, step for step
-    a, b = dict(bilm_arrays(reference_model := load_native(tmp_path / "reference" / "model"))), dict(
-        bilm_arrays(load_native(killed / "model")))
+    a, b = (
+        dict(bilm_arrays(reference_model := load_native(tmp_path / "reference" / "model"))),
+        dict(bilm_arrays(load_native(killed / "model"))),
+    )
     assert all(numpy.array_equal(a[k], b[k]) for k in a) and reference_model.vocab is not None
 
 
 def test_sigterm_stops_after_the_step_with_a_checkpoint_and_resume_continues_exactly(tmp_path, corpus_cache):
     """The graceful stop: SIGTERM during step 10's logging ends the run after that step, checkpointed and
     with its model saved; the previous handler is back afterwards; resuming repeats the uninterrupted run."""
-    overrides = {"training.max_steps": 20, "training.checkpoint_every": 5, "training.log_every": 1,
-                 "training.eval_every": 0, "paths.dev": None, "training.dropout": 0.1}
+    overrides = {
+        "training.max_steps": 20,
+        "training.checkpoint_every": 5,
+        "training.log_every": 1,
+        "training.eval_every": 0,
+        "paths.dev": None,
+        "training.dropout": 0.1,
+    }
     reference = pretrain(tiny_config(corpus_cache, **overrides), tmp_path / "reference", log=lambda m: None)
 
     received = []
@@ -131,8 +150,7 @@ def test_sigterm_stops_after_the_step_with_a_checkpoint_and_resume_continues_exa
 
 
 def test_corrupt_checkpoint_is_refused_and_the_previous_one_used(tmp_path, corpus_cache):
-    overrides = {"training.max_steps": 20, "training.checkpoint_every": 10, "training.eval_every": 0,
-                 "paths.dev": None}
+    overrides = {"training.max_steps": 20, "training.checkpoint_every": 10, "training.eval_every": 0, "paths.dev": None}
     out = tmp_path / "run"
     pretrain(tiny_config(corpus_cache, **overrides), out, log=lambda m: None)
     newest = ckpt.checkpoint_path(out / "checkpoints", 20)
@@ -153,15 +171,22 @@ def test_corrupt_checkpoint_is_refused_and_the_previous_one_used(tmp_path, corpu
     assert ckpt.read_checkpoint(newest)["trainer"]["step"] == 20  # written again, readable
     assert not [p for p in (out / "checkpoints").iterdir() if ".tmp" in p.name]
     assert sorted(p.name for p in (out / "checkpoints").iterdir() if p.name.endswith(".corrupt")) == [
-        newest.name + ".corrupt", newest_truncated.name + ".corrupt"]
+        newest.name + ".corrupt",
+        newest_truncated.name + ".corrupt",
+    ]
 
 
 def test_fine_tuning_imported_weights_gets_a_new_softmax_and_lowers_perplexity(tmp_path, corpus_cache):
-    overrides = {"training.max_steps": 40, "training.eval_every": 40, "training.checkpoint_every": 0,
-                 "training.optimizer.learn_rate": 0.003}
+    overrides = {
+        "training.max_steps": 40,
+        "training.eval_every": 40,
+        "training.checkpoint_every": 0,
+        "training.optimizer.learn_rate": 0.003,
+    }
     messages = []
-    result = pretrain(tiny_config(corpus_cache, **overrides), tmp_path / "ft", init_from=str(ELMO_FIXTURE),
-                      log=messages.append)
+    result = pretrain(
+        tiny_config(corpus_cache, **overrides), tmp_path / "ft", init_from=str(ELMO_FIXTURE), log=messages.append
+    )
     assert any("no softmax" in m for m in messages)
     evals = read_metrics(tmp_path / "ft" / "metrics.jsonl", "eval")
     assert evals[-1]["dev_average_ppl"] < evals[0]["dev_average_ppl"] * 0.5
@@ -172,21 +197,38 @@ def test_fine_tuning_imported_weights_gets_a_new_softmax_and_lowers_perplexity(t
 
 
 def test_continuing_a_native_model_keeps_its_softmax_and_vocabulary(trained_tiny, tmp_path, corpus_cache):
-    overrides = {"training.max_steps": 5, "training.eval_every": 0, "training.checkpoint_every": 0,
-                 "paths.dev": None, "vocab.max_size": 100}
+    overrides = {
+        "training.max_steps": 5,
+        "training.eval_every": 0,
+        "training.checkpoint_every": 0,
+        "paths.dev": None,
+        "vocab.max_size": 100,
+    }
     messages = []
-    pretrain(tiny_config(corpus_cache, **overrides), tmp_path / "more",
-             init_from=str(trained_tiny.output_dir / "model"), log=messages.append)
+    pretrain(
+        tiny_config(corpus_cache, **overrides),
+        tmp_path / "more",
+        init_from=str(trained_tiny.output_dir / "model"),
+        log=messages.append,
+    )
     assert any("with its own softmax" in m for m in messages)
     assert load_native(tmp_path / "more" / "model").vocab == load_native(trained_tiny.output_dir / "model").vocab
 
 
 def test_bilm_tf_training_format_with_its_vocabulary_file(tmp_path):
     data = FIXTURES / "bilm-tf-train"
-    overrides = {"paths.train": str(data / "data.txt"), "paths.dev": str(data / "data.txt"),
-                 "corpus.format": "bilm-tf", "vocab.file": str(data / "vocab.txt"), "training.window": 5,
-                 "training.batch_size": 2, "training.max_steps": 4, "training.eval_every": 4,
-                 "training.checkpoint_every": 0, "training.n_negatives": 0}
+    overrides = {
+        "paths.train": str(data / "data.txt"),
+        "paths.dev": str(data / "data.txt"),
+        "corpus.format": "bilm-tf",
+        "vocab.file": str(data / "vocab.txt"),
+        "training.window": 5,
+        "training.batch_size": 2,
+        "training.max_steps": 4,
+        "training.eval_every": 4,
+        "training.checkpoint_every": 0,
+        "training.n_negatives": 0,
+    }
     result = pretrain(tiny_config(tmp_path / "cache", **overrides), tmp_path / "run", log=lambda m: None)
     model = load_native(tmp_path / "run" / "model")
     assert model.vocab == Vocab.from_file(data / "vocab.txt").words

@@ -1,8 +1,7 @@
 import pytest
 
-from spacy_elmo.pretrain.vocab import UNK_ID, Vocab, VocabError
-
 from pretrain_support import FIXTURES
+from spacy_elmo.pretrain.vocab import UNK_ID, Vocab, VocabError
 
 
 def test_from_counts_orders_by_frequency_then_word_after_specials():

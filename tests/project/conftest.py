@@ -1,4 +1,5 @@
 """The project's scripts are plain files under project/scripts: make them importable for tests."""
+
 import sys
 from pathlib import Path
 

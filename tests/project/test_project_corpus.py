@@ -1,4 +1,5 @@
 """Raw text preparation for pretraining and perplexity."""
+
 import gzip
 
 from prepare_corpus import cap_words, gutenberg_paragraphs, prepare, wikitext_paragraphs
@@ -10,8 +11,12 @@ def test_gutenberg_paragraphs_join_wrapped_lines():
 
 
 def test_wikitext_drops_headings_and_undoes_escapes():
-    lines = [" \n", " = Homarus gammarus = \n", " = = Description = = \n",
-             " It is 1 @,@ 000 km long , a well @-@ known 2 @.@ 5 <unk> . \n"]
+    lines = [
+        " \n",
+        " = Homarus gammarus = \n",
+        " = = Description = = \n",
+        " It is 1 @,@ 000 km long , a well @-@ known 2 @.@ 5 <unk> . \n",
+    ]
     assert list(wikitext_paragraphs(lines)) == ["It is 1,000 km long , a well-known 2.5 <unk> ."]
 
 

@@ -1,4 +1,5 @@
 """WNUT-17 / CoNLL-2003 -> DocBin: sentence separators, IOB spans, the real files."""
+
 from pathlib import Path
 
 import pytest
@@ -44,9 +45,14 @@ def test_iob_spans_rejects_unknown_tags():
 
 def test_conll_skips_docstart_and_reads_the_last_column():
     lines = [
-        "-DOCSTART- -X- -X- O", "",
-        "EU NNP B-NP B-ORG", "rejects VBZ B-VP O", "German JJ B-NP B-MISC", "",
-        "Peter NNP B-NP B-PER", "Blackburn NNP I-NP I-PER",
+        "-DOCSTART- -X- -X- O",
+        "",
+        "EU NNP B-NP B-ORG",
+        "rejects VBZ B-VP O",
+        "German JJ B-NP B-MISC",
+        "",
+        "Peter NNP B-NP B-PER",
+        "Blackburn NNP I-NP I-PER",
     ]
     sentences = list(read_conll(lines))
     assert sentences == [

@@ -1,4 +1,5 @@
 """Optional tasks (CoNLL-2003, SST-5): skipped cleanly when no data directory is given."""
+
 import json
 
 import pytest
@@ -21,5 +22,6 @@ def test_an_empty_data_dir_skips_and_removes_stale_results(tmp_path):
 
 def test_a_missing_data_file_is_a_clear_error(tmp_path):
     with pytest.raises(SystemExit, match="train.txt"):
-        optional_task.main(["sst5", f"--data-dir={tmp_path}", "--metrics", str(tmp_path / "m"),
-                            "--corpus", str(tmp_path / "c")])
+        optional_task.main(
+            ["sst5", f"--data-dir={tmp_path}", "--metrics", str(tmp_path / "m"), "--corpus", str(tmp_path / "c")]
+        )

@@ -1,4 +1,5 @@
 """The results table and the plots, on synthetic run outputs (no training needed)."""
+
 import json
 import math
 
@@ -12,8 +13,12 @@ import make_plots
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 SCORES = {
-    ("ner", "baseline"): 0.30, ("ner", "elmo"): 0.34, ("ner", "elmo_shipped"): 0.36,
-    ("textcat", "baseline"): 0.74, ("textcat", "elmo"): 0.76, ("textcat", "elmo_shipped"): 0.78,
+    ("ner", "baseline"): 0.30,
+    ("ner", "elmo"): 0.34,
+    ("ner", "elmo_shipped"): 0.36,
+    ("textcat", "baseline"): 0.74,
+    ("textcat", "elmo"): 0.76,
+    ("textcat", "elmo_shipped"): 0.78,
 }
 
 
@@ -27,12 +32,19 @@ def make_runs(root, scores=SCORES):
         spec = next(t for t in collect_results.TASKS if t.name == task)
         run = root / "training" / f"{task}-{variant}"
         write(run / "model-best" / "meta.json", {"performance": {spec.metric: score - 0.01}})
-        elmo = "" if variant == "baseline" else f'[components]\n\n[components.elmo]\n\n[components.elmo.model]\npath = "{"" if variant == "elmo_shipped" else "training/bilm-domain/model"}"\n'
+        bilm_path = "" if variant == "elmo_shipped" else "training/bilm-domain/model"
+        elmo = (
+            ""
+            if variant == "baseline"
+            else f'[components]\n\n[components.elmo]\n\n[components.elmo.model]\npath = "{bilm_path}"\n'
+        )
         write(run / "model-best" / "config.cfg", "[system]\nseed = 0\ngpu_allocator = null\n\n" + elmo)
         write(run / "timing.json", {"wall_time_s": 12.5})
         write(root / "metrics" / "eval" / f"{task}-{variant}.json", {spec.component: {spec.metric: score}})
-    write(root / "metrics" / "perplexity" / "wikitext_valid.json",
-          {"forward_ppl": 420.0, "backward_ppl": 440.0, "average_ppl": 430.0, "n_tokens": 2000, "oov_rate": 0.035})
+    write(
+        root / "metrics" / "perplexity" / "wikitext_valid.json",
+        {"forward_ppl": 420.0, "backward_ppl": 440.0, "average_ppl": 430.0, "n_tokens": 2000, "oov_rate": 0.035},
+    )
     write(root / "metrics" / "checks" / "roundtrip.json", {"passed": True, "summary": "bit for bit"})
 
 
@@ -77,7 +89,9 @@ def test_a_missing_required_run_is_an_error(tmp_path, fake_weights):
 def test_allow_missing_leaves_runs_out(tmp_path, fake_weights):
     make_runs(tmp_path)
     (tmp_path / "metrics" / "eval" / "textcat-elmo_shipped.json").unlink()
-    rows = collect_results.collect(tmp_path / "training", tmp_path / "metrics", tmp_path / "out", allow_missing=True)["rows"]
+    rows = collect_results.collect(tmp_path / "training", tmp_path / "metrics", tmp_path / "out", allow_missing=True)[
+        "rows"
+    ]
     assert len(rows) == 5 and ("textcat", "elmo_shipped") not in {(r["task"], r["variant"]) for r in rows}
 
 
@@ -95,7 +109,9 @@ def test_non_finite_scores_are_rejected(tmp_path, fake_weights):
 
 
 def test_node_mix_reads_softmax_weights_and_gamma():
-    node = Model("elmo-scalar-mix", lambda model, X, is_train: (X, lambda dY: dY), params={"weights": None, "gamma": None})
+    node = Model(
+        "elmo-scalar-mix", lambda model, X, is_train: (X, lambda dY: dY), params={"weights": None, "gamma": None}
+    )
     node.set_param("weights", numpy.asarray([0.0, math.log(2.0), math.log(5.0)], dtype="f"))
     node.set_param("gamma", numpy.asarray([0.7], dtype="f"))
     weights, gamma = collect_results.node_mix(node)

@@ -1,4 +1,5 @@
 """MR (fixed seeded split) and SST-5 -> DocBins with exclusive categories."""
+
 from pathlib import Path
 
 import pytest

@@ -1,5 +1,6 @@
 """project.yml: loads, every workflow step is a command whose files exist, and every command can be
 skipped on a second run (it has outputs) and re-runs when its inputs change (it has deps)."""
+
 import re
 from pathlib import Path
 

@@ -5,6 +5,7 @@ Tiny settings: the tiny pretraining config for a few steps on 20k words, 60 docu
 split, a handful of training steps, and the bilm-tf fixture standing in for the shipped model.
 The numbers it produces mean nothing; the test is about the plumbing.
 """
+
 import json
 import math
 import os
@@ -82,7 +83,11 @@ def test_pretraining_and_perplexity(project):
     assert (root / "training" / "bilm" / "model" / "model.msgpack").is_file()
     assert (root / "training" / "bilm-domain" / "model" / "model.msgpack").is_file()
     assert len((root / "corpus" / "domain" / "train.txt").read_text(encoding="utf8").splitlines()) == 2 * 60
-    records = [json.loads(line) for line in (root / "training" / "bilm" / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    records = [
+        json.loads(line)
+        for line in (root / "training" / "bilm" / "metrics.jsonl").read_text().splitlines()
+        if line.strip()
+    ]
     assert any(r.get("type") == "train" for r in records)
     for name in ("gutenberg_test", "wikitext_valid"):
         ppl = read_json(root / "metrics" / "perplexity" / f"{name}.json")
