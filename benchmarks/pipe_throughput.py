@@ -64,14 +64,16 @@ def build(model: str) -> spacy.Language:
     return nlp
 
 
-def measure(nlp: spacy.Language, texts: list[str], repeats: int, sync, n_process: int = 1) -> tuple[float, int]:
+def measure(
+    nlp: spacy.Language, texts: list[str], repeats: int, sync, n_process: int = 1, batch_size: int = 64
+) -> tuple[float, int]:
     list(nlp.pipe(texts[:8]))  # warm-up (and lazy weight loading)
     best = float("inf")
     n_words = 0
     for _ in range(repeats):
         sync()
         start = time.perf_counter()
-        n_words = sum(len(doc) for doc in nlp.pipe(texts, n_process=n_process))
+        n_words = sum(len(doc) for doc in nlp.pipe(texts, n_process=n_process, batch_size=batch_size))
         sync()
         best = min(best, time.perf_counter() - start)
     return n_words / best, n_words
@@ -86,6 +88,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     parser.add_argument("--gpu", action="store_true", help="run on GPU 0 (spacy.require_gpu)")
     parser.add_argument("--n-process", default="1", help="comma-separated nlp.pipe(n_process=...) values (CPU)")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=64,
+        help="nlp.pipe batch_size in docs (spaCy hands whole batches to worker processes: keep it well under "
+        "docs / n_process, or one worker gets all the work)",
+    )
     parser.add_argument("--output", default="", help="append JSON lines to this file too")
     args = parser.parse_args()
     if args.threads:
@@ -106,12 +115,13 @@ def main() -> None:
         texts = load_texts(n_words)
         nlp = build(model)
         for n_process in [int(n) for n in args.n_process.split(",")]:
-            words_per_s, counted = measure(nlp, texts, args.repeats, sync, n_process)
+            words_per_s, counted = measure(nlp, texts, args.repeats, sync, n_process, args.batch_size)
             options = nlp.get_pipe("elmo").bilm.options
             emit(
                 {
                     **record,
                     "n_process": n_process,
+                    "pipe_batch_size": args.batch_size,
                     "threads_per_process": torch.get_num_threads() if n_process == 1 else 1,
                     "words_per_s": round(words_per_s, 1),
                     "words": counted,
