@@ -4,9 +4,16 @@ Every input line (or JSONL record) is one sentence; its vectors go to the datase
 index ("0", "1", ...): all layers (L+1, n_tokens, 2P), the top layer or the average (n_tokens, 2P).
 The input is streamed in chunks; each finished chunk is flushed, so an interrupted run started again
 skips the lines already written. Worker processes (CPU) each load the model once and embed whole chunks.
+
+A corpus too large for one machine is cut into shards: shard i of n takes the lines whose index is i
+modulo n (deterministic, balanced, and known while streaming), writes its own file
+(`out.shard{i}-of-{n}.hdf5`, resumable like any output) and records when it is complete; `merge_shards`
+joins complete shards into one file with the layout of a single run, checking that every line is there
+exactly once.
 """
 
 import json
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -73,7 +80,7 @@ def _init_worker(settings: EmbedSettings, threads: Optional[int]) -> None:
 
     if threads is not None:
         torch.set_num_threads(threads)
-    bilm = load_bilm(settings.model).to(settings.device)
+    bilm = load_bilm(settings.model).to(device_for_rank(settings.device))
     _worker_state["runner"] = BiLMRunner(
         bilm,
         token_budget=settings.token_budget,
@@ -92,9 +99,58 @@ def _embed_chunk(chunk: Sequence[tuple[int, str]]) -> list[tuple[int, numpy.ndar
     return [(index, reduce_layers(a, settings.layers).astype(settings.dtype)) for (index, _), a in zip(chunk, arrays)]
 
 
-def _chunks(lines: Iterator[str], done: set, size: int) -> Iterator[list[tuple[int, str]]]:
+class ShardError(ValueError):
+    """Shard files that do not make up one whole run: missing, duplicated, incomplete or mismatched."""
+
+
+Shard = tuple[int, int]  # (index, count)
+
+
+def parse_shard(spec: str) -> Shard:
+    """ "I/N" -> (I, N), with 0 <= I < N."""
+    try:
+        index, count = (int(part) for part in spec.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard must be I/N (e.g. 0/4), got {spec!r}") from None
+    if not 0 <= index < count:
+        raise ValueError(f"--shard {spec}: the index must be in 0..{count - 1}")
+    return index, count
+
+
+def shard_from_env(environ: Optional[dict] = None) -> Optional[Shard]:
+    """(RANK, WORLD_SIZE) as torchrun and most cluster launchers set them, or None for one process."""
+    env = os.environ if environ is None else environ
+    world = int(env.get("WORLD_SIZE", "1"))
+    return (int(env.get("RANK", "0")), world) if world > 1 else None
+
+
+def shard_path(output_path: Path, shard: Shard) -> Path:
+    index, count = shard
+    return output_path.with_name(f"{output_path.stem}.shard{index}-of-{count}{output_path.suffix}")
+
+
+def device_for_rank(device: str, environ: Optional[dict] = None) -> str:
+    """ "cuda" under a launcher means this process's GPU (LOCAL_RANK); anything more specific is kept."""
+    env = os.environ if environ is None else environ
+    if device == "cuda" and "LOCAL_RANK" in env:
+        return f"cuda:{int(env['LOCAL_RANK'])}"
+    return device
+
+
+class _LineCounter:
+    def __init__(self) -> None:
+        self.n_lines = 0
+
+
+def _chunks(
+    lines: Iterator[str], done: set, size: int, shard: Optional[Shard] = None, counter: Optional[_LineCounter] = None
+) -> Iterator[list[tuple[int, str]]]:
     chunk: list[tuple[int, str]] = []
     for index, text in enumerate(lines):
+        if counter is not None:
+            counter.n_lines = index + 1
+        if shard is not None and index % shard[1] != shard[0]:
+            continue
         if str(index) in done:
             continue
         chunk.append((index, text))
@@ -111,14 +167,18 @@ def embed_file(
     settings: EmbedSettings,
     workers: int = 1,
     progress: Optional[Callable[[int], None]] = None,
+    shard: Optional[Shard] = None,
 ) -> int:
-    """Embed every line of `input_path` into `output_path`; returns the number of lines written now."""
+    """Embed every line of `input_path` into `output_path` (with `shard`: that shard's lines into its own
+    file, see `shard_path`); returns the number of lines written now."""
     if settings.layers not in LAYER_CHOICES:
         raise ValueError(f"layers must be one of {LAYER_CHOICES}, got {settings.layers!r}")
     if not input_path.exists():
         raise FileNotFoundError(f"input file not found: {input_path}")
     import h5py  # only here: the rest of the package does not need it
 
+    if shard is not None:
+        output_path = shard_path(output_path, shard)
     try:
         handle = h5py.File(output_path, "a")
     except OSError as err:
@@ -140,8 +200,12 @@ def embed_file(
                 "use a new output file or the same settings"
             )
         handle.attrs["settings"] = current
+        if shard is not None:
+            handle.attrs["shard"] = json.dumps(list(shard))
+        handle.attrs["complete"] = False
         done = set(handle.keys())
-        chunks = _chunks(read_lines(input_path, settings.text_field), done, settings.chunk_size)
+        counter = _LineCounter()
+        chunks = _chunks(read_lines(input_path, settings.text_field), done, settings.chunk_size, shard, counter)
         results: Iterable[list[tuple[int, numpy.ndarray]]]
         pool: Optional[ProcessPoolExecutor] = None
         if workers <= 1:
@@ -161,4 +225,64 @@ def embed_file(
         finally:
             if pool is not None:
                 pool.shutdown(cancel_futures=True)
+        handle.attrs["n_input_lines"] = counter.n_lines
+        handle.attrs["complete"] = True
     return written
+
+
+def merge_shards(shard_files: Sequence[Path], output_path: Path) -> int:
+    """Join complete shard files into one file with the layout of a single run (dataset "i" = line i);
+    returns the number of lines. Every shard 0..n-1 must be there once, complete, with the same settings
+    and input, and every line of the input exactly once; a ShardError names what is not."""
+    import h5py
+
+    if not shard_files:
+        raise ShardError("no shard files given")
+    shards: dict[int, Path] = {}
+    described: dict[str, object] = {}
+    for path in shard_files:
+        if not Path(path).exists():
+            raise FileNotFoundError(f"shard file not found: {path}")
+        with h5py.File(path, "r") as handle:
+            if "shard" not in handle.attrs:
+                raise ShardError(f"{path}: not a shard file (written without --shard)")
+            index, count = json.loads(handle.attrs["shard"])
+            if not handle.attrs.get("complete", False):
+                raise ShardError(f"{path}: shard {index} of {count} is incomplete: run it again to resume it")
+            for key, value in (
+                ("count", count),
+                ("settings", handle.attrs["settings"]),
+                ("n_input_lines", int(handle.attrs["n_input_lines"])),
+            ):
+                if described.setdefault(key, value) != value:
+                    raise ShardError(f"{path}: its {key} ({value}) differs from the other shards' ({described[key]})")
+        if index in shards:
+            raise ShardError(f"shard {index} of {count} given twice: {shards[index]} and {path}")
+        shards[index] = Path(path)
+    count = int(described["count"])  # type: ignore[call-overload]
+    missing = [i for i in range(count) if i not in shards]
+    if missing:
+        expected = ", ".join(str(shard_path(output_path, (i, count))) for i in missing)
+        raise ShardError(f"missing shard(s) {missing} of {count}: expected {expected}")
+    n_lines = int(described["n_input_lines"])  # type: ignore[call-overload]
+    tmp = output_path.with_name(output_path.name + ".tmp")
+    with h5py.File(tmp, "w") as out:
+        out.attrs["settings"] = described["settings"]
+        seen: set = set()
+        for index in range(count):
+            with h5py.File(shards[index], "r") as handle:
+                names = set(handle.keys())
+                expected_lines = {str(i) for i in range(index, n_lines, count)}
+                if names != expected_lines:
+                    absent = sorted(expected_lines - names, key=int)[:10]
+                    strays = sorted(names - expected_lines)[:10]
+                    raise ShardError(
+                        f"{shards[index]}: lines missing {absent} / not of this shard {strays}; run the shard again"
+                    )
+                for name in sorted(names, key=int):
+                    handle.copy(handle[name], out, name=name)
+                seen |= names
+        out.attrs["n_input_lines"] = n_lines
+        out.attrs["complete"] = True
+    tmp.replace(output_path)
+    return len(seen)

@@ -25,7 +25,11 @@ RUN_ELSEWHERE = {
     "bash run.sh project": "tests/project/test_workflow.py runs the workflow on tiny settings",
     "pip install": "the README's set-up from a fresh clone; tests/test_packaging.py builds the wheel",
     "python -m spacy train": "tests/test_pipeline_training.py trains the NER and textcat ELMo configs",
-    "torchrun": "tests/pretrain/test_pretrain_distributed.py runs pretraining under torchrun",
+    "torchrun --nproc_per_node 4 -m spacy_elmo pretrain": "tests/pretrain/test_pretrain_distributed.py runs it",
+    # torchrun and a job array only set RANK/WORLD_SIZE (or --shard) for each process
+    "torchrun --nnodes 4": "tests/test_embed_shards.py runs shards as processes, one from RANK/WORLD_SIZE",
+    "python -m spacy_elmo embed MODEL corpus.txt out.hdf5 --shard": "tests/test_embed_shards.py",
+    "python -m spacy_elmo embed-merge": "tests/test_embed_shards.py merges shards with the CLI",
     "spacy elmo convert ...": "tests/test_registry.py checks the `spacy elmo` plugin's subcommands",
 }
 
@@ -91,7 +95,7 @@ def test_every_readme_command_is_run_by_a_test():
         "python -m spacy_elmo pretrain",
         "python -m spacy_elmo evaluate",
         "python -m spacy_elmo convert",
-        "python -m spacy_elmo embed",
+        "python -m spacy_elmo embed MODEL input.txt",
         "python -m spacy_elmo verify",
         *RUN_ELSEWHERE,
     }
@@ -143,6 +147,6 @@ def test_convert_embed_and_verify(scratch):
     run(the("python -m spacy_elmo convert path/to/weights.hdf5"), scratch)
     run(the("python -m spacy_elmo convert my_model/"), scratch)
     assert (scratch / "exported" / "weights.hdf5").exists()
-    run(the("python -m spacy_elmo embed"), scratch)
+    run(the("python -m spacy_elmo embed MODEL input.txt"), scratch)
     assert (scratch / "out.hdf5").exists()
     assert run(the("python -m spacy_elmo verify"), scratch).rstrip().endswith("ok")

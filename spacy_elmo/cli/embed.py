@@ -1,11 +1,20 @@
 """`spacy elmo embed`: a text or JSONL file to HDF5 (all layers, the top one, or their average)."""
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 from tqdm import tqdm
 
-from ..embed_hdf5 import LAYER_CHOICES, EmbedSettings, embed_file
+from ..embed_hdf5 import (
+    LAYER_CHOICES,
+    EmbedSettings,
+    embed_file,
+    merge_shards,
+    parse_shard,
+    shard_from_env,
+    shard_path,
+)
 from . import elmo_cli
 
 
@@ -23,8 +32,15 @@ def embed_cli(
     precision: str = typer.Option("fp32", "--precision", help="fp32, bf16 or fp16 compute"),
     workers: int = typer.Option(1, "--workers", help="worker processes (CPU)"),
     threads: int = typer.Option(0, "--threads", help="torch threads (0: torch's default); each worker uses 1"),
+    shard: Optional[str] = typer.Option(
+        None,
+        "--shard",
+        help="I/N: embed only shard I of N (lines i with i % N == I) into its own file; "
+        "default: RANK/WORLD_SIZE from the environment when WORLD_SIZE > 1 (torchrun, cluster launchers)",
+    ),
 ) -> None:
-    """Embed every line of INPUT_PATH into OUTPUT_PATH (dataset "i" = line i)."""
+    """Embed every line of INPUT_PATH into OUTPUT_PATH (dataset "i" = line i); with shards, into
+    OUTPUT.shardI-of-N.hdf5 each, joined by `embed-merge`."""
     settings = EmbedSettings(
         model=model,
         layers=layers,
@@ -36,10 +52,25 @@ def embed_cli(
         precision=precision,
         n_threads=threads,
     )
-    with tqdm(unit=" lines", desc="embedding") as bar:
-        try:
-            written = embed_file(input_path, output_path, settings, workers=workers, progress=bar.update)
-        except (FileNotFoundError, ValueError) as err:
-            typer.echo(f"error: {err}", err=True)
-            raise typer.Exit(1) from None
-    typer.echo(f"wrote {written} lines to {output_path}")
+    try:
+        part = parse_shard(shard) if shard is not None else shard_from_env()
+        with tqdm(unit=" lines", desc="embedding" if part is None else f"embedding shard {part[0]}/{part[1]}") as bar:
+            written = embed_file(input_path, output_path, settings, workers=workers, progress=bar.update, shard=part)
+    except (FileNotFoundError, ValueError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"wrote {written} lines to {output_path if part is None else shard_path(output_path, part)}")
+
+
+@elmo_cli.command("embed-merge")
+def embed_merge_cli(
+    output_path: Path = typer.Argument(..., help="The merged HDF5 file (the layout of a single `embed` run)"),
+    shards: list[Path] = typer.Argument(..., help="Every shard file, e.g. out.shard*-of-4.hdf5"),
+) -> None:
+    """Join the shard files of a sharded `embed` into one file, checking that every line is there once."""
+    try:
+        n_lines = merge_shards(shards, output_path)
+    except (FileNotFoundError, ValueError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"merged {len(shards)} shards: {n_lines} lines in {output_path}")
