@@ -108,13 +108,19 @@ def train_step(
 
 @dataclass
 class TrainState:
-    """Everything besides the weights that a resumed run needs to continue exactly."""
+    """Everything besides the weights that a resumed run needs to continue exactly (a checkpoint's
+    "trainer" entry)."""
 
     step: int = 0
+    """Optimizer steps taken (checkpoints are named by it)."""
     epoch: int = 0
+    """Epochs completed: with the seed, it picks the order of the windows (`WindowBatcher`)."""
     index: int = 0
+    """The next batch of the current epoch."""
     tokens: int = 0
+    """Training tokens seen, all processes together."""
     wall_s: float = 0.0
+    """Seconds spent training (evaluations left out), for `max_minutes`."""
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -132,11 +138,13 @@ class TrainResult:
 
 @dataclass(frozen=True)
 class TrainerSettings:
-    """When the loop stops, logs, evaluates and checkpoints (0: never), and how each step runs."""
+    """When the loop stops, logs, evaluates and checkpoints, and how each step runs."""
 
+    # when to stop: the first limit reached (0: no such limit)
     max_steps: int = 0
     max_epochs: int = 0
     max_minutes: float = 0.0
+    # every how many steps (0: never; a checkpoint and an evaluation come at the end regardless)
     log_every: int = 10
     eval_every: int = 0
     checkpoint_every: int = 0
@@ -169,15 +177,6 @@ class TrainerSettings:
 
 
 @dataclass
-class _Interval:
-    """The steps since the last train record: what the next one averages."""
-
-    loss: float = 0.0
-    steps: int = 0
-    tokens: int = 0
-    time_s: float = 0.0
-
-
 class Trainer:
     """The loop over the parts train.py built; one per process under torchrun, rank 0 writing the outputs.
 
@@ -185,54 +184,36 @@ class Trainer:
     checkpoint either way, so that `--resume` continues exactly where it stopped.
     """
 
-    def __init__(
-        self,
-        *,
-        bilm: BiLM,
-        train_module: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        scaler: Optional[torch.amp.GradScaler],
-        batcher: WindowBatcher,
-        learn_rate: Callable[[int], float],
-        sampler: Optional[LogUniformSampler],
-        sampler_rng: torch.Generator,
-        vocab: Vocab,
-        dev: Optional[TokenStream],
-        settings: TrainerSettings,
-        device: torch.device,
-        rank: int,
-        world: int,
-        output_dir: Path,
-        metrics: MetricsLog,
-        config_text: str,
-        log: Log,
-    ) -> None:
-        self.bilm = bilm
-        self.train_module = train_module
-        self.optimizer = optimizer
-        self.scaler = scaler
-        self.batcher = batcher
-        self.learn_rate = learn_rate
-        self.sampler = sampler
-        self.sampler_rng = sampler_rng
-        self.log_expected = sampler.log_expected.to(device) if sampler is not None else None
-        self.vocab = vocab
-        self.dev = dev
-        self.settings = settings
-        self.device = device
-        self.rank = rank
-        self.world = world
-        self.is_main = rank == 0
-        self.output_dir = output_dir
-        self.checkpoint_dir = output_dir / "checkpoints"
-        self.metrics = metrics
-        self.config_text = config_text
-        self.say = main_process_log(log, rank)
-        self.state = TrainState()
-        self.losses: list[float] = []
-        self.last_eval: Optional[dict[str, float]] = None
-        self.stop_signal: Optional[int] = None
-        self._interval = _Interval()
+    bilm: BiLM
+    train_module: nn.Module
+    optimizer: torch.optim.Optimizer
+    scaler: Optional[torch.amp.GradScaler]
+    batcher: WindowBatcher
+    learn_rate: Callable[[int], float]
+    sampler: Optional[LogUniformSampler]
+    sampler_rng: torch.Generator
+    vocab: Vocab
+    dev: Optional[TokenStream]
+    settings: TrainerSettings
+    device: torch.device
+    rank: int
+    world: int
+    output_dir: Path
+    metrics: MetricsLog
+    config_text: str
+    log: Log
+    state: TrainState = field(default_factory=TrainState)
+    losses: list[float] = field(default_factory=list)
+    last_eval: Optional[dict[str, float]] = None
+    stop_signal: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        self.log_expected = self.sampler.log_expected.to(self.device) if self.sampler is not None else None
+        self.is_main = self.rank == 0
+        self.checkpoint_dir = self.output_dir / "checkpoints"
+        self.say = main_process_log(self.log, self.rank)
+        # the steps since the last train record (what it averages): first loss, tokens, seconds
+        self._interval_first, self._interval_tokens, self._interval_time = 0, 0, 0.0
         self._session_start = time.perf_counter()
         self._wall_at_start = 0.0
 
@@ -310,10 +291,8 @@ class Trainer:
         step_time = time.perf_counter() - t0
         state.wall_s = self._wall_at_start + (time.perf_counter() - self._session_start)
         self.losses.append(loss)
-        self._interval.loss += loss
-        self._interval.steps += 1
-        self._interval.tokens += n_tokens
-        self._interval.time_s += step_time
+        self._interval_tokens += n_tokens
+        self._interval_time += step_time
         return loss
 
     def should_stop(self) -> bool:
@@ -375,11 +354,11 @@ class Trainer:
 
     def log_interval(self) -> None:
         """One train record (metrics.jsonl and the log) averaging the steps since the last one."""
-        interval, state = self._interval, self.state
-        if not interval.steps:
+        state, losses = self.state, self.losses[self._interval_first :]
+        if not losses:
             return
-        mean = interval.loss / interval.steps
-        tps = interval.tokens / max(interval.time_s, 1e-9)
+        mean = sum(losses) / len(losses)  # the same additions, in the same order, as a running total
+        tps = self._interval_tokens / max(self._interval_time, 1e-9)
         self.metrics.write(
             {
                 "type": "train",
@@ -397,7 +376,7 @@ class Trainer:
             f"step {state.step:>7}  epoch {state.epoch}  tokens {state.tokens:>10}  loss {mean:.4f}  "
             f"ppl {math.exp(min(mean, 50.0)):9.2f}  {tps:8.0f} tokens/s"
         )
-        self._interval = _Interval()
+        self._interval_first, self._interval_tokens, self._interval_time = len(self.losses), 0, 0.0
 
     def _restart_clock(self) -> None:
         """Count wall time from now on top of what the state holds (excludes evaluations and restarts)."""
