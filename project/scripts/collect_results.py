@@ -57,6 +57,7 @@ class Row:
     eval_split: str
     seed: Optional[int]
     wall_time_s: Optional[float]
+    metric_key: str = ""  # the key spaCy's scorer reports it under (ents_f, cats_micro_f)
     bilm: Optional[str] = None  # the biLM an ELMo run used (its elmo pipe's model path)
     layer_weights: Optional[list[float]] = None
     gamma: Optional[float] = None
@@ -177,6 +178,7 @@ def collect_rows(training: Path, metrics: Path, with_weights: bool = True, allow
                 dataset=task.dataset,
                 variant=variant,
                 metric=task.metric_label,
+                metric_key=task.metric,
                 dev=dev_score(model_dir, task),
                 test=score if task.eval_split == "test" else None,
                 eval_split=task.eval_split,
@@ -184,7 +186,10 @@ def collect_rows(training: Path, metrics: Path, with_weights: bool = True, allow
                 wall_time_s=read_json(timing)["wall_time_s"] if timing.exists() else None,
             )
             if task.eval_split == "dev":
-                row.dev = score  # `spacy evaluate` on the dev file: the number to report
+                row.dev = score  # `spacy evaluate` on the dev file
+                test_path = metrics / "eval" / f"{run}.test.json"  # optional tasks given a test file
+                if test_path.exists():
+                    row.test = component_score(read_json(test_path), task, test_path)
             if variant != "baseline":
                 row.bilm = bilm_source(model_dir)
             if with_weights and variant != "baseline":
@@ -215,7 +220,7 @@ def markdown(rows: Sequence[Row], perplexity: dict[str, Any], checks: dict[str, 
     for r in rows:
         wall = "-" if r.wall_time_s is None else f"{r.wall_time_s:.0f}"
         lines.append(
-            f"| {r.task} | {r.dataset} | {VARIANTS[r.variant]} | {r.bilm or '-'} | {r.metric} "
+            f"| {r.task} | {r.dataset} | {VARIANTS[r.variant]} | {r.bilm or '-'} | {r.metric} (`{r.metric_key}`) "
             f"| {fmt(r.dev)} | {fmt(r.test)} "
             f"| {'-' if r.seed is None else r.seed} | {wall} |"
         )

@@ -3,11 +3,16 @@
     python project/scripts/optional_task.py conll --data-dir=/path/to/conll2003 --epochs 10 --elmo training/bilm/model
     python project/scripts/optional_task.py sst5  --data-dir=/path/to/sst5      --epochs 6  --elmo training/bilm/model
 
-With an empty --data-dir (the project's default) the task is skipped: a marker saying so is written
-and results of an earlier run are removed, so the results table never shows stale numbers.
-Otherwise the train and dev files are converted, each variant is trained with `spacy train`
-(the same configs as the WNUT-17 / MR tasks) and evaluated with `spacy evaluate` on dev, the
-split to report: both data sets' test splits are held back.
+    python project/scripts/optional_task.py conll --train my/train.conll --dev my/dev.conll --test my/test.conll \
+        --max-train-docs 2000 --variants baseline,elmo_shipped      # any file names; no pretraining needed
+
+With neither --data-dir nor --train (the project's default) the task is skipped: a marker saying so is
+written and results of an earlier run are removed, so the results table never shows stale numbers.
+Otherwise the files are converted (--max-docs caps every split, --max-train-docs the training split
+only), each variant is trained with `spacy train` (the same configs as the WNUT-17 / MR tasks) and
+evaluated with `spacy evaluate` on dev, and on test when a test file is given
+(metrics/eval/<task>-<variant>.json and .test.json). Variant "elmo" needs the project's biLM (--elmo);
+"baseline" and "elmo_shipped" need no pretraining.
 
     conll: <dir>/train.txt, <dir>/valid.txt   (TOKEN POS CHUNK NER, -DOCSTART- lines)
     sst5:  <dir>/train.txt, <dir>/dev.txt     (LABEL sentence, LABEL 0-4)
@@ -26,9 +31,17 @@ from convert_ner import convert as convert_ner
 from convert_textcat import convert_sst5
 
 TASKS: dict[str, dict[str, str]] = {
-    "conll": {"kind": "ner", "train": "train.txt", "dev": "valid.txt"},
-    "sst5": {"kind": "textcat", "train": "train.txt", "dev": "dev.txt"},
+    "conll": {"kind": "ner", "train": "train.txt", "dev": "valid.txt", "component": "ner", "metric": "ents_f"},
+    "sst5": {
+        "kind": "textcat",
+        "train": "train.txt",
+        "dev": "dev.txt",
+        "component": "textcat",
+        "metric": "cats_micro_f",
+    },
 }
+# what each of spaCy's score keys means here (single-label SST-5: micro-averaged F equals accuracy)
+METRIC_NAMES = {"ents_f": "entity F1", "cats_micro_f": "accuracy"}
 VARIANTS = ("baseline", "elmo", "elmo_shipped")
 
 
@@ -46,15 +59,32 @@ def run(command: list[str], threads: int = 0) -> float:
 
 
 def skip(task: str, metrics: Path) -> dict[str, object]:
-    for stale in (metrics / "eval").glob(f"{task}-*.json"):
+    for stale in (metrics / "eval").glob(f"{task}-*.json"):  # dev and test
         stale.unlink()
     return {"task": task, "skipped": True, "reason": "no data directory given"}
+
+
+def score_row(task: str, run_record: dict) -> dict[str, object]:
+    """A run's dev and test scores, named as spaCy's scorer names them and as people do."""
+    spec = TASKS[task]
+    row: dict[str, object] = {
+        "variant": run_record["variant"],
+        "metric": f"{METRIC_NAMES[spec['metric']]} ({spec['metric']})",
+        "dev": None,
+        "test": None,
+    }
+    for split, path in run_record["scores"].items():
+        scores = json.loads(Path(path).read_text(encoding="utf8"))
+        row[split] = float(scores.get(spec["component"], scores)[spec["metric"]])
+    return row
 
 
 def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("task", choices=sorted(TASKS))
     parser.add_argument("--data-dir", default="", help="the data set's directory; empty = skip this task")
+    for split in ("train", "dev", "test"):
+        parser.add_argument(f"--{split}", default="", help=f"the {split} file (any name); overrides --data-dir's")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--max-steps", type=int, default=0)
     parser.add_argument("--eval-frequency", type=int, default=200)
@@ -67,6 +97,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         "--threads", type=int, default=0, help="threads per process for the math libraries (0 = default)"
     )
     parser.add_argument("--max-docs", type=int, default=0, help="cap each split (0 = all)")
+    parser.add_argument("--max-train-docs", type=int, default=0, help="cap the training split only (0 = all)")
     parser.add_argument("--configs", type=Path, default=Path("project/configs"))
     parser.add_argument("--corpus", type=Path, default=Path("corpus"))
     parser.add_argument("--training", type=Path, default=Path("training"))
@@ -76,7 +107,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     spec = TASKS[args.task]
     marker = args.metrics / "optional" / f"{args.task}.json"
     marker.parent.mkdir(parents=True, exist_ok=True)
-    if not args.data_dir.strip():
+    if not args.data_dir.strip() and not args.train.strip():
         marker.write_text(json.dumps(skip(args.task, args.metrics), indent=2) + "\n", encoding="utf8")
         print(f"{args.task}: skipped (set its data directory variable to run it)")
         return
@@ -86,17 +117,35 @@ def main(argv: Optional[list[str]] = None) -> None:
         sys.exit(f"error: unknown variants {unknown}; expected some of {list(VARIANTS)}")
 
     data_dir = Path(args.data_dir)
+    sources = {
+        split: Path(getattr(args, split)) if getattr(args, split) else None for split in ("train", "dev", "test")
+    }
+    for split in ("train", "dev"):
+        if sources[split] is None:
+            if not args.data_dir.strip():
+                sys.exit(f"error: {args.task}: give --{split} (or --data-dir with {spec[split]} in it)")
+            sources[split] = data_dir / spec[split]
     corpus = args.corpus / args.task
     splits = {}
     try:
-        for split in ("train", "dev"):
-            source, target = data_dir / spec[split], corpus / f"{split}.spacy"
+        for split, source in sources.items():
+            if source is None:
+                continue
+            target = corpus / f"{split}.spacy"
+            cap = args.max_docs
+            if split == "train" and args.max_train_docs:
+                cap = min(cap, args.max_train_docs) if cap else args.max_train_docs
             if spec["kind"] == "ner":
-                splits[split] = convert_ner("conll", source, target, args.max_docs)
+                splits[split] = convert_ner("conll", source, target, cap)
             else:
-                splits[split] = convert_sst5(source, target, args.max_docs)
+                splits[split] = convert_sst5(source, target, cap)
     except (FileNotFoundError, ValueError) as err:
         sys.exit(f"error: {args.task}: {err}")
+    if "elmo" in variants and not Path(args.elmo).exists():
+        sys.exit(
+            f"error: {args.task}: variant 'elmo' needs the project's biLM at {args.elmo} (run the pretraining "
+            "and domain-adaptation steps first), or leave it out: --variants baseline,elmo_shipped"
+        )
 
     runs = []
     for variant in variants:
@@ -133,33 +182,51 @@ def main(argv: Optional[list[str]] = None) -> None:
         (output / "timing.json").write_text(
             json.dumps({"command": train, "wall_time_s": round(wall, 2)}, indent=2) + "\n"
         )
-        scores = args.metrics / "eval" / f"{name}.json"
-        run(
-            [
-                "-m",
-                "spacy",
-                "evaluate",
-                str(output / "model-best"),
-                str(corpus / "dev.spacy"),
-                "--output",
-                str(scores),
-                "--per-component",
-                "--gpu-id",
-                str(args.gpu_id),
-            ],
-            args.threads,
-        )
+        scores = {}
+        for split in ("dev", "test"):
+            if split not in splits:
+                continue
+            scores[split] = args.metrics / "eval" / (f"{name}.json" if split == "dev" else f"{name}.test.json")
+            run(
+                [
+                    "-m",
+                    "spacy",
+                    "evaluate",
+                    str(output / "model-best"),
+                    str(corpus / f"{split}.spacy"),
+                    "--output",
+                    str(scores[split]),
+                    "--per-component",
+                    "--gpu-id",
+                    str(args.gpu_id),
+                ],
+                args.threads,
+            )
+        stale_test = args.metrics / "eval" / f"{name}.test.json"
+        if "test" not in splits and stale_test.exists():
+            stale_test.unlink()
         runs.append(
             {
                 "variant": variant,
                 "model": str(output / "model-best"),
-                "scores": str(scores),
+                "scores": {split: str(path) for split, path in scores.items()},
                 "wall_time_s": round(wall, 2),
             }
         )
-    record = {"task": args.task, "skipped": False, "data_dir": str(data_dir), "sentences": splits, "runs": runs}
+    results = [score_row(args.task, r) for r in runs]
+    for row in results:
+        test = "-" if row["test"] is None else f"{100 * row['test']:.2f}"
+        print(f"{args.task} {row['variant']:>12}: {row['metric']} dev {100 * row['dev']:.2f}  test {test}")
+    record = {
+        "task": args.task,
+        "skipped": False,
+        "files": {split: str(source) for split, source in sources.items() if source is not None},
+        "sentences": splits,
+        "runs": runs,
+        "results": results,
+    }
     marker.write_text(json.dumps(record, indent=2) + "\n", encoding="utf8")
-    print(f"{args.task}: {len(runs)} runs evaluated on dev")
+    print(f"{args.task}: {len(runs)} runs evaluated on {' and '.join(s for s in ('dev', 'test') if s in splits)}")
 
 
 if __name__ == "__main__":

@@ -72,7 +72,8 @@ def test_collect_writes_every_row(tmp_path, fake_weights):
     assert rows[("ner", "elmo_shipped")]["bilm"] == "en_elmo_small (shipped)"
     assert rows[("ner", "baseline")]["bilm"] is None
     table = (tmp_path / "metrics" / "results.md").read_text()
-    assert "| ner | WNUT-17 | baseline (spaCy tok2vec) | - | entity F1 | 29.00 | 30.00 | 0 | 12 |" in table
+    assert "| ner | WNUT-17 | baseline (spaCy tok2vec) | - | entity F1 (`ents_f`) | 29.00 | 30.00 | 0 | 12 |" in table
+    assert "| textcat | MR | baseline (spaCy tok2vec) | - | accuracy (`cats_micro_f`) |" in table
     assert "| textcat | ELMo (project biLM, domain-adapted) | 0.200 | 0.500 | 0.300 | 1.500 |" in table
     assert "| wikitext_valid | 420.0 | 440.0 | 430.0 | 2000 | 3.5% |" in table
     assert "- roundtrip: passed - bit for bit" in table
@@ -100,6 +101,16 @@ def test_optional_tasks_appear_only_when_run_and_report_dev(tmp_path, fake_weigh
     rows = collect_results.collect(tmp_path / "training", tmp_path / "metrics", tmp_path / "out")["rows"]
     conll = [r for r in rows if r["task"] == "conll"]
     assert len(conll) == 1 and conll[0]["dev"] == pytest.approx(0.8) and conll[0]["test"] is None
+
+
+def test_optional_tasks_report_test_when_a_test_file_was_evaluated(tmp_path, fake_weights):
+    make_runs(tmp_path, {**SCORES, ("conll", "baseline"): 0.8, ("sst5", "baseline"): 0.4})
+    write(tmp_path / "metrics" / "eval" / "conll-baseline.test.json", {"ner": {"ents_f": 0.75}})
+    rows = collect_results.collect(tmp_path / "training", tmp_path / "metrics", tmp_path / "out")["rows"]
+    conll, sst5 = ([r for r in rows if r["task"] == name][0] for name in ("conll", "sst5"))
+    assert conll["dev"] == pytest.approx(0.8) and conll["test"] == pytest.approx(0.75)
+    assert sst5["dev"] == pytest.approx(0.4) and sst5["test"] is None  # no test file evaluated
+    assert conll["metric_key"] == "ents_f" and sst5["metric_key"] == "cats_micro_f"
 
 
 def test_non_finite_scores_are_rejected(tmp_path, fake_weights):
