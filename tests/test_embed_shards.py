@@ -109,3 +109,35 @@ def test_shard_spec_errors():
         parse_shard("4/4")
     assert shard_from_env({"RANK": "1", "WORLD_SIZE": "4"}) == (1, 4) and shard_from_env({}) is None
     assert device_for_rank("cuda", {"LOCAL_RANK": "3"}) == "cuda:3" and device_for_rank("cuda:1", {}) == "cuda:1"
+
+
+def test_a_killed_shard_process_resumes_and_merges(tmp_path):
+    """SIGKILL in the middle of a shard (after some chunks were flushed), then the same command again."""
+    import re
+    import signal
+
+    corpus = tmp_path / "big.txt"
+    corpus.write_text("".join(f"word{i} and {i % 7} more words here .\n" for i in range(16000)), encoding="utf-8")
+    out = tmp_path / "out.hdf5"
+    shard = shard_path(out, (0, 2))
+    process = cli("embed", FIXTURE, corpus, out, "--shard", "0/2")
+    seen = ""
+    while process.poll() is None:  # tqdm's progress on stderr: kill once a chunk has been written
+        seen += process.stderr.read(64)
+        done = [int(n) for n in re.findall(r"(\d+) lines", seen)]
+        if done and max(done) >= 256:
+            process.send_signal(signal.SIGKILL)
+            break
+    process.communicate(timeout=60)
+    assert process.returncode == -signal.SIGKILL, "the shard finished before it could be killed: make it longer"
+    with h5py.File(shard, "r") as handle:
+        assert not handle.attrs["complete"] and 0 < len(handle.keys()) < 8000
+    finish(cli("embed", FIXTURE, corpus, out, "--shard", "0/2"))  # resumed
+    finish(cli("embed", FIXTURE, corpus, out, "--shard", "1/2"))
+    finish(cli("embed-merge", out, shard, shard_path(out, (1, 2))))
+    merged, _ = read_all(out)
+    assert sorted(merged, key=int) == [str(i) for i in range(16000)]
+    single = tmp_path / "single.hdf5"
+    embed_file(corpus, single, EmbedSettings(model=str(FIXTURE)))
+    expected, _ = read_all(single)
+    assert all(numpy.array_equal(merged[k], expected[k]) for k in expected)

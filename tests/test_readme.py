@@ -25,6 +25,8 @@ RUN_ELSEWHERE = {
     "bash run.sh project": "tests/project/test_workflow.py runs the workflow on tiny settings",
     "pip install": "the README's set-up from a fresh clone; tests/test_packaging.py builds the wheel",
     "python -m spacy train": "tests/test_pipeline_training.py trains the NER and textcat ELMo configs",
+    "python -m spacy project run user-tasks": "tests/project/test_project_optional.py runs optional_task.py with "
+    "these settings (training faked); the CoNLL-2003 run is in project/results/README.md",
     "torchrun --nproc_per_node 4 -m spacy_elmo pretrain": "tests/pretrain/test_pretrain_distributed.py runs it",
     # torchrun and a job array only set RANK/WORLD_SIZE (or --shard) for each process
     "torchrun --nnodes 4": "tests/test_embed_shards.py runs shards as processes, one from RANK/WORLD_SIZE",
