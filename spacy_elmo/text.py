@@ -20,7 +20,7 @@ def open_text(path: Path, errors: str = "replace") -> io.TextIOBase:
     """A UTF-8 text file, gunzipped on the fly when it ends in .gz."""
     if path.suffix == ".gz":
         return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors=errors)
-    return open(path, encoding="utf-8", errors=errors)  # noqa: SIM115 (the caller closes it)
+    return open(path, encoding="utf-8", errors=errors)  # the caller closes it
 
 
 def texts_from_jsonl(

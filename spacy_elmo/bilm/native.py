@@ -16,6 +16,7 @@ from typing import Any, Optional, Union
 
 import numpy
 import srsly
+from srsly.msgpack import Unpacker
 
 from .bilm import BiLM
 from .options import BiLMOptions
@@ -154,13 +155,29 @@ def load_native(directory: Union[str, Path]) -> BiLM:
 
 
 def read_native_options(directory: Union[str, Path]) -> BiLMOptions:
-    """A native model's options, from the model file (the one source of truth), without building it."""
+    """A native model's options, from the model file (the one source of truth), without reading its
+    weights: the file is streamed up to its "options" entry (the digest is checked when it loads)."""
     path = Path(directory) / MODEL_FILE
     if not path.exists():
         raise FileNotFoundError(f"no native spacy-elmo model at {directory} (missing {MODEL_FILE})")
-    payload = _checked_payload(path.read_bytes(), str(path))
-    _check_readable_copy(Path(directory), payload["options"])
-    return BiLMOptions.from_dict(payload["options"], source=str(path))
+    found: dict[str, Any] = {}
+    try:
+        with open(path, "rb") as handle:
+            unpacker = Unpacker(handle, raw=False, use_list=True)
+            for _ in range(unpacker.read_map_header()):
+                key = unpacker.unpack()
+                if key in ("format", "options"):
+                    found[key] = unpacker.unpack()
+                    if len(found) == 2:
+                        break
+                else:
+                    unpacker.skip()
+    except Exception as err:  # msgpack raises several unrelated types on corrupt input
+        raise WeightsError(f"{path}: not a spacy-elmo model ({type(err).__name__}: {err})") from None
+    if found.get("format") != FORMAT or not isinstance(found.get("options"), dict):
+        raise WeightsError(f"{path}: not a spacy-elmo model (expected format {FORMAT!r} and its options)")
+    _check_readable_copy(Path(directory), found["options"])
+    return BiLMOptions.from_dict(found["options"], source=str(path))
 
 
 def _check_readable_copy(directory: Path, stored: dict[str, Any]) -> None:

@@ -143,12 +143,10 @@ class BiLMRunner(torch.nn.Module):
 
     def run(self, char_ids: torch.Tensor) -> torch.Tensor:
         """(B, T, max_chars) ids -> (L+1, B, T, 2P) float32 layers, boundaries included."""
-        if self.stateful:
-            return self._forward(char_ids)
         try:
             return self._forward(char_ids)
         except (RuntimeError, MemoryError) as error:
-            if not is_out_of_memory(error):
+            if self.stateful or not is_out_of_memory(error):  # a stateful batch's rows cannot be split
                 raise
             n_tokens = char_ids.gt(0).any(-1).sum(-1)
             if char_ids.shape[0] == 1:

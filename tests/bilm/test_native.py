@@ -90,3 +90,18 @@ def test_an_edited_options_json_beside_a_native_model_is_an_error_naming_it(refe
         read_options(resolve_model(directory))
     (directory / "options.json").unlink()  # the copy is optional: the model file is the source of truth
     assert read_options(resolve_model(directory)).projection_dim == reference_bilm.options.projection_dim
+
+
+def test_options_are_read_without_the_weights(reference_bilm, tmp_path):
+    """The pipe asks for a model's dimensions before loading it: only the head of the file is read."""
+    from spacy_elmo.bilm.native import read_native_options
+
+    directory = save_native(reference_bilm, tmp_path / "model")
+    data = (directory / MODEL_FILE).read_bytes()
+    (directory / MODEL_FILE).write_bytes(data[: len(data) // 2])  # weights cut off: options still readable
+    assert read_native_options(directory).to_dict() == reference_bilm.options.to_dict()
+    with pytest.raises(WeightsError, match="model.msgpack: not a spacy-elmo model"):
+        load_native(directory)
+    (directory / MODEL_FILE).write_bytes(b"\x93garbage")
+    with pytest.raises(WeightsError, match=rf"{directory / MODEL_FILE}: not a spacy-elmo model"):
+        read_native_options(directory)
