@@ -1,17 +1,19 @@
 """biLM inference throughput (tokens/s) and its share of the machine's own matrix-product rate.
 
     python benchmarks/bilm_throughput.py [--device cpu|cuda] [--configs full,small] [--batch-sizes 1,32,128]
+    python benchmarks/bilm_throughput.py --precision fp32,bf16,int8
     python benchmarks/bilm_throughput.py --entry runner     # through BiLMRunner.embed_sentences (words in)
 
 Random weights, sentences of `--length` tokens (+ <S>, </S>), fp32 by default. For every
-(configuration, batch size) one JSON line: tokens/s, achieved GFLOP/s (2 FLOPs per multiply-add,
-boundary tokens not counted) and that as a fraction of the square-matmul rate measured in the same run.
+(configuration, batch size, precision) one JSON line: tokens/s, achieved GFLOP/s (2 FLOPs per
+multiply-add, boundary tokens not counted), that as a fraction of the square-matmul rate of the same
+precision measured in the same run (int8: `torch._int_mm`, what the int8 products run on), and the
+tokens/s as a ratio to the first precision listed (measured in the same run).
 `--entry bilm` (default) times the module's forward on character ids; `--entry runner` times what `embed`
 and the Python API run: words -> character ids -> batching -> forward -> per-sentence numpy arrays.
 """
 
 import argparse
-import contextlib
 import time
 from typing import Callable
 
@@ -21,6 +23,7 @@ from common import best_time, bilm_flops_per_token, describe_machine, emit, matm
 from spacy_elmo import chars
 from spacy_elmo.bilm.bilm import BiLM
 from spacy_elmo.bilm.options import full_options, small_options
+from spacy_elmo.bilm.precision import Products, check_precision, products_for
 from spacy_elmo.bilm.runner import BiLMRunner
 
 CONFIGS = {"full": full_options, "small": small_options}
@@ -37,17 +40,17 @@ def make_batch(batch_size: int, length: int) -> torch.Tensor:
     return torch.from_numpy(chars.batch_to_ids(make_sentences(batch_size, length)))
 
 
-def bilm_work(bilm: BiLM, ids: torch.Tensor) -> Callable[[], object]:
-    return lambda: bilm(ids)
+def bilm_work(bilm: BiLM, ids: torch.Tensor, products: Products) -> Callable[[], object]:
+    return lambda: bilm(ids, products=products)
 
 
 def runner_work(runner: BiLMRunner, sentences: list[list[str]]) -> Callable[[], object]:
     return lambda: runner.embed_sentences(sentences)
 
 
-def time_work(work: Callable[[], object], context: Callable, min_seconds: float, sync: Callable[[], None]) -> float:
+def time_work(work: Callable[[], object], min_seconds: float, sync: Callable[[], None]) -> float:
     """Best time of `work` after a warm-up, repeated for about `min_seconds` (2 to 20 times)."""
-    with torch.no_grad(), context():
+    with torch.no_grad():
         work()  # warm-up
         once = best_time(work, 1, sync)
         repeats = max(2, int(min_seconds / max(once, 1e-3)))
@@ -62,7 +65,7 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=20, help="tokens a sentence, boundaries excluded")
     parser.add_argument("--min-seconds", type=float, default=3.0, help="time each point at least this long")
     parser.add_argument("--output", default="", help="append JSON lines to this file too")
-    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
+    parser.add_argument("--precision", default="fp32", help="comma-separated: fp32, bf16, fp16, int8")
     parser.add_argument("--compile", action="store_true", help="torch.compile the LSTM cell")
     parser.add_argument("--entry", default="bilm", choices=["bilm", "runner"], help="what is timed (see above)")
     parser.add_argument(
@@ -73,17 +76,16 @@ def main() -> None:
     )
     args = parser.parse_args()
     device = args.device
+    precisions = [check_precision(p, "--precision") for p in args.precision.split(",")]
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     machine = describe_machine(device)
-    dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.precision]
-    rate = matmul_rate(device, dtype or torch.float32, n=8192 if device.startswith("cuda") else 2048)
-    emit(
-        {"bench": f"matmul_{args.precision}", "gflops": round(rate, 1), "date": time.strftime("%Y-%m-%d"), **machine},
-        args.output,
-    )
-    autocast = (
-        (lambda: torch.autocast(device_type=device.split(":")[0], dtype=dtype)) if dtype else contextlib.nullcontext
-    )
+    size = 8192 if device.startswith("cuda") else 2048
+    rates = {p: matmul_rate(device, p, n=size) for p in precisions}
+    for precision, rate in rates.items():
+        emit(
+            {"bench": f"matmul_{precision}", "gflops": round(rate, 1), "date": time.strftime("%Y-%m-%d"), **machine},
+            args.output,
+        )
     for name in args.configs.split(","):
         options = CONFIGS[name]()
         bilm = BiLM(options).to(device).eval()
@@ -94,38 +96,43 @@ def main() -> None:
         bilm.dedupe_tokens = args.dedupe
         flops = bilm_flops_per_token(options)
         for batch_size in [int(b) for b in args.batch_sizes.split(",")]:
-            if args.entry == "bilm":
-                work, context = bilm_work(bilm, make_batch(batch_size, args.length).to(device)), autocast
-            else:
-                # one batch of all the sentences, as the bilm entry has
-                runner = BiLMRunner(bilm, precision=args.precision, token_budget=batch_size * (args.length + 2))
-                work, context = runner_work(runner, make_sentences(batch_size, args.length)), contextlib.nullcontext
-            seconds = time_work(work, context, args.min_seconds, sync)
-            tokens = batch_size * args.length
-            tokens_per_s = tokens / seconds
-            achieved = tokens_per_s * flops / 1e9
-            emit(
-                {
-                    "bench": "bilm_inference",
-                    "entry": args.entry,
-                    "config": name,
-                    "precision": args.precision,
-                    "compiled": args.compile,
-                    "dedupe": args.dedupe,
-                    "batch_size": batch_size,
-                    "length": args.length,
-                    "tokens_per_s": round(tokens_per_s, 1),
-                    "gflops": round(achieved, 1),
-                    "fraction_of_matmul": round(achieved / rate, 3),
-                    "matmul_gflops": round(rate, 1),
-                    "mflop_per_token": round(flops / 1e6, 1),
-                    "device": machine["device"],
-                },
-                args.output,
-            )
-        # the matmul rate again, to show the machine did not change under us
-        after = matmul_rate(device, dtype or torch.float32, n=8192 if device.startswith("cuda") else 2048)
-        emit({"bench": f"matmul_{args.precision}_after", "config": name, "gflops": round(after, 1)}, args.output)
+            baseline = None
+            for precision in precisions:
+                if args.entry == "bilm":
+                    ids = make_batch(batch_size, args.length).to(device)
+                    work = bilm_work(bilm, ids, products_for(precision))
+                else:
+                    # one batch of all the sentences, as the bilm entry has
+                    runner = BiLMRunner(bilm, precision=precision, token_budget=batch_size * (args.length + 2))
+                    work = runner_work(runner, make_sentences(batch_size, args.length))
+                seconds = time_work(work, args.min_seconds, sync)
+                tokens_per_s = batch_size * args.length / seconds
+                baseline = baseline or tokens_per_s
+                achieved = tokens_per_s * flops / 1e9
+                emit(
+                    {
+                        "bench": "bilm_inference",
+                        "entry": args.entry,
+                        "config": name,
+                        "precision": precision,
+                        "compiled": args.compile,
+                        "dedupe": args.dedupe,
+                        "batch_size": batch_size,
+                        "length": args.length,
+                        "tokens_per_s": round(tokens_per_s, 1),
+                        f"ratio_to_{precisions[0]}": round(tokens_per_s / baseline, 2),
+                        "gflops": round(achieved, 1),
+                        "fraction_of_matmul": round(achieved / rates[precision], 3),
+                        "matmul_gflops": round(rates[precision], 1),
+                        "mflop_per_token": round(flops / 1e6, 1),
+                        "device": machine["device"],
+                    },
+                    args.output,
+                )
+        # the matmul rates again, to show the machine did not change under us
+        for precision in precisions:
+            after = matmul_rate(device, precision, n=size)
+            emit({"bench": f"matmul_{precision}_after", "config": name, "gflops": round(after, 1)}, args.output)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,16 @@ class EmbedSettings:
     chunk_size: int = 256
     n_threads: int = 0  # torch threads in this process (0: torch's setting); worker processes use 1
 
+    def __post_init__(self) -> None:
+        """Refuse a bad precision before any file is read or written."""
+        from .bilm.precision import check_device, check_precision
+
+        check_precision(self.precision, "--precision")
+        if not self.device.startswith("cpu"):
+            import torch
+
+            check_device(self.precision, torch.device(self.device.split(":")[0]))
+
 
 def read_lines(path: Path, text_field: str = "text") -> Iterator[str]:
     """Lines of a .txt/.txt.gz file, or the `text_field` of each record of a .jsonl/.jsonl.gz file."""
@@ -186,14 +196,15 @@ def embed_file(
     written = 0
     with handle:
         previous = handle.attrs.get("settings")
-        current = json.dumps(
-            {
-                "model": settings.model,
-                "layers": settings.layers,
-                "tokenizer": settings.tokenizer,
-                "dtype": settings.dtype,
-            }
-        )
+        described = {
+            "model": settings.model,
+            "layers": settings.layers,
+            "tokenizer": settings.tokenizer,
+            "dtype": settings.dtype,
+        }
+        if settings.precision != "fp32":  # (absent for fp32: files written before the setting still resume)
+            described["precision"] = settings.precision
+        current = json.dumps(described)
         if previous is not None and previous != current:
             raise ValueError(
                 f"{output_path} was started with other settings ({previous}); "

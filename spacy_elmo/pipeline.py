@@ -47,6 +47,7 @@ path = ""
 window_size = 128
 window_context = 16
 mixed_precision = false
+precision = "fp32"
 """
 DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
 
@@ -171,6 +172,11 @@ class Elmo(ListenerBookkeeping, TrainablePipe):
             raise ValueError("elmo: set_vector_hooks needs vectors on the doc; use store='layers', 'vectors' or 'both'")
         if model.name != bilm_model.BILM_LAYER_NAME:
             raise ValueError(f"elmo: model must be a spacy-elmo.BiLM.v1 layer, got {model.name!r}")
+        if fine_tune and model.attrs.get("precision") == "int8":
+            raise ValueError(
+                "elmo: fine_tune = true needs gradients, and precision 'int8' has none; fine-tune with "
+                "precision 'fp32' or 'bf16', or keep the biLM frozen (fine_tune = false) to use int8"
+            )
         self.vocab = vocab
         self.model = model
         self.name = name

@@ -96,3 +96,23 @@ def test_cli_with_two_workers_matches_one(fixture_dir, text_file, tmp_path):
     assert outputs[0].keys() == outputs[1].keys()
     for key in outputs[0]:
         numpy.testing.assert_allclose(outputs[0][key], outputs[1][key], atol=1e-6)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+def test_embed_at_a_precision_is_the_runners(reference_bilm, fixture_dir, text_file, tmp_path, precision):
+    out = tmp_path / "out.hdf5"
+    embed_file(text_file, out, EmbedSettings(model=str(fixture_dir), precision=precision))
+    data = read_all(out)
+    expected = BiLMRunner(reference_bilm, precision=precision).embed_sentences([line.split() for line in LINES])
+    for i, array in enumerate(expected):
+        assert data[str(i)].dtype == numpy.float32
+        assert numpy.array_equal(data[str(i)], array)
+    with h5py.File(out, "r") as handle:
+        assert json.loads(handle.attrs["settings"])["precision"] == precision
+
+
+def test_embed_refuses_a_bad_precision_before_reading_anything(fixture_dir, tmp_path):
+    with pytest.raises(ValueError, match="--precision must be one of 'fp32', 'bf16', 'fp16', 'int8', got 'int4'"):
+        EmbedSettings(model=str(fixture_dir), precision="int4")
+    with pytest.raises(ValueError, match="CPU only"):
+        EmbedSettings(model=str(fixture_dir), precision="int8", device="cuda:0")

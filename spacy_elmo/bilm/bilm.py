@@ -9,6 +9,7 @@ from torch import nn
 from .char_cnn import CharacterEncoder
 from .lstm import BiLSTMStack, LSTMState
 from .options import BiLMOptions
+from .precision import FP32, Products
 from .softmax import SoftmaxHead
 from .token_cache import TokenCache
 
@@ -62,7 +63,7 @@ class BiLM(nn.Module):
     def device(self) -> torch.device:
         return self.lstm.bias[0].device
 
-    def embed_tokens(self, char_ids: torch.Tensor) -> torch.Tensor:
+    def embed_tokens(self, char_ids: torch.Tensor, products: Products = FP32) -> torch.Tensor:
         """The context-independent layer for (B, T, chars) ids -> (B, T, P), zero at padding.
 
         Each distinct token of the batch goes through the CNN once (`dedupe_tokens`): in running text
@@ -75,12 +76,14 @@ class BiLM(nn.Module):
         if cache is not None or self.dedupe_tokens:
             unique, inverse = torch.unique(flat, dim=0, return_inverse=True)
             if cache is not None:
-                vectors = cache.encode(unique, self.token_encoder, self.token_encoder)
+                vectors = cache.encode(
+                    unique, self.token_encoder, lambda ids: self.token_encoder(ids, products), products.precision
+                )
             else:
-                vectors = self.token_encoder(unique)
+                vectors = self.token_encoder(unique, products)
             vectors = vectors.index_select(0, inverse)
         else:
-            vectors = self.token_encoder(flat)
+            vectors = self.token_encoder(flat, products)
         out = vectors.new_zeros(*mask.shape, vectors.shape[-1])
         out[mask] = vectors
         return out
@@ -91,11 +94,13 @@ class BiLM(nn.Module):
         initial_state: Optional[LSTMState] = None,
         return_final_state: bool = False,
         dropout: float = 0.0,
+        products: Products = FP32,
     ) -> BiLMOutput:
+        """products: the precision of the matrix products (`precision.py`); float32 by default."""
         mask = char_ids.gt(0).any(-1)
         lengths = mask.sum(1)
-        tokens = self.embed_tokens(char_ids)
-        contextual, final = self.lstm(tokens, lengths, initial_state, return_final_state, dropout)
+        tokens = self.embed_tokens(char_ids, products)
+        contextual, final = self.lstm(tokens, lengths, initial_state, return_final_state, dropout, products)
         token_layer = torch.cat([tokens, tokens], dim=-1)
         layers = torch.stack([token_layer, *contextual])
         return BiLMOutput(layers=layers, mask=mask, final_state=final)

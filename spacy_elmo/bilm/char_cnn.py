@@ -11,19 +11,24 @@ from torch import nn
 
 from .. import chars
 from .options import BiLMOptions
+from .precision import FP32, Products
 
 ROW_CHUNK = 64
+ROW_QUANTUM = 8
 
 
-def padded_rows(n_rows: int) -> int:
-    """The row count rounded up to whole chunks.
+def chunk_rows(n_rows: int) -> list[int]:
+    """Row counts of the chunks `n_rows` tokens are encoded in: ROW_CHUNK rows each, the last one
+    rounded up to a multiple of ROW_QUANTUM (zero rows, cut off again).
 
-    Every matrix product of the encoder then has one shape, ROW_CHUNK rows, whatever the batch: a
-    token's vector does not depend on which other tokens share its batch (BLAS picks its kernel and
-    summation order by shape, so a 3-row product and a 64-row one round differently), and CPU
-    libraries that cache a kernel per input shape (oneDNN) see a single shape over a long stream.
+    A row's result of a BLAS product depends on the kernel, and the kernel on the shape: products of
+    fewer than 4 rows take another path and round differently. With at least 8 rows a chunk, a token's
+    vector does not depend on which other tokens share its batch (bit for bit: tests/bilm/test_runner.py),
+    a short sentence is not padded to 64 rows (3x the work for one sentence of 20 tokens), and there are
+    at most 8 chunk shapes over a long stream (libraries that cache a kernel per shape stay small).
     """
-    return -(-n_rows // ROW_CHUNK) * ROW_CHUNK
+    full, rest = divmod(n_rows, ROW_CHUNK)
+    return [ROW_CHUNK] * full + ([-(-rest // ROW_QUANTUM) * ROW_QUANTUM] if rest else [])
 
 
 class CharacterEncoder(nn.Module):
@@ -74,39 +79,39 @@ class CharacterEncoder(nn.Module):
             self.projection_w.normal_(0.0, (1.0 / self.projection_w.shape[0]) ** 0.5, generator=generator)
             self.projection_b.zero_()
 
-    def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
-        """char_ids (n_tokens, max_chars) int -> (n_tokens, P), ROW_CHUNK tokens at a time."""
+    def forward(self, char_ids: torch.Tensor, products: Products = FP32) -> torch.Tensor:
+        """char_ids (n_tokens, max_chars) int -> (n_tokens, P), in chunks of at most ROW_CHUNK tokens."""
         n_rows = char_ids.shape[0]
-        padded = padded_rows(n_rows)
-        if not padded:
+        sizes = chunk_rows(n_rows)
+        if not sizes:
             return self.projection_w.new_zeros(0, self.options.projection_dim)
+        padded = sum(sizes)
         if padded > n_rows:  # zero rows ("no token"), cut off again below
             char_ids = nn.functional.pad(char_ids, (0, 0, 0, padded - n_rows))
         kernels = [w.permute(2, 1, 0).reshape(-1, w.shape[0]) for w in self.conv_weights]  # (width*dim, n)
         bias = torch.cat(list(self.conv_biases))
-        chunks = [
-            self._encode_chunk(char_ids[start : start + ROW_CHUNK], kernels, bias)
-            for start in range(0, padded, ROW_CHUNK)
-        ]
+        chunks = [self._encode_chunk(chunk, kernels, bias, products) for chunk in char_ids.split(sizes)]
         return torch.cat(chunks)[:n_rows]
 
-    def _encode_chunk(self, char_ids: torch.Tensor, kernels: list[torch.Tensor], bias: torch.Tensor) -> torch.Tensor:
+    def _encode_chunk(
+        self, char_ids: torch.Tensor, kernels: list[torch.Tensor], bias: torch.Tensor, products: Products
+    ) -> torch.Tensor:
         embedded = nn.functional.embedding(char_ids.long(), self.char_embedding)  # (ROW_CHUNK, chars, dim)
         # Each width's convolution as one matrix product over unfolded windows: 2-3x faster on CPU
         # than conv1d with so few input channels, and the same numbers. The bias is added after the
         # max (a constant commutes with it).
         dim = embedded.shape[2]
         pooled: list[torch.Tensor] = []
-        for (width, _), kernel in zip(self.options.filters, kernels):
+        for (width, _), kernel, source in zip(self.options.filters, kernels, self.conv_weights):
             windows = embedded.unfold(1, width, 1).transpose(2, 3).reshape(embedded.shape[0], -1, width * dim)
-            pooled.append(torch.matmul(windows, kernel).amax(dim=1))
+            pooled.append(products.matmul(windows, kernel, source).amax(dim=1))
         # max then activation equals activation then max: both activations are monotonic
         x = self.activation(torch.cat(pooled, dim=1) + bias)
         for carry_w, carry_b, transform_w, transform_b in zip(
             self.highway_carry_w, self.highway_carry_b, self.highway_transform_w, self.highway_transform_b
         ):
             # bilm-tf's naming: the sigmoid "carry" gate scales the relu "transform" branch
-            gate = torch.sigmoid(torch.addmm(carry_b, x, carry_w))
-            transformed = torch.relu(torch.addmm(transform_b, x, transform_w))
+            gate = torch.sigmoid(products.addmm(carry_b, x, carry_w))
+            transformed = torch.relu(products.addmm(transform_b, x, transform_w))
             x = gate * transformed + (1.0 - gate) * x
-        return torch.addmm(self.projection_b, x, self.projection_w)
+        return products.addmm(self.projection_b, x, self.projection_w)

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from .options import BiLMOptions
+from .precision import FP32, Products
 
 FORGET_BIAS = 1.0
 FORWARD, BACKWARD = 0, 1
@@ -109,6 +110,7 @@ class BiLSTMStack(nn.Module):
         initial_state: Optional[LSTMState] = None,
         return_final_state: bool = False,
         dropout: float = 0.0,
+        products: Products = FP32,
     ) -> tuple[list[torch.Tensor], Optional[LSTMState]]:
         """tokens (B, T, P), lengths (B,) -> one (B, T, 2P) tensor a layer ([forward; backward]).
 
@@ -137,7 +139,7 @@ class BiLSTMStack(nn.Module):
                 inputs = nn.functional.dropout(inputs, dropout, training=True)
             h0 = state.h[layer] if state is not None else None
             c0 = state.c[layer] if state is not None else None
-            out, h_last, c_last = self._run_layer(layer, inputs, batch_sizes, h0, c0, return_final_state)
+            out, h_last, c_last = self._run_layer(layer, inputs, batch_sizes, h0, c0, return_final_state, products)
             if self.options.use_skip_connections and layer > 0:
                 out = out + frames
             frames = out
@@ -167,6 +169,7 @@ class BiLSTMStack(nn.Module):
         h0: Optional[torch.Tensor],
         c0: Optional[torch.Tensor],
         track_final: bool,
+        products: Products = FP32,
     ) -> tuple[torch.Tensor, Optional[torch.Tensor], Optional[torch.Tensor]]:
         """One layer, both directions: inputs (2, T, B, P) -> outputs (2, T, B, P), zero past each length."""
         o = self.options
@@ -176,10 +179,7 @@ class BiLSTMStack(nn.Module):
         bias = (self.bias[layer] + self.forget_bias.to(self.bias[layer].dtype)).unsqueeze(1)  # (2, 1, 4C)
         # All time steps' input products at once: (2, T*B, P) @ (2, P, 4C)
         flat = inputs.reshape(2, n_steps * n_rows, P)
-        pre = torch.baddbmm(bias, at_least_rows(flat), w_in)[:, : flat.shape[1]].view(2, n_steps, n_rows, 4 * C)
-        # One view a step: the backward of `unbind` stacks the steps' gradients once, where indexing
-        # `pre[:, t]` in the loop would allocate and add a gradient the size of all of `pre` every step.
-        pre_steps = pre.unbind(1)
+        pre = products.baddbmm(bias, at_least_rows(flat), w_in)[:, : flat.shape[1]].view(2, n_steps, n_rows, 4 * C)
         if h0 is None or c0 is None:
             h = inputs.new_zeros(2, n_rows, P)
             c = inputs.new_zeros(2, n_rows, C)
@@ -187,23 +187,38 @@ class BiLSTMStack(nn.Module):
             h, c = h0, c0
         final_h = h.clone() if track_final else None
         final_c = c.clone() if track_final else None
+        # Every recurrent product has at least MIN_GEMM_ROWS rows: a batch with fewer is padded once here,
+        # and rows that run out of tokens leave the batch only down to that floor (rows kept past their
+        # end compute on padding, are zeroed in the output, and their final state was taken when they
+        # ended). One slice when rows leave, no padding of every product.
+        floor = MIN_GEMM_ROWS
+        if floor > n_rows:
+            pre = nn.functional.pad(pre, (0, 0, 0, floor - n_rows))
+            h = nn.functional.pad(h, (0, 0, 0, floor - n_rows))
+            c = nn.functional.pad(c, (0, 0, 0, floor - n_rows))
+        # One view a step: the backward of `unbind` stacks the steps' gradients once, where indexing
+        # `pre[:, t]` in the loop would allocate and add a gradient the size of all of `pre` every step.
+        pre_steps = pre.unbind(1)
         steps: list[torch.Tensor] = []
         cell_clip, proj_clip = o.cell_clip, o.proj_clip
+        running = n_rows
         for t in range(n_steps):
             n = batch_sizes[t]
-            if n < h.shape[1]:
+            if n < running:
                 if final_h is not None and final_c is not None:
-                    final_h[:, n : h.shape[1]] = h[:, n:]
-                    final_c[:, n : h.shape[1]] = c[:, n:]
-                h, c = h[:, :n], c[:, :n]
-            gates = torch.baddbmm(at_least_rows(pre_steps[t][:, :n]), at_least_rows(h), w_rec)[:, :n]
+                    final_h[:, n:running] = h[:, n:running]
+                    final_c[:, n:running] = c[:, n:running]
+                running = n
+                if max(n, floor) < h.shape[1]:
+                    h, c = h[:, : max(n, floor)], c[:, : max(n, floor)]
+            gates = products.baddbmm(pre_steps[t][:, : h.shape[1]], h, w_rec)
             m, c = self.cell(gates, c, cell_clip)
-            h = torch.bmm(at_least_rows(m), w_proj)[:, :n]
+            h = products.bmm(m, w_proj)
             if proj_clip is not None:
                 h = h.clamp(-proj_clip, proj_clip)
-            steps.append(h if n == n_rows else nn.functional.pad(h, (0, 0, 0, n_rows - n)))
+            steps.append(h if n == h.shape[1] == n_rows else nn.functional.pad(h[:, :n], (0, 0, 0, n_rows - n)))
         if final_h is not None and final_c is not None and n_steps:
-            final_h[:, : h.shape[1]] = h
-            final_c[:, : c.shape[1]] = c
+            final_h[:, :running] = h[:, :running]
+            final_c[:, :running] = c[:, :running]
         out = torch.stack(steps, dim=1) if steps else inputs.new_zeros(2, 0, n_rows, P)
         return out, final_h, final_c

@@ -6,7 +6,8 @@ and the Python API alike:
   which batch it lands in, and sentences are grouped into length-sorted batches under a token budget;
 - stateful: the reference behaviour of bilm-tf/AllenNLP, for parity; batch row i starts from the state
   row i ended with in the previous batch, and batches are run in the order and grouping given;
-- precision: fp32, or bf16/fp16 under autocast; outputs are float32 whatever the precision;
+- precision: the matrix products in fp32, bf16, fp16 or int8 (`precision.py`); outputs are float32
+  whatever the precision;
 - boundaries: `<S>` and `</S>` are added to each sentence and stripped from what is returned;
 - out of memory: a stateless batch that does not fit is split in halves and retried, and the token
   budget is lowered for the batches that follow: no sentence is ever dropped.
@@ -15,7 +16,6 @@ and the Python API alike:
 import contextlib
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager
 from typing import Callable, Optional
 
 import numpy
@@ -25,8 +25,7 @@ from .. import chars
 from .batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET, token_budget_batches
 from .bilm import BiLM
 from .carried_state import CarriedState
-
-PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+from .precision import check_device, check_precision, products_for
 
 
 def is_out_of_memory(error: BaseException) -> bool:
@@ -47,12 +46,6 @@ def torch_threads(n_threads: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
-
-
-def precision_context(device: torch.device, precision: str) -> AbstractContextManager:
-    """Autocast for a reduced precision, nothing for fp32."""
-    dtype = PRECISIONS[precision]
-    return torch.autocast(device_type=device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
 
 
 def token_slice(start: int, end: int) -> slice:
@@ -80,14 +73,13 @@ class BiLMRunner(torch.nn.Module):
         n_threads: int = 0,
     ) -> None:
         super().__init__()
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
+        check_precision(precision)
         if bilm is None and load is None:
             raise ValueError("BiLMRunner needs a biLM or a function that loads one")
         self._load = load
         self.bilm: Optional[BiLM] = None
         self.token_cache_size = token_cache_size
-        self.precision = precision
+        self.products = products_for(precision)  # the precision's prepared weights live here, not in the model
         self.token_budget = token_budget
         self.stateful = stateful
         self.max_batch_size = max_batch_size
@@ -98,6 +90,15 @@ class BiLMRunner(torch.nn.Module):
         self._carried = CarriedState()
         if bilm is not None:
             self.set_bilm(bilm)
+
+    @property
+    def precision(self) -> str:
+        return self.products.precision
+
+    @precision.setter
+    def precision(self, precision: str) -> None:
+        if precision != self.products.precision:
+            self.products = products_for(precision)
 
     # --- the model ----------------------------------------------------------------------------
 
@@ -164,8 +165,9 @@ class BiLMRunner(torch.nn.Module):
     def _forward(self, char_ids: torch.Tensor) -> torch.Tensor:
         bilm = self.load()
         initial = self._carried.rows(bilm.lstm, char_ids.shape[0], char_ids.device) if self.stateful else None
-        with torch_threads(0 if self._forked else self.n_threads), precision_context(char_ids.device, self.precision):
-            output = bilm(char_ids, initial_state=initial, return_final_state=self.stateful)
+        check_device(self.precision, char_ids.device)
+        with torch_threads(0 if self._forked else self.n_threads):
+            output = bilm(char_ids, initial_state=initial, return_final_state=self.stateful, products=self.products)
         if self.stateful:
             self._carried.store(output.final_state)
         return output.layers.float()
@@ -205,7 +207,7 @@ class BiLMRunner(torch.nn.Module):
         out = []
         for start in range(0, len(tokens), batch_size):
             ids = chars.tokens_to_ids(tokens[start : start + batch_size], bilm.options.max_characters_per_token)
-            vectors = bilm.token_encoder(torch.from_numpy(ids).to(bilm.device))
+            vectors = bilm.token_encoder(torch.from_numpy(ids).to(bilm.device), self.products)
             out.append(vectors.float().cpu().numpy())
         P = bilm.options.projection_dim
         return numpy.concatenate(out) if out else numpy.zeros((0, P), dtype=numpy.float32)

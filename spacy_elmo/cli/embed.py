@@ -29,7 +29,9 @@ def embed_cli(
     token_budget: int = typer.Option(4096, "--batch-tokens", help="padded tokens per batch"),
     dtype: str = typer.Option("float32", "--dtype", help="float32 or float16 storage"),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:1, ..."),
-    precision: str = typer.Option("fp32", "--precision", help="fp32, bf16 or fp16 compute"),
+    precision: str = typer.Option(
+        "fp32", "--precision", help="matrix products in fp32, bf16, int8 (CPU only) or fp16 (GPU); outputs are float32"
+    ),
     workers: int = typer.Option(1, "--workers", help="worker processes (CPU)"),
     threads: int = typer.Option(0, "--threads", help="torch threads (0: torch's default); each worker uses 1"),
     shard: Optional[str] = typer.Option(

@@ -12,10 +12,10 @@ ELMO_FIXTURE = Path(__file__).parent.parent / "fixtures" / "elmo-fixture"
 TEXTS = [f"Sentence {i} talks about the bank of the river. And money {i}." for i in range(12)]
 
 
-def fixture_nlp() -> spacy.Language:
+def fixture_nlp(precision: str = "fp32", **pipe_config) -> spacy.Language:
     nlp = spacy.blank("en")
     nlp.add_pipe("sentencizer")
-    nlp.add_pipe("elmo", config={"model": {"path": str(ELMO_FIXTURE)}})
+    nlp.add_pipe("elmo", config={"model": {"path": str(ELMO_FIXTURE), "precision": precision}, **pipe_config})
     return nlp
 
 
@@ -53,3 +53,33 @@ def test_a_missing_path_names_the_config_option(tmp_path):
     nlp = spacy.blank("en")
     with pytest.raises(FileNotFoundError, match=r"nowhere' does not exist \(spacy-elmo.BiLM.v1 model.path\)"):
         nlp.add_pipe("elmo", config={"model": {"path": str(tmp_path / "nowhere")}})
+
+
+@pytest.mark.parametrize("precision", ["int8", "bf16"])
+def test_a_saved_pipe_keeps_its_precision_and_reproduces_its_outputs(tmp_path, precision):
+    nlp = fixture_nlp(precision)
+    before = [doc._.elmo_layers for doc in nlp.pipe(TEXTS)]
+    fp32 = [doc._.elmo_layers for doc in fixture_nlp().pipe(TEXTS)]
+    assert all(b.dtype == numpy.float32 for b in before)
+    assert not any(numpy.array_equal(b, f) for b, f in zip(before, fp32)), "the precision did not run"
+    nlp.to_disk(tmp_path / "pipeline")
+    loaded = spacy.load(tmp_path / "pipeline")
+    assert loaded.config["components"]["elmo"]["model"]["precision"] == precision
+    assert bilm_model.get_runner(loaded.get_pipe("elmo").model).precision == precision
+    after = [doc._.elmo_layers for doc in loaded.pipe(TEXTS)]
+    assert all(numpy.array_equal(b, a) for b, a in zip(before, after))
+    # the weights were saved as float32, whatever the precision they run at
+    weights = bilm_model.bilm_parameters(loaded.get_pipe("elmo").model)
+    assert all(w.dtype == numpy.float32 for w in weights.values())
+
+
+def test_fine_tuning_with_int8_is_refused():
+    with pytest.raises(ValueError, match="fine_tune.*int8"):
+        fixture_nlp("int8", fine_tune=True)
+
+
+def test_a_bad_precision_names_the_option_and_the_allowed_values():
+    with pytest.raises(ValueError, match="spacy-elmo.BiLM.v1 precision must be one of 'fp32', 'bf16', 'fp16', 'int8'"):
+        fixture_nlp("float8")
+    with pytest.raises(ValueError, match="mixed_precision"):
+        spacy.blank("en").add_pipe("elmo", config={"model": {"precision": "bf16", "mixed_precision": True}})
