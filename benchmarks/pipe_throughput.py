@@ -3,6 +3,7 @@ configuration (random weights), on the CPU and, with --gpu, on the GPU.
 
     python benchmarks/pipe_throughput.py [--models shipped,full,fixture] [--words 20000] [--gpu]
     python benchmarks/pipe_throughput.py --models shipped --n-process 1,2 --threads 1   # processes, 1 thread each
+    python benchmarks/pipe_throughput.py --models shipped --precision fp32,bf16,int8 --threads 2
 
 Docs are paragraphs of the project's Gutenberg validation sample (assets/gutenberg/valid_sample.txt.gz;
 generated sentences if it is missing), run through spacy.blank("en") + sentencizer + elmo with its
@@ -52,11 +53,12 @@ def load_texts(n_words: int) -> list[str]:
     return out
 
 
-def build(model: str) -> spacy.Language:
+def build(model: str, precision: str = "fp32") -> spacy.Language:
     nlp = spacy.blank("en")
     nlp.add_pipe("sentencizer")
     path = {"shipped": "", "fixture": str(FIXTURE), "full": ""}[model]  # full: weights are set below
-    elmo = nlp.add_pipe("elmo", config={"model": {"@architectures": "spacy-elmo.BiLM.v1", "path": path}})
+    config = {"@architectures": "spacy-elmo.BiLM.v1", "path": path, "precision": precision}
+    elmo = nlp.add_pipe("elmo", config={"model": config})
     if model == "full":
         bilm = BiLM(full_options())
         bilm.reset_parameters(0)
@@ -95,6 +97,7 @@ def main() -> None:
         help="nlp.pipe batch_size in docs (spaCy hands whole batches to worker processes: keep it well under "
         "docs / n_process, or one worker gets all the work)",
     )
+    parser.add_argument("--precision", default="fp32", help="comma-separated: fp32, bf16, int8 (the model's setting)")
     parser.add_argument("--output", default="", help="append JSON lines to this file too")
     args = parser.parse_args()
     if args.threads:
@@ -113,13 +116,14 @@ def main() -> None:
             continue
         n_words = args.full_words if model == "full" and not args.gpu else args.words
         texts = load_texts(n_words)
-        nlp = build(model)
-        for n_process in [int(n) for n in args.n_process.split(",")]:
+        for precision, n_process in [(p, int(n)) for p in args.precision.split(",") for n in args.n_process.split(",")]:
+            nlp = build(model, precision)
             words_per_s, counted = measure(nlp, texts, args.repeats, sync, n_process, args.batch_size)
             options = nlp.get_pipe("elmo").bilm.options
             emit(
                 {
                     **record,
+                    "precision": precision,
                     "n_process": n_process,
                     "pipe_batch_size": args.batch_size,
                     "threads_per_process": torch.get_num_threads() if n_process == 1 else 1,

@@ -117,6 +117,18 @@ class HalfProducts(PreparedProducts):
         assert isinstance(low, torch.Tensor)
         return torch.matmul(x.to(self.dtype), low).float()
 
+    def _biased(self, bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor, fused: Callable) -> torch.Tensor:
+        """The bias added inside the 16-bit product (one pass over the output less than adding after)."""
+        low: object = w.to(self.dtype) if torch.is_grad_enabled() and w.requires_grad else self.prepared(w)
+        assert isinstance(low, torch.Tensor)
+        return fused(bias.to(self.dtype), x.to(self.dtype), low).float()
+
+    def addmm(self, bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return self._biased(bias, x, w, torch.addmm)
+
+    def baddbmm(self, bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return self._biased(bias, x, w, torch.baddbmm)
+
 
 class Int8Weight:
     """A (K, N) weight as int8 (N, K) rows, one float32 scale per output column."""
