@@ -44,7 +44,13 @@ def test_embedder_shapes_and_batch_independence(make_bilm, batch):
         numpy.testing.assert_allclose(alone, layers, atol=1e-6, rtol=0)
 
 
-texts = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF), min_size=0, max_size=120)
+# spaCy's own tokenizer refuses lone surrogates (UTF-8 cannot encode them) before any pipe runs; the
+# character-id tests above keep them
+texts = st.text(
+    alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF, blacklist_categories=("Cs",)),
+    min_size=0,
+    max_size=120,
+)
 
 
 @pytest.fixture(scope="module")
