@@ -34,14 +34,9 @@ def lstm_cell(gates: torch.Tensor, c: torch.Tensor, cell_clip: Optional[float]) 
 
 
 # CPU BLAS takes another code path (and so another summation order) for products of fewer than 4
-# rows; padding those to 4 zero rows makes a row's result independent of how many rows share its batch.
+# rows; keeping every product at 4 rows or more makes a row's result independent of how many rows
+# share its batch.
 MIN_GEMM_ROWS = 4
-
-
-def at_least_rows(x: torch.Tensor, rows: int = MIN_GEMM_ROWS) -> torch.Tensor:
-    """x (2, M, K) with zero rows appended up to `rows` along dim 1."""
-    missing = rows - x.shape[1]
-    return nn.functional.pad(x, (0, 0, 0, missing)) if missing > 0 else x
 
 
 @dataclass
@@ -177,9 +172,6 @@ class BiLSTMStack(nn.Module):
         C = o.lstm_dim
         w_in, w_rec, w_proj = self.input_w[layer], self.recurrent_w[layer], self.proj_w[layer]
         bias = (self.bias[layer] + self.forget_bias.to(self.bias[layer].dtype)).unsqueeze(1)  # (2, 1, 4C)
-        # All time steps' input products at once: (2, T*B, P) @ (2, P, 4C)
-        flat = inputs.reshape(2, n_steps * n_rows, P)
-        pre = products.baddbmm(bias, at_least_rows(flat), w_in)[:, : flat.shape[1]].view(2, n_steps, n_rows, 4 * C)
         if h0 is None or c0 is None:
             h = inputs.new_zeros(2, n_rows, P)
             c = inputs.new_zeros(2, n_rows, C)
@@ -187,15 +179,17 @@ class BiLSTMStack(nn.Module):
             h, c = h0, c0
         final_h = h.clone() if track_final else None
         final_c = c.clone() if track_final else None
-        # Every recurrent product has at least MIN_GEMM_ROWS rows: a batch with fewer is padded once here,
-        # and rows that run out of tokens leave the batch only down to that floor (rows kept past their
-        # end compute on padding, are zeroed in the output, and their final state was taken when they
-        # ended). One slice when rows leave, no padding of every product.
-        floor = MIN_GEMM_ROWS
-        if floor > n_rows:
-            pre = nn.functional.pad(pre, (0, 0, 0, floor - n_rows))
-            h = nn.functional.pad(h, (0, 0, 0, floor - n_rows))
-            c = nn.functional.pad(c, (0, 0, 0, floor - n_rows))
+        # Every product has at least MIN_GEMM_ROWS rows: a batch with fewer is padded once here, and rows
+        # that run out of tokens leave the batch only down to that floor (rows kept past their end
+        # compute on padding, are zeroed in the output, and their final state was taken when they ended).
+        if n_rows < MIN_GEMM_ROWS:
+            missing = MIN_GEMM_ROWS - n_rows
+            inputs = nn.functional.pad(inputs, (0, 0, 0, missing))
+            h = nn.functional.pad(h, (0, 0, 0, missing))
+            c = nn.functional.pad(c, (0, 0, 0, missing))
+        rows = inputs.shape[2]
+        # All time steps' input products at once: (2, T*B, P) @ (2, P, 4C)
+        pre = products.baddbmm(bias, inputs.reshape(2, n_steps * rows, P), w_in).view(2, n_steps, rows, 4 * C)
         # One view a step: the backward of `unbind` stacks the steps' gradients once, where indexing
         # `pre[:, t]` in the loop would allocate and add a gradient the size of all of `pre` every step.
         pre_steps = pre.unbind(1)
@@ -209,8 +203,8 @@ class BiLSTMStack(nn.Module):
                     final_h[:, n:running] = h[:, n:running]
                     final_c[:, n:running] = c[:, n:running]
                 running = n
-                if max(n, floor) < h.shape[1]:
-                    h, c = h[:, : max(n, floor)], c[:, : max(n, floor)]
+                if max(n, MIN_GEMM_ROWS) < h.shape[1]:
+                    h, c = h[:, : max(n, MIN_GEMM_ROWS)], c[:, : max(n, MIN_GEMM_ROWS)]
             gates = products.baddbmm(pre_steps[t][:, : h.shape[1]], h, w_rec)
             m, c = self.cell(gates, c, cell_clip)
             h = products.bmm(m, w_proj)

@@ -83,15 +83,21 @@ class PreparedProducts(Products):
             self._prepared[id(key_tensor)] = cached
         return cached[1]
 
-    def product(self, x: torch.Tensor, w: torch.Tensor, source: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """x (..., M, K) @ w (K, N), or batched x (D, M, K) @ w (D, K, N): float32 out."""
+    def product(
+        self,
+        x: torch.Tensor,
+        w: torch.Tensor,
+        source: Optional[torch.Tensor] = None,
+        bias: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
+        """[bias +] x (..., M, K) @ w (K, N), or batched x (D, M, K) @ w (D, K, N): float32 out."""
         raise NotImplementedError
 
     def addmm(self, bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return self.product(x, w) + bias
+        return self.product(x, w, bias=bias)
 
     def baddbmm(self, bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return self.product(x, w) + bias
+        return self.product(x, w, bias=bias)
 
     def bmm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return self.product(x, w)
@@ -111,23 +117,22 @@ class HalfProducts(PreparedProducts):
     def prepare_weight(self, w: torch.Tensor) -> torch.Tensor:
         return w.to(self.dtype)
 
-    def product(self, x: torch.Tensor, w: torch.Tensor, source: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def product(
+        self,
+        x: torch.Tensor,
+        w: torch.Tensor,
+        source: Optional[torch.Tensor] = None,
+        bias: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
+        # cast in the graph when gradients flow (fine-tuning reaches the float32 weights), else once
         low: object = w.to(self.dtype) if torch.is_grad_enabled() and w.requires_grad else self.prepared(w, source)
-        # (cast in the graph when gradients flow: fine-tuning reaches the float32 weights)
         assert isinstance(low, torch.Tensor)
-        return torch.matmul(x.to(self.dtype), low).float()
-
-    def _biased(self, bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor, fused: Callable) -> torch.Tensor:
-        """The bias added inside the 16-bit product (one pass over the output less than adding after)."""
-        low: object = w.to(self.dtype) if torch.is_grad_enabled() and w.requires_grad else self.prepared(w)
-        assert isinstance(low, torch.Tensor)
-        return fused(bias.to(self.dtype), x.to(self.dtype), low).float()
-
-    def addmm(self, bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return self._biased(bias, x, w, torch.addmm)
-
-    def baddbmm(self, bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return self._biased(bias, x, w, torch.baddbmm)
+        x = x.to(self.dtype)
+        if bias is None:
+            return torch.matmul(x, low).float()
+        # the bias added inside the 16-bit product: one pass over the output less than adding it after
+        fused = torch.addmm if x.dim() == 2 else torch.baddbmm
+        return fused(bias.to(self.dtype), x, low).float()
 
 
 class Int8Weight:
@@ -145,13 +150,17 @@ class Int8Weight:
 INT8_COLUMN_BLOCK = 2048
 
 
-def int8_product(x: torch.Tensor, weight: Int8Weight, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """x (M, K) float (+ bias (N,) or (M, N)) -> (M, N) float32 through exact int8 x int8 -> int32 products,
-    a block of columns at a time, each block scaled (and biased) while it is in cache."""
+def int8_product(
+    x: torch.Tensor, weight: Int8Weight, bias: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """x (M, K) float (+ bias (N,) or (M, N)) -> (M, N) float32 (into `out` if given) through exact
+    int8 x int8 -> int32 products, a block of columns at a time, each block scaled (and biased) while
+    it is in cache."""
     scale = x.abs().amax(dim=1, keepdim=True) / INT8_MAX
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
     quantized = torch.round(x / scale).to(torch.int8)  # |x / scale| <= 127 by construction
-    out = x.new_empty(x.shape[0], weight.rows.shape[0], dtype=torch.float32)
+    if out is None:
+        out = x.new_empty(x.shape[0], weight.rows.shape[0], dtype=torch.float32)
     for start in range(0, out.shape[1], INT8_COLUMN_BLOCK):
         columns = slice(start, start + INT8_COLUMN_BLOCK)
         block = out[:, columns]
@@ -179,17 +188,13 @@ class Int8Products(PreparedProducts):
             raise RuntimeError("precision 'int8' is for inference: its products have no gradient")
         prepared = self.prepared(w, source)
         if isinstance(prepared, list):  # batched: one weight a direction
-            biases = [None] * len(prepared) if bias is None else list(bias.expand(len(prepared), *bias.shape[1:]))
-            return torch.stack([int8_product(x[d], weight, biases[d]) for d, weight in enumerate(prepared)])
+            out = x.new_empty(len(prepared), x.shape[1], prepared[0].scale.shape[0], dtype=torch.float32)
+            for d, weight in enumerate(prepared):
+                int8_product(x[d], weight, None if bias is None else bias[min(d, bias.shape[0] - 1)], out[d])
+            return out
         assert isinstance(prepared, Int8Weight)
         flat = x.reshape(-1, x.shape[-1])
         return int8_product(flat, prepared, bias).view(*x.shape[:-1], prepared.scale.shape[0])
-
-    def addmm(self, bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return self.product(x, w, bias=bias)
-
-    def baddbmm(self, bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return self.product(x, w, bias=bias)
 
 
 FP32 = Products()

@@ -95,11 +95,6 @@ class BiLMRunner(torch.nn.Module):
     def precision(self) -> str:
         return self.products.precision
 
-    @precision.setter
-    def precision(self, precision: str) -> None:
-        if precision != self.products.precision:
-            self.products = products_for(precision)
-
     # --- the model ----------------------------------------------------------------------------
 
     @property
