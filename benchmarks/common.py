@@ -39,11 +39,9 @@ def best_time(fn: Callable[[], object], repeats: int, sync: Callable[[], None] =
     return best
 
 
-def matmul_rate(device: str = "cpu", precision: object = "fp32", n: int = 2048, repeats: int = 5) -> float:
+def matmul_rate(device: str = "cpu", precision: str = "fp32", n: int = 2048, repeats: int = 5) -> float:
     """Best-of-N GFLOP/s (for int8: GOP/s) of a square matrix product at a precision ("fp32", "bf16",
-    "fp16", "int8" or a torch dtype): the ceiling the biLM is measured against."""
-    names = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
-    precision = names.get(precision, precision)  # type: ignore[call-overload]
+    "fp16", "int8"): the ceiling the biLM is measured against."""
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     if precision == "int8":
         a8 = torch.randint(-127, 128, (n, n), device=device, dtype=torch.int8)
@@ -52,7 +50,7 @@ def matmul_rate(device: str = "cpu", precision: object = "fp32", n: int = 2048, 
         def work() -> object:
             return torch._int_mm(a8, b8)
     else:
-        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[str(precision)]
+        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
         a = torch.randn(n, n, device=device, dtype=dtype)
         b = torch.randn(n, n, device=device, dtype=dtype)
 

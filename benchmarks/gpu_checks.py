@@ -3,7 +3,7 @@
     python benchmarks/gpu_checks.py [--output results/gpu_checks.jsonl]
 
 1. fp32 on the GPU against the CPU, the paper's full configuration (random weights): max abs diff.
-2. bf16 autocast against fp32 on the GPU: relative Frobenius error.
+2. bf16 products (precision="bf16") against fp32 on the GPU: relative Frobenius error.
 3. A batch forced to run out of memory (per-process memory fraction lowered) is split and completes
    with the same outputs as an unconstrained run.
 Each prints one JSON line with "ok" against the issue's bounds (1e-5, 2e-2, equal at 1e-5).

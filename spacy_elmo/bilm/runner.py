@@ -25,7 +25,7 @@ from .. import chars
 from .batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET, token_budget_batches
 from .bilm import BiLM
 from .carried_state import CarriedState
-from .precision import check_device, check_precision, products_for
+from .precision import check_device, products_for
 
 
 def is_out_of_memory(error: BaseException) -> bool:
@@ -73,13 +73,12 @@ class BiLMRunner(torch.nn.Module):
         n_threads: int = 0,
     ) -> None:
         super().__init__()
-        check_precision(precision)
         if bilm is None and load is None:
             raise ValueError("BiLMRunner needs a biLM or a function that loads one")
         self._load = load
         self.bilm: Optional[BiLM] = None
         self.token_cache_size = token_cache_size
-        self.products = products_for(precision)  # the precision's prepared weights live here, not in the model
+        self.products = products_for(precision)  # checks it; the prepared weights live here, not in the model
         self.token_budget = token_budget
         self.stateful = stateful
         self.max_batch_size = max_batch_size
@@ -124,6 +123,7 @@ class BiLMRunner(torch.nn.Module):
         if self.token_cache_size is not None:
             bilm.set_token_cache(self.token_cache_size)
         self.bilm = bilm.to(device) if device is not None else bilm
+        self.products = products_for(self.precision)  # no prepared weights of a previous biLM kept alive
         self._carried.reset()
 
     def reset_state(self) -> None:
