@@ -2,13 +2,15 @@
 
     python benchmarks/bilm_throughput.py [--device cpu|cuda] [--configs full,small] [--batch-sizes 1,32,128]
     python benchmarks/bilm_throughput.py --precision fp32,bf16,int8
+    python benchmarks/bilm_throughput.py --precision fp32-torch,fp32,bf16-torch,bf16   # oneDNN vs torch's kernels
     python benchmarks/bilm_throughput.py --entry runner     # through BiLMRunner.embed_sentences (words in)
 
 Random weights, sentences of `--length` tokens (+ <S>, </S>), fp32 by default. For every
 (configuration, batch size, precision) one JSON line: tokens/s, achieved GFLOP/s (2 FLOPs per
 multiply-add, boundary tokens not counted), that as a fraction of the square-matmul rate of the same
-precision measured in the same run (int8: `torch._int_mm`, what the int8 products run on), and the
-tokens/s as a ratio to the first precision listed (measured in the same run).
+precision on the same kernels, measured in the same run (`common.matmul_rate`), and the tokens/s as a
+ratio to the first precision listed (measured in the same run). "fp32-torch" and "bf16-torch" are those
+precisions through torch's own products (what the CPU ran before oneDNN's packed products).
 `--entry bilm` (default) times the module's forward on character ids; `--entry runner` times what `embed`
 and the Python API run: words -> character ids -> batching -> forward -> per-sentence numpy arrays.
 """
@@ -23,7 +25,7 @@ from common import best_time, bilm_flops_per_token, describe_machine, emit, matm
 from spacy_elmo import chars
 from spacy_elmo.bilm.bilm import BiLM
 from spacy_elmo.bilm.options import full_options, small_options
-from spacy_elmo.bilm.precision import Products, check_precision, products_for
+from spacy_elmo.bilm.precision import FP32, HalfProducts, Products, check_precision, products_for
 from spacy_elmo.bilm.runner import BiLMRunner
 
 CONFIGS = {"full": full_options, "small": small_options}
@@ -38,6 +40,13 @@ def make_sentences(batch_size: int, length: int) -> list[list[str]]:
 
 def make_batch(batch_size: int, length: int) -> torch.Tensor:
     return torch.from_numpy(chars.batch_to_ids(make_sentences(batch_size, length)))
+
+
+TORCH_KERNELS = {"fp32-torch": lambda: FP32, "bf16-torch": lambda: HalfProducts("bf16")}
+
+
+def products_named(name: str) -> Products:
+    return TORCH_KERNELS[name]() if name in TORCH_KERNELS else products_for(name)
 
 
 def bilm_work(bilm: BiLM, ids: torch.Tensor, products: Products) -> Callable[[], object]:
@@ -65,7 +74,9 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=20, help="tokens a sentence, boundaries excluded")
     parser.add_argument("--min-seconds", type=float, default=3.0, help="time each point at least this long")
     parser.add_argument("--output", default="", help="append JSON lines to this file too")
-    parser.add_argument("--precision", default="fp32", help="comma-separated: fp32, bf16, fp16, int8")
+    parser.add_argument(
+        "--precision", default="fp32", help="comma-separated: fp32, bf16, fp16, int8, fp32-torch, bf16-torch"
+    )
     parser.add_argument("--compile", action="store_true", help="torch.compile the LSTM cell")
     parser.add_argument("--entry", default="bilm", choices=["bilm", "runner"], help="what is timed (see above)")
     parser.add_argument(
@@ -76,7 +87,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     device = args.device
-    precisions = [check_precision(p, "--precision") for p in args.precision.split(",")]
+    precisions = [p if p in TORCH_KERNELS else check_precision(p, "--precision") for p in args.precision.split(",")]
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     machine = describe_machine(device)
     size = 8192 if device.startswith("cuda") else 2048
@@ -100,10 +111,11 @@ def main() -> None:
             for precision in precisions:
                 if args.entry == "bilm":
                     ids = make_batch(batch_size, args.length).to(device)
-                    work = bilm_work(bilm, ids, products_for(precision))
+                    work = bilm_work(bilm, ids, products_named(precision))
                 else:
                     # one batch of all the sentences, as the bilm entry has
-                    runner = BiLMRunner(bilm, precision=precision, token_budget=batch_size * (args.length + 2))
+                    runner = BiLMRunner(bilm, token_budget=batch_size * (args.length + 2))
+                    runner.products = products_named(precision)
                     work = runner_work(runner, make_sentences(batch_size, args.length))
                 seconds = time_work(work, args.min_seconds, sync)
                 tokens_per_s = batch_size * args.length / seconds

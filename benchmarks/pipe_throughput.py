@@ -4,6 +4,7 @@ configuration (random weights), on the CPU and, with --gpu, on the GPU.
     python benchmarks/pipe_throughput.py [--models shipped,full,fixture] [--words 20000] [--gpu]
     python benchmarks/pipe_throughput.py --models shipped --n-process 1,2 --threads 1   # processes, 1 thread each
     python benchmarks/pipe_throughput.py --models shipped --precision fp32,bf16,int8 --threads 2
+    python benchmarks/pipe_throughput.py --models shipped --precision fp32-torch,fp32   # torch's kernels vs oneDNN's
 
 Docs are paragraphs of the project's Gutenberg validation sample (assets/gutenberg/valid_sample.txt.gz;
 generated sentences if it is missing), run through spacy.blank("en") + sentencizer + elmo with its
@@ -19,6 +20,7 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import spacy
 import torch
@@ -28,6 +30,7 @@ import spacy_elmo.loading  # noqa: E402
 from common import describe_machine, emit  # noqa: E402
 from spacy_elmo.bilm.bilm import BiLM  # noqa: E402
 from spacy_elmo.bilm.options import full_options  # noqa: E402
+from spacy_elmo.bilm.precision import FP32, HalfProducts, Products  # noqa: E402
 from spacy_elmo.layers import bilm_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,16 +56,27 @@ def load_texts(n_words: int) -> list[str]:
     return out
 
 
+# A precision through torch's own products (what the CPU ran before oneDNN's packed ones): the baseline.
+TORCH_KERNELS: dict[str, Callable[[], Products]] = {
+    "fp32-torch": lambda: FP32,
+    "bf16-torch": lambda: HalfProducts("bf16"),
+}
+
+
 def build(model: str, precision: str = "fp32") -> spacy.Language:
     nlp = spacy.blank("en")
     nlp.add_pipe("sentencizer")
     path = {"shipped": "", "fixture": str(FIXTURE), "full": ""}[model]  # full: weights are set below
-    config = {"@architectures": "spacy-elmo.BiLM.v1", "path": path, "precision": precision}
+    setting = precision.removesuffix("-torch")
+    config = {"@architectures": "spacy-elmo.BiLM.v1", "path": path, "precision": setting}
     elmo = nlp.add_pipe("elmo", config={"model": config})
     if model == "full":
         bilm = BiLM(full_options())
         bilm.reset_parameters(0)
         bilm_model.set_bilm(elmo.model, bilm)
+    if precision in TORCH_KERNELS:
+        bilm_model.ensure_bilm(elmo.model)  # loaded first: loading a biLM gives the runner new products
+        bilm_model.get_runner(elmo.model).products = TORCH_KERNELS[precision]()
     return nlp
 
 
@@ -97,7 +111,11 @@ def main() -> None:
         help="nlp.pipe batch_size in docs (spaCy hands whole batches to worker processes: keep it well under "
         "docs / n_process, or one worker gets all the work)",
     )
-    parser.add_argument("--precision", default="fp32", help="comma-separated: fp32, bf16, int8 (the model's setting)")
+    parser.add_argument(
+        "--precision",
+        default="fp32",
+        help="comma-separated: fp32, bf16, int8 (the model's setting), fp32-torch, bf16-torch (torch's kernels)",
+    )
     parser.add_argument("--output", default="", help="append JSON lines to this file too")
     args = parser.parse_args()
     if args.threads:

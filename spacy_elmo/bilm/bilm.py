@@ -77,7 +77,7 @@ class BiLM(nn.Module):
             unique, inverse = torch.unique(flat, dim=0, return_inverse=True)
             if cache is not None:
                 vectors = cache.encode(
-                    unique, self.token_encoder, lambda ids: self.token_encoder(ids, products), products.precision
+                    unique, self.token_encoder, lambda ids: self.token_encoder(ids, products), products.kernels
                 )
             else:
                 vectors = self.token_encoder(unique, products)

@@ -31,8 +31,8 @@ class TokenCache:
         self._slots.clear()
         self._store = torch.empty(0)
 
-    def _check_weights(self, module: torch.nn.Module, precision: str) -> None:
-        key = (precision, *((p.data_ptr(), p._version, p.dtype, p.device) for p in module.parameters()))
+    def _check_weights(self, module: torch.nn.Module, kernels: str) -> None:
+        key = (kernels, *((p.data_ptr(), p._version, p.dtype, p.device) for p in module.parameters()))
         if key != self._weights_key:
             self.clear()
             self._weights_key = key
@@ -42,11 +42,12 @@ class TokenCache:
         unique_ids: torch.Tensor,
         module: torch.nn.Module,
         encoder: Callable[[torch.Tensor], torch.Tensor],
-        precision: str = "fp32",
+        kernels: str = "torch",
     ) -> torch.Tensor:
         """Vectors of distinct token rows (n, chars): cached ones gathered, the rest encoded and stored.
-        The cache empties when the module's weights or the precision of its products change."""
-        self._check_weights(module, precision)
+        The cache empties when the module's weights or the kernels of its products (`Products.kernels`:
+        the precision, and for fp32 whether oneDNN's or torch's) change."""
+        self._check_weights(module, kernels)
         rows = unique_ids.detach().to("cpu").numpy()
         keys = [row.tobytes() for row in numpy.ascontiguousarray(rows, dtype=numpy.int32)]
         hit_positions: list[int] = []

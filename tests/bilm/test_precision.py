@@ -8,7 +8,16 @@ import pytest
 import torch
 
 from spacy_elmo import loading
-from spacy_elmo.bilm.precision import PRECISIONS, check_device, check_precision, products_for
+from spacy_elmo.bilm.precision import (
+    FP32,
+    PRECISIONS,
+    PackedProducts,
+    check_device,
+    check_precision,
+    onednn_available,
+    pack_for_onednn,
+    products_for,
+)
 from spacy_elmo.bilm.runner import BiLMRunner
 
 # max |layer - fp32 layer| / max |fp32 layer|, per layer (README "Speed and precision": measured
@@ -127,3 +136,101 @@ def test_each_precision_has_its_own_prepared_weights():
     assert check_precision("bf16") == "bf16"
     assert products_for("int8") is not products_for("int8")
     assert products_for("fp32").precision == "fp32"
+
+
+needs_onednn = pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN linear operators")
+
+
+def ids_of(sentences):
+    from spacy_elmo import chars
+
+    return torch.from_numpy(chars.batch_to_ids(sentences))
+
+
+@needs_onednn
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_cpu_inference_runs_packed_onednn_products(reference_bilm, all_sentences, precision):
+    runner = BiLMRunner(reference_bilm, precision=precision)
+    assert isinstance(runner.products, PackedProducts) and runner.products.kernels == f"onednn-{precision}"
+    runner.embed_sentences(all_sentences[:3])
+    prepared = [entry[1] for entry in runner.products._prepared.values()]
+    options = reference_bilm.options
+    # convolutions, highway carry and transform, token projection; LSTM input, recurrent, projection
+    n_weights = len(options.filters) + 2 * options.n_highway + 1 + 3 * options.n_layers
+    assert len(prepared) == n_weights, "every weight of the biLM packed once"
+    assert all(p is not None for p in prepared), "a weight failed its batch-independence probe"
+
+
+@needs_onednn
+@pytest.mark.parametrize("model", ["fixture", "shipped"])
+def test_packed_fp32_within_float_rounding_of_torch_products(request, reference_bilm, all_sentences, model):
+    bilm = reference_bilm if model == "fixture" else request.getfixturevalue("shipped_bilm")
+    ids = ids_of(all_sentences)
+    with torch.no_grad():
+        plain = bilm(ids, products=FP32).layers
+        packed = bilm(ids, products=products_for("fp32")).layers
+    scale = float(plain.abs().max())
+    assert float((packed - plain).abs().max()) <= 1e-6 * max(scale, 1.0)
+    assert not torch.equal(packed, plain), "the packed products did not run"
+
+
+@needs_onednn
+def test_packed_products_with_gradients_are_torch_products(make_bilm):
+    bilm = make_bilm().train()
+    ids = ids_of([["a", "b"], ["c"]])
+    plain = bilm(ids, products=FP32).layers
+    packed = bilm(ids, products=products_for("fp32")).layers
+    assert packed.requires_grad and torch.equal(packed, plain)
+    packed.sum().backward()
+    assert all(p.grad is not None for p in bilm.lstm.parameters())
+
+
+@needs_onednn
+def test_a_weight_that_fails_the_probe_keeps_torch_products(reference_bilm, all_sentences, monkeypatch):
+    import spacy_elmo.bilm.precision as precision_module
+
+    monkeypatch.setattr(precision_module, "pack_for_onednn", lambda w, dtype: None)
+    ids = ids_of(all_sentences)
+    with torch.no_grad():
+        plain = reference_bilm(ids, products=FP32).layers
+        fallen_back = reference_bilm(ids, products=products_for("fp32")).layers
+    assert torch.equal(fallen_back, plain)
+
+
+@needs_onednn
+def test_probe_refuses_a_kernel_whose_rows_depend_on_the_batch(monkeypatch):
+    import spacy_elmo.bilm.precision as precision_module
+
+    real = precision_module.onednn_linear
+
+    def row_count_dependent(x, packed, bias):  # as BLAS is below 4 rows: another rounding for long products
+        out = real(x, packed, bias)
+        return out + 1e-3 if x.shape[0] > 40 else out
+
+    w = torch.randn(16, 24)
+    assert isinstance(pack_for_onednn(w, torch.float32), torch.Tensor)
+    monkeypatch.setattr(precision_module, "onednn_linear", row_count_dependent)
+    assert pack_for_onednn(w, torch.float32) is None
+
+
+def test_token_cache_keeps_packed_and_torch_products_apart(make_bilm):
+    bilm = make_bilm().eval()
+    bilm.set_token_cache(100)
+    ids = ids_of([["a", "b", "c"]])
+    with torch.no_grad():
+        first = bilm(ids, products=FP32).layers
+        bilm(ids, products=products_for("fp32"))
+        again = bilm(ids, products=FP32).layers
+    assert torch.equal(first, again)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_products_copy_and_pickle_without_their_prepared_weights(reference_bilm, all_sentences, precision):
+    import copy
+    import pickle
+
+    runner = BiLMRunner(reference_bilm, precision=precision)
+    if precision != "fp16":
+        runner.embed_sentences(all_sentences[:2])  # weights prepared (oneDNN's packed ones cannot be copied)
+    for clone in (copy.deepcopy(runner.products), pickle.loads(pickle.dumps(runner.products))):
+        assert clone.precision == precision and getattr(clone, "_prepared", {}) == {}
