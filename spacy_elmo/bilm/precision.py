@@ -213,20 +213,23 @@ class PackedProducts(PreparedProducts):
                 self._linear(x[d], weight, None if bias is None else bias[min(d, bias.shape[0] - 1)], out[d])
             return out
         flat = x.reshape(-1, x.shape[-1])
-        out = flat.new_empty(flat.shape[0], w.shape[1], dtype=torch.float32)
-        return self._linear(flat, packed[0], bias, out).view(*x.shape[:-1], w.shape[1])
+        return self._linear(flat, packed[0], bias).view(*x.shape[:-1], w.shape[1])
 
     def _linear(
-        self, x: torch.Tensor, packed: torch.Tensor, bias: Optional[torch.Tensor], out: torch.Tensor
+        self,
+        x: torch.Tensor,
+        packed: torch.Tensor,
+        bias: Optional[torch.Tensor],
+        out: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
-        """out (M, N) = bias + x (M, K) @ w: a bias of one row fused into oneDNN's product, a bias per
-        row (the LSTM's input products) added in float32 after it."""
-        one_row = bias is not None and bias.numel() == out.shape[1]
+        """bias + x (M, K) @ w as float32 (M, N), into `out` if given: a bias of one row fused into
+        oneDNN's product, a bias per row (the LSTM's input products) added in float32 after it."""
+        one_row = bias is not None and bias.numel() == packed.shape[0]
         fused = bias.reshape(-1).to(self.dtype).contiguous() if bias is not None and one_row else None
         result = onednn_linear(x.to(self.dtype).contiguous(), packed, fused)
-        if bias is None or one_row:
-            return out.copy_(result)
-        return torch.add(bias, result, out=out)
+        if bias is not None and not one_row:
+            return torch.add(bias, result, out=out) if out is not None else bias + result
+        return out.copy_(result) if out is not None else result.float()
 
 
 class Int8Weight:
