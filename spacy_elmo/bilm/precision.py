@@ -154,8 +154,8 @@ def onednn_available() -> bool:
     )
 
 
-# Rows of the probe that checks a packed weight's batch independence: the fewest rows the biLM ever
-# multiplies (the LSTM's floor, `lstm.MIN_GEMM_ROWS`) against longer products, whose kernels could differ.
+# Rows of the probes that check a packed weight's batch independence: the fewest rows the biLM ever
+# multiplies (the LSTM's floor, `lstm.MIN_GEMM_ROWS`), a block and a tail, and a long product.
 PROBE_ROWS = (4, 37, 1031)
 
 
@@ -170,9 +170,9 @@ def pack_for_onednn(w: torch.Tensor, dtype: torch.dtype) -> Optional[torch.Tenso
     packed = torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous().to(dtype), None)
     generator = torch.Generator().manual_seed(0)
     probe = torch.randn(PROBE_ROWS[-1], w.shape[0], generator=generator).to(dtype)
-    fewest = onednn_linear(probe[: PROBE_ROWS[0]], packed, None)
-    for rows in PROBE_ROWS[1:]:
-        if not torch.equal(onednn_linear(probe[:rows], packed, None)[: PROBE_ROWS[0]], fewest):
+    longest = onednn_linear(probe, packed, None)
+    for rows in PROBE_ROWS[:-1]:  # every row, those of a short product's tail block included
+        if not torch.equal(onednn_linear(probe[:rows], packed, None), longest[:rows]):
             return None
     return packed
 

@@ -224,8 +224,8 @@ def BiLM_v1(
         longer sentences) are cut into overlapping windows of this many tokens.
     window_context: tokens of context each window reads on each side of the part it answers for.
     mixed_precision: run the biLM under thinc's CUDA autocast (fp16; GPU only, no effect on CPU).
-    precision: the biLM's matrix products, on CPU and GPU alike: "fp32" (default), "bf16" (about 2.4x
-        faster on a CPU with bf16 units), "int8" (CPU only, inference only: dynamic quantization, weights
+    precision: the biLM's matrix products, on CPU and GPU alike: "fp32" (default), "bf16" (about 1.5x
+        the fp32 speed on a CPU with bf16 units), "int8" (CPU only, inference only: dynamic quantization, weights
         quantized once when loaded, never saved so) or "fp16" (GPU). Outputs are float32 whatever the
         precision; `spacy_elmo.bilm.precision` says how each is computed and README what each costs.
     """
