@@ -21,11 +21,19 @@ from typing import Callable
 
 import torch
 
-from common import best_time, bilm_flops_per_token, describe_machine, emit, matmul_rate
+from common import (
+    best_time,
+    bilm_flops_per_token,
+    check_benchmark_precision,
+    describe_machine,
+    emit,
+    matmul_rate,
+    products_named,
+)
 from spacy_elmo import chars
 from spacy_elmo.bilm.bilm import BiLM
 from spacy_elmo.bilm.options import full_options, small_options
-from spacy_elmo.bilm.precision import FP32, HalfProducts, Products, check_precision, products_for
+from spacy_elmo.bilm.precision import Products
 from spacy_elmo.bilm.runner import BiLMRunner
 
 CONFIGS = {"full": full_options, "small": small_options}
@@ -40,13 +48,6 @@ def make_sentences(batch_size: int, length: int) -> list[list[str]]:
 
 def make_batch(batch_size: int, length: int) -> torch.Tensor:
     return torch.from_numpy(chars.batch_to_ids(make_sentences(batch_size, length)))
-
-
-TORCH_KERNELS = {"fp32-torch": lambda: FP32, "bf16-torch": lambda: HalfProducts("bf16")}
-
-
-def products_named(name: str) -> Products:
-    return TORCH_KERNELS[name]() if name in TORCH_KERNELS else products_for(name)
 
 
 def bilm_work(bilm: BiLM, ids: torch.Tensor, products: Products) -> Callable[[], object]:
@@ -87,7 +88,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     device = args.device
-    precisions = [p if p in TORCH_KERNELS else check_precision(p, "--precision") for p in args.precision.split(",")]
+    precisions = [check_benchmark_precision(p) for p in args.precision.split(",")]
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     machine = describe_machine(device)
     size = 8192 if device.startswith("cuda") else 2048

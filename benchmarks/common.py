@@ -9,6 +9,23 @@ from typing import Callable
 import torch
 
 from spacy_elmo.bilm.options import BiLMOptions
+from spacy_elmo.bilm.precision import FP32, HalfProducts, Products, check_precision, products_for
+
+# A precision through torch's own products (what the CPU ran before oneDNN's packed ones): the baselines.
+TORCH_KERNELS: dict[str, Callable[[], Products]] = {
+    "fp32-torch": lambda: FP32,
+    "bf16-torch": lambda: HalfProducts("bf16"),
+}
+
+
+def check_benchmark_precision(name: str) -> str:
+    """A precision, or one of TORCH_KERNELS' names."""
+    return name if name in TORCH_KERNELS else check_precision(name, "--precision")
+
+
+def products_named(name: str) -> Products:
+    """The products of a precision, or of one of TORCH_KERNELS' baselines."""
+    return TORCH_KERNELS[name]() if name in TORCH_KERNELS else products_for(name)
 
 
 def describe_machine(device: str = "cpu") -> dict[str, object]:

@@ -20,17 +20,15 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import Callable
 
 import spacy
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import spacy_elmo.loading  # noqa: E402
-from common import describe_machine, emit  # noqa: E402
+from common import TORCH_KERNELS, describe_machine, emit  # noqa: E402
 from spacy_elmo.bilm.bilm import BiLM  # noqa: E402
 from spacy_elmo.bilm.options import full_options  # noqa: E402
-from spacy_elmo.bilm.precision import FP32, HalfProducts, Products  # noqa: E402
 from spacy_elmo.layers import bilm_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,13 +52,6 @@ def load_texts(n_words: int) -> list[str]:
         out.append(paragraph)
         total += len(paragraph.split())
     return out
-
-
-# A precision through torch's own products (what the CPU ran before oneDNN's packed ones): the baseline.
-TORCH_KERNELS: dict[str, Callable[[], Products]] = {
-    "fp32-torch": lambda: FP32,
-    "bf16-torch": lambda: HalfProducts("bf16"),
-}
 
 
 def build(model: str, precision: str = "fp32") -> spacy.Language:

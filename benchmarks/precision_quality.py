@@ -18,18 +18,16 @@ import numpy
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import describe_machine, emit  # noqa: E402
+from common import describe_machine, emit, products_named  # noqa: E402
 from spacy_elmo import load_bilm_tf, loading  # noqa: E402
-from spacy_elmo.bilm.precision import FP32, HalfProducts, products_for  # noqa: E402
 from spacy_elmo.bilm.runner import BiLMRunner  # noqa: E402
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "elmo-fixture"
-TORCH_KERNELS = {"fp32-torch": lambda: FP32, "bf16-torch": lambda: HalfProducts("bf16")}
 
 
 def embed(bilm: torch.nn.Module, precision: str, sentences: list[list[str]]) -> list[numpy.ndarray]:
     runner = BiLMRunner(bilm)
-    runner.products = TORCH_KERNELS[precision]() if precision in TORCH_KERNELS else products_for(precision)
+    runner.products = products_named(precision)
     return runner.embed_sentences(sentences)
 
 
