@@ -112,6 +112,38 @@ class PreparedProducts(Products):
         return cached[1]
 
 
+class MatrixByMatrixProducts(PreparedProducts):
+    """Prepared products computed one (K, N) matrix at a time: a batched weight (D, K, N) is prepared as
+    D matrices and multiplied a direction at a time. Subclasses say how to prepare one matrix (None: it
+    cannot be) and how to multiply by it."""
+
+    def prepare_matrix(self, w: torch.Tensor) -> Optional[object]:
+        raise NotImplementedError
+
+    def multiply(
+        self, x: torch.Tensor, matrix: object, bias: Optional[torch.Tensor], out: Optional[torch.Tensor] = None
+    ) -> torch.Tensor:
+        """bias (N,) or (M, N) + x (M, K) @ the prepared matrix, float32 (M, N), into `out` if given."""
+        raise NotImplementedError
+
+    def prepare_weight(self, w: torch.Tensor) -> Optional[list[object]]:
+        matrices = [self.prepare_matrix(d) for d in w] if w.dim() == 3 else [self.prepare_matrix(w)]
+        return None if any(m is None for m in matrices) else matrices
+
+    def multiply_prepared(
+        self, x: torch.Tensor, w: torch.Tensor, matrices: list[object], bias: Optional[torch.Tensor]
+    ) -> torch.Tensor:
+        """`product` once the weight is prepared: x (D, M, K) by D matrices, or x (..., K) by one."""
+        if w.dim() == 3:
+            out = x.new_empty(len(matrices), x.shape[1], w.shape[2], dtype=torch.float32)
+            for d, matrix in enumerate(matrices):
+                # bias (D, M or 1, N), or one (1, ..., N) for every direction
+                self.multiply(x[d], matrix, None if bias is None else bias[min(d, bias.shape[0] - 1)], out[d])
+            return out
+        flat = x.reshape(-1, x.shape[-1])
+        return self.multiply(flat, matrices[0], bias).view(*x.shape[:-1], w.shape[1])
+
+
 def gradient_flows(x: torch.Tensor, w: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and (w.requires_grad or x.requires_grad)
 
@@ -177,7 +209,7 @@ def pack_for_onednn(w: torch.Tensor, dtype: torch.dtype) -> Optional[torch.Tenso
     return packed
 
 
-class PackedProducts(PreparedProducts):
+class PackedProducts(MatrixByMatrixProducts):
     """CPU inference through oneDNN, each weight packed once: its float32 kernels ran 2-4x faster than
     MKL's on the development CPU (AMD, where MKL takes its AVX2 path) and its bf16 ones up to 4x faster
     than torch's bf16 matmul at a few rows. Where gradients flow, on other devices, or where a weight's
@@ -190,9 +222,8 @@ class PackedProducts(PreparedProducts):
         self.dtype = torch.float32 if precision == "fp32" else HALF_DTYPES[precision]
         self.fallback = fallback
 
-    def prepare_weight(self, w: torch.Tensor) -> object:
-        packed = [pack_for_onednn(d, self.dtype) for d in w] if w.dim() == 3 else [pack_for_onednn(w, self.dtype)]
-        return None if any(p is None for p in packed) else packed
+    def prepare_matrix(self, w: torch.Tensor) -> Optional[torch.Tensor]:
+        return pack_for_onednn(w, self.dtype)
 
     def product(
         self,
@@ -207,26 +238,17 @@ class PackedProducts(PreparedProducts):
         if packed is None:
             return self.fallback.product(x, w, source, bias)
         assert isinstance(packed, list)
-        if w.dim() == 3:  # batched: one weight a direction
-            out = x.new_empty(len(packed), x.shape[1], w.shape[2], dtype=torch.float32)
-            for d, weight in enumerate(packed):
-                self._linear(x[d], weight, None if bias is None else bias[min(d, bias.shape[0] - 1)], out[d])
-            return out
-        flat = x.reshape(-1, x.shape[-1])
-        return self._linear(flat, packed[0], bias).view(*x.shape[:-1], w.shape[1])
+        return self.multiply_prepared(x, w, packed, bias)
 
-    def _linear(
-        self,
-        x: torch.Tensor,
-        packed: torch.Tensor,
-        bias: Optional[torch.Tensor],
-        out: Optional[torch.Tensor] = None,
+    def multiply(
+        self, x: torch.Tensor, matrix: object, bias: Optional[torch.Tensor], out: Optional[torch.Tensor] = None
     ) -> torch.Tensor:
-        """bias + x (M, K) @ w as float32 (M, N), into `out` if given: a bias of one row fused into
-        oneDNN's product, a bias per row (the LSTM's input products) added in float32 after it."""
-        one_row = bias is not None and bias.numel() == packed.shape[0]
+        """A bias of one row is fused into oneDNN's product, a bias per row (the LSTM's input products)
+        added in float32 after it."""
+        assert isinstance(matrix, torch.Tensor)
+        one_row = bias is not None and bias.numel() == matrix.shape[0]
         fused = bias.reshape(-1).to(self.dtype).contiguous() if bias is not None and one_row else None
-        result = onednn_linear(x.to(self.dtype).contiguous(), packed, fused)
+        result = onednn_linear(x.to(self.dtype).contiguous(), matrix, fused)
         if bias is not None and not one_row:
             return torch.add(bias, result, out=out) if out is not None else bias + result
         return out.copy_(result) if out is not None else result.float()
@@ -268,12 +290,12 @@ def int8_product(
     return out
 
 
-class Int8Products(PreparedProducts):
+class Int8Products(MatrixByMatrixProducts):
     precision = "int8"
     kernels = "int8"
 
-    def prepare_weight(self, w: torch.Tensor) -> object:
-        return [Int8Weight(d) for d in w] if w.dim() == 3 else Int8Weight(w)
+    def prepare_matrix(self, w: torch.Tensor) -> Int8Weight:
+        return Int8Weight(w)
 
     def product(
         self,
@@ -282,17 +304,17 @@ class Int8Products(PreparedProducts):
         source: Optional[torch.Tensor] = None,
         bias: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
-        if torch.is_grad_enabled() and w.requires_grad:
+        if gradient_flows(x, w):
             raise RuntimeError("precision 'int8' is for inference: its products have no gradient")
-        prepared = self.prepared(w, source)
-        if isinstance(prepared, list):  # batched: one weight a direction
-            out = x.new_empty(len(prepared), x.shape[1], prepared[0].scale.shape[0], dtype=torch.float32)
-            for d, weight in enumerate(prepared):
-                int8_product(x[d], weight, None if bias is None else bias[min(d, bias.shape[0] - 1)], out[d])
-            return out
-        assert isinstance(prepared, Int8Weight)
-        flat = x.reshape(-1, x.shape[-1])
-        return int8_product(flat, prepared, bias).view(*x.shape[:-1], prepared.scale.shape[0])
+        matrices = self.prepared(w, source)
+        assert isinstance(matrices, list)
+        return self.multiply_prepared(x, w, matrices, bias)
+
+    def multiply(
+        self, x: torch.Tensor, matrix: object, bias: Optional[torch.Tensor], out: Optional[torch.Tensor] = None
+    ) -> torch.Tensor:
+        assert isinstance(matrix, Int8Weight)
+        return int8_product(x, matrix, bias, out)
 
 
 FP32 = Products()
