@@ -25,7 +25,7 @@ import spacy
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-import spacy_elmo.loading  # noqa: E402
+import spacy_elmo.io.resolve  # noqa: E402
 from common import TORCH_KERNELS, describe_machine, emit  # noqa: E402
 from spacy_elmo.bilm.bilm import BiLM  # noqa: E402
 from spacy_elmo.bilm.options import full_options  # noqa: E402
@@ -120,8 +120,8 @@ def main() -> None:
     machine = describe_machine(device)
     for model in args.models.split(","):
         record = {"bench": "pipe_throughput", "model": model, "date": time.strftime("%Y-%m-%d"), **machine}
-        if model == "shipped" and not spacy_elmo.loading.available_models():
-            emit({**record, "skipped": f"no shipped model in {spacy_elmo.loading.SHIPPED_MODELS_DIR}"}, args.output)
+        if model == "shipped" and not spacy_elmo.io.resolve.available_models():
+            emit({**record, "skipped": f"no shipped model in {spacy_elmo.io.resolve.SHIPPED_MODELS_DIR}"}, args.output)
             continue
         n_words = args.full_words if model == "full" and not args.gpu else args.words
         texts = load_texts(n_words)

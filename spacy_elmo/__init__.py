@@ -4,7 +4,7 @@ from .about import __version__
 from .bilm.bilm import BiLM, BiLMOutput
 from .bilm.options import BiLMOptions
 from .bilm.runner import BiLMRunner
-from .bilm_tf import load_bilm_tf, save_bilm_tf
+from .io.hdf5 import load_bilm_tf, save_bilm_tf
 
 # The runner's name before 0.2, kept so that code written against it runs unchanged.
 BiLMEmbedder = BiLMRunner

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy
 
 from .bilm.runner import BiLMRunner
-from .loading import DEFAULT_MODEL, available_models, load_bilm
+from .io.resolve import DEFAULT_MODEL, available_models, load_bilm
 
 FIXTURE = Path(__file__).parent.parent / "tests" / "fixtures" / "elmo-fixture"
 

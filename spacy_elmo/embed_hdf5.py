@@ -86,7 +86,7 @@ def _init_worker(settings: EmbedSettings, threads: Optional[int]) -> None:
     import torch
 
     from .bilm.runner import BiLMRunner
-    from .loading import load_bilm
+    from .io.resolve import load_bilm
 
     if threads is not None:
         torch.set_num_threads(threads)

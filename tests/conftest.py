@@ -7,7 +7,7 @@ import torch
 
 from spacy_elmo.bilm.bilm import BiLM
 from spacy_elmo.bilm.options import BiLMOptions
-from spacy_elmo.bilm_tf import load_bilm_tf
+from spacy_elmo.io.hdf5 import load_bilm_tf
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ELMO_FIXTURE = FIXTURES / "elmo-fixture"

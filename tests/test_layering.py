@@ -25,11 +25,11 @@ PACKAGE = "spacy_elmo"
 # Lowest layer first. Names are relative to spacy_elmo; "__init__" is spacy_elmo/__init__.py itself, a
 # subpackage's name covers everything inside it.
 LAYERS: list[list[str]] = [
-    ["about", "chars", "text"],
-    ["bilm"],  # the PyTorch biLM: options, weights, native format, runner, batching
-    ["bilm_tf", "loading"],  # the bilm-tf HDF5 reader/writer; the one resolver
+    ["about", "chars", "text", "mix", "extensions", "launch_env"],
+    ["bilm"],  # the PyTorch biLM: options, precision, runner, batching
+    ["io"],  # model formats: arrays, native, HDF5, resolving a path; atomic writes
     ["layers"],  # thinc layers
-    ["extensions", "listener_bookkeeping", "pipeline"],
+    ["listener_bookkeeping", "pipeline"],
     ["pretrain", "embed_hdf5"],
     ["cli", "demo", "__main__", "__init__"],
 ]

@@ -10,10 +10,10 @@ import spacy
 import torch
 from spacy.tokens import Doc
 
-import spacy_elmo.loading
-from spacy_elmo.bilm.native import save_native
+import spacy_elmo.io.resolve
+from spacy_elmo.io.native import save_native
 from spacy_elmo.bilm.runner import BiLMRunner
-from spacy_elmo.bilm.weights import WeightsError
+from spacy_elmo.io.arrays import WeightsError
 from spacy_elmo.pipeline import Elmo
 
 FIXTURE = Path(__file__).parent / "fixtures" / "elmo-fixture"
@@ -146,8 +146,8 @@ def test_window_tokens_see_context_on_both_sides(embedder):
 
 
 def test_default_model_path(monkeypatch, tmp_path, reference_bilm):
-    save_native(reference_bilm, tmp_path / spacy_elmo.loading.DEFAULT_MODEL)
-    monkeypatch.setattr(spacy_elmo.loading, "SHIPPED_MODELS_DIR", tmp_path)
+    save_native(reference_bilm, tmp_path / spacy_elmo.io.resolve.DEFAULT_MODEL)
+    monkeypatch.setattr(spacy_elmo.io.resolve, "SHIPPED_MODELS_DIR", tmp_path)
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo")
     doc = nlp("the shipped model")
@@ -156,7 +156,7 @@ def test_default_model_path(monkeypatch, tmp_path, reference_bilm):
 
 
 def test_missing_default_model_is_a_clear_error_at_add_pipe(monkeypatch, tmp_path):
-    monkeypatch.setattr(spacy_elmo.loading, "SHIPPED_MODELS_DIR", tmp_path)
+    monkeypatch.setattr(spacy_elmo.io.resolve, "SHIPPED_MODELS_DIR", tmp_path)
     nlp = spacy.blank("en")
     with pytest.raises(FileNotFoundError, match="default biLM 'en_elmo_small' is not installed"):
         nlp.add_pipe("elmo")

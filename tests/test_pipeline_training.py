@@ -15,7 +15,7 @@ from spacy.tokens import DocBin
 from spacy.training import Example
 
 import spacy_elmo.bilm.bilm
-from spacy_elmo.bilm_tf import load_bilm_tf
+from spacy_elmo.io.hdf5 import load_bilm_tf
 from spacy_elmo.layers import bilm_parameters
 
 FIXTURES = Path(__file__).parent / "fixtures"

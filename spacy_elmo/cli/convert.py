@@ -5,9 +5,9 @@ from typing import Optional
 
 import typer
 
-from ..bilm.native import is_native, save_native
-from ..bilm_tf import save_bilm_tf
-from ..loading import load_bilm
+from ..io.native import is_native, save_native
+from ..io.hdf5 import save_bilm_tf
+from ..io.resolve import load_bilm
 from . import elmo_cli
 
 

@@ -32,7 +32,7 @@ def evaluate_cli(
     import torch
 
     from ..bilm.runner import torch_threads
-    from ..loading import load_bilm
+    from ..io.resolve import load_bilm
     from ..pretrain.corpus import CorpusError, CorpusSettings, prepare_corpus
     from ..pretrain.perplexity import NoSoftmaxError, stream_perplexity
 

@@ -8,10 +8,10 @@ from typing import Any, Optional
 import typer
 
 from ..bilm.bilm import BiLM
-from ..bilm.native import inspect_native
-from ..bilm.weights import bilm_arrays
-from ..bilm_tf import load_bilm_tf
-from ..loading import resolve_model
+from ..io.native import inspect_native
+from ..io.arrays import bilm_arrays
+from ..io.hdf5 import load_bilm_tf
+from ..io.resolve import resolve_model
 from . import elmo_cli
 
 

@@ -2,7 +2,7 @@
 
 The biLM's runner (`spacy_elmo.bilm.runner.BiLMRunner`) sits in a thinc `PyTorchShim`, so it follows
 thinc's current device (`require_gpu`), is updated by thinc's optimizer when fine-tuned, and is
-serialized with the native msgpack format of `spacy_elmo.bilm.native` (custom shim serializers: no
+serialized with the native msgpack format of `spacy_elmo.io.native` (custom shim serializers: no
 pickle, no `torch.load`). This layer cuts docs into sentences or windows (`segments.py`), batches them
 with the one batcher and places the runner's outputs back on the docs' tokens.
 
@@ -24,10 +24,11 @@ from spacy.util import registry
 from thinc.api import ArgsKwargs, Model, PyTorchShim, get_torch_default_device, torch2xp, xp2torch
 from thinc.types import Floats3d
 
-from .. import chars, loading
+from .. import chars
+from ..io import resolve as loading
 from ..bilm.batching import DEFAULT_TOKEN_BUDGET, token_budget_batches
 from ..bilm.bilm import BiLM
-from ..bilm.native import bilm_from_bytes, bilm_to_bytes
+from ..io.native import bilm_from_bytes, bilm_to_bytes
 from ..bilm.options import BiLMOptions
 from ..bilm.precision import check_precision
 from ..bilm.runner import BiLMRunner, token_slice
@@ -218,7 +219,7 @@ def BiLM_v1(
 
     path: a native model directory, a bilm-tf/AllenNLP directory (options.json + one .hdf5 [+ vocab.txt]),
         an .hdf5 weight file with options.json beside it, or a shipped model name; "" is the shipped
-        default (`spacy_elmo.loading.DEFAULT_MODEL`). Read on first use, only if no saved weights were
+        default (`spacy_elmo.io.resolve.DEFAULT_MODEL`). Read on first use, only if no saved weights were
         loaded (spacy.load never needs it).
     window_size: the longest sequence the biLM reads at once; docs without sentence boundaries (and
         longer sentences) are cut into overlapping windows of this many tokens.

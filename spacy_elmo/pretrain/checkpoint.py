@@ -18,7 +18,7 @@ import numpy
 import srsly
 import torch
 
-from ..bilm.native import decode_array, encode_array
+from ..io.native import decode_array, encode_array
 
 FORMAT = "spacy-elmo.checkpoint.v1"
 NAME = re.compile(r"^step_(\d+)\.ckpt$")

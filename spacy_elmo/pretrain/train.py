@@ -21,9 +21,9 @@ import torch
 from thinc.api import Config
 
 from ..bilm.bilm import BiLM
-from ..bilm.native import bilm_from_bytes
-from ..bilm.weights import bilm_arrays, build_bilm
-from ..loading import load_bilm
+from ..io.native import bilm_from_bytes
+from ..io.arrays import bilm_arrays, build_bilm
+from ..io.resolve import load_bilm
 from . import checkpoint as ckpt
 from .batches import WindowBatcher
 from .config import PretrainConfigError, model_options, resume_changes

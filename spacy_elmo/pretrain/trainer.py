@@ -19,7 +19,7 @@ from thinc.api import Config
 from torch import nn
 
 from ..bilm.bilm import BiLM
-from ..bilm.native import bilm_to_bytes, save_native
+from ..io.native import bilm_to_bytes, save_native
 from . import checkpoint as ckpt
 from .batches import LMBatch, WindowBatcher
 from .config import PretrainConfigError

@@ -4,9 +4,9 @@ import numpy
 import pytest
 import srsly
 
-from spacy_elmo.bilm.native import DIGEST_KEY, MODEL_FILE, bilm_from_bytes, bilm_to_bytes, load_native, save_native
-from spacy_elmo.bilm.weights import WeightsError, bilm_arrays
-from spacy_elmo.loading import load_bilm, shipped_model_path
+from spacy_elmo.io.native import DIGEST_KEY, MODEL_FILE, bilm_from_bytes, bilm_to_bytes, load_native, save_native
+from spacy_elmo.io.arrays import WeightsError, bilm_arrays
+from spacy_elmo.io.resolve import load_bilm, shipped_model_path
 
 
 def flip_bit_inside(data: bytes, array: numpy.ndarray) -> bytes:
@@ -75,7 +75,7 @@ def test_an_edited_options_json_beside_a_native_model_is_an_error_naming_it(refe
     """options.json is a readable copy; the model file is what loads. An edit used to be ignored."""
     import json
 
-    from spacy_elmo.loading import read_options, resolve_model
+    from spacy_elmo.io.resolve import read_options, resolve_model
 
     directory = save_native(reference_bilm, tmp_path / "model")
     options = json.loads((directory / "options.json").read_text())
@@ -94,7 +94,7 @@ def test_an_edited_options_json_beside_a_native_model_is_an_error_naming_it(refe
 
 def test_options_are_read_without_the_weights(reference_bilm, tmp_path):
     """The pipe asks for a model's dimensions before loading it: only the head of the file is read."""
-    from spacy_elmo.bilm.native import read_native_options
+    from spacy_elmo.io.native import read_native_options
 
     directory = save_native(reference_bilm, tmp_path / "model")
     data = (directory / MODEL_FILE).read_bytes()

@@ -7,7 +7,7 @@ import numpy
 import pytest
 import torch
 
-from spacy_elmo import loading
+from spacy_elmo.io import resolve as loading
 from spacy_elmo.bilm.precision import (
     FP32,
     PRECISIONS,

@@ -4,8 +4,8 @@ import numpy
 from typer.testing import CliRunner
 
 from pretrain_support import ELMO_FIXTURE, SAMPLE_DEV
-from spacy_elmo.bilm.native import load_native, save_native
-from spacy_elmo.bilm.weights import bilm_arrays
+from spacy_elmo.io.native import load_native, save_native
+from spacy_elmo.io.arrays import bilm_arrays
 from spacy_elmo.cli import elmo_cli
 
 runner = CliRunner()

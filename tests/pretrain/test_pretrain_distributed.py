@@ -7,8 +7,8 @@ import numpy
 import pytest
 
 from pretrain_support import SAMPLE_TRAIN, tiny_config
-from spacy_elmo.bilm.native import load_native
-from spacy_elmo.bilm.weights import bilm_arrays
+from spacy_elmo.io.native import load_native
+from spacy_elmo.io.arrays import bilm_arrays
 from spacy_elmo.pretrain.corpus import CorpusSettings, build_vocab, prepare_corpus
 from spacy_elmo.pretrain.train import _build_model, pretrain
 

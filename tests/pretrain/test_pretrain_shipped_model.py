@@ -7,7 +7,7 @@ import numpy
 import pytest
 
 from spacy_elmo.bilm.runner import BiLMRunner
-from spacy_elmo.loading import DEFAULT_MODEL, load_bilm, shipped_model_path
+from spacy_elmo.io.resolve import DEFAULT_MODEL, load_bilm, shipped_model_path
 
 SENSES = {
     "bank": (

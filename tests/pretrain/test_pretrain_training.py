@@ -9,9 +9,9 @@ import numpy
 import pytest
 
 from pretrain_support import ELMO_FIXTURE, FIXTURES, SAMPLE_DEV, tiny_config
-from spacy_elmo.bilm.native import load_native
-from spacy_elmo.bilm.weights import bilm_arrays
-from spacy_elmo.bilm_tf import load_bilm_tf, save_bilm_tf
+from spacy_elmo.io.native import load_native
+from spacy_elmo.io.arrays import bilm_arrays
+from spacy_elmo.io.hdf5 import load_bilm_tf, save_bilm_tf
 from spacy_elmo.pretrain import checkpoint as ckpt
 from spacy_elmo.pretrain.corpus import CorpusSettings, prepare_corpus
 from spacy_elmo.pretrain.perplexity import stream_perplexity

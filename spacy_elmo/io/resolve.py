@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
-from .bilm.bilm import BiLM
-from .bilm.native import MODEL_FILE, OPTIONS_FILE, is_native, load_native, read_native_options
-from .bilm.options import BiLMOptions
-from .bilm_tf import load_bilm_tf
+from ..bilm.bilm import BiLM
+from .native import MODEL_FILE, OPTIONS_FILE, is_native, load_native, read_native_options
+from ..bilm.options import BiLMOptions
+from .hdf5 import load_bilm_tf
 
 PathLike = Union[str, Path]
-SHIPPED_MODELS_DIR = Path(__file__).parent / "models"
+SHIPPED_MODELS_DIR = Path(__file__).parent.parent / "models"
 DEFAULT_MODEL = "en_elmo_small"
 WEIGHT_FILE_NAMES = ("weights.hdf5", "lm_weights.hdf5")
 EXPECTED = (

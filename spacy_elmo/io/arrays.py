@@ -20,8 +20,8 @@ from typing import Optional, Union
 import numpy
 import torch
 
-from .bilm import BiLM
-from .options import BiLMOptions
+from ..bilm.bilm import BiLM
+from ..bilm.options import BiLMOptions
 
 PathLike = Union[str, Path]
 RAW_CHARACTERS = 261

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Optional, Union
 
 import numpy
 
-from .bilm.bilm import BiLM
-from .bilm.options import BiLMOptions
-from .bilm.weights import (
+from ..bilm.bilm import BiLM
+from ..bilm.options import BiLMOptions
+from .arrays import (
     WeightsError,
     bilm_arrays,
     build_bilm,

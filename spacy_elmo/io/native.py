@@ -18,9 +18,9 @@ import numpy
 import srsly
 from srsly.msgpack import Unpacker
 
-from .bilm import BiLM
-from .options import BiLMOptions
-from .weights import SOFTMAX_ARRAYS, WeightsError, bilm_arrays, build_bilm
+from ..bilm.bilm import BiLM
+from ..bilm.options import BiLMOptions
+from .arrays import SOFTMAX_ARRAYS, WeightsError, bilm_arrays, build_bilm
 
 FORMAT = "spacy-elmo.bilm.v1"
 ALLOWED_DTYPES = ("float32", "float16", "int32", "int64")

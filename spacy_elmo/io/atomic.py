@@ -1,0 +1,93 @@
+"""Writing files so that a reader, or a re-run after a crash, never sees half of one.
+
+Every file the package writes that outlives the process (models, checkpoints, corpus caches, embed
+outputs) goes through here: the data goes to a temporary sibling named `<name>.tmp<pid>` (the pid
+tells a stale temporary of a dead process from a live writer's), is flushed and fsynced, then renamed
+over the target, and the directory is fsynced so that the rename itself survives a power cut. On an
+error the temporary is removed and the target is left as it was.
+"""
+
+import contextlib
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Union
+
+PathLike = Union[str, Path]
+TEMPORARY_SUFFIX = re.compile(r"\.tmp(\d+)$")
+
+
+def temporary_sibling(path: Path) -> Path:
+    """Where `path` is written before it is renamed into place."""
+    return path.with_name(f"{path.name}.tmp{os.getpid()}")
+
+
+def fsync_path(path: Path) -> None:
+    """fsync a file or a directory (a directory's entry list: what makes a rename durable)."""
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) if path.is_dir() else os.O_RDONLY
+    try:
+        fd = os.open(path, flags)
+    except OSError:  # e.g. directories cannot be opened on some platforms; nothing more can be done there
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_path(path: PathLike) -> Iterator[Path]:
+    """A temporary path to write `path`'s content to (by any writer: h5py, numpy, open()); on leaving
+    the block without an error it is fsynced and renamed over `path`, else removed."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_sibling(target)
+    try:
+        yield tmp
+        fsync_path(tmp)
+        tmp.replace(target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    fsync_path(target.parent)
+
+
+def atomic_write_bytes(path: PathLike, data: bytes) -> Path:
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+    return Path(path)
+
+
+def atomic_write_text(path: PathLike, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+@contextlib.contextmanager
+def atomic_directory(path: PathLike) -> Iterator[Path]:
+    """A temporary directory to fill; renamed to `path` when the block ends without an error. If
+    another process created `path` first (two ranks building the same cache entry), theirs is kept
+    and this one is discarded: the two hold the same content by construction."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp", dir=target.parent))
+    try:
+        yield tmp
+        for child in tmp.iterdir():
+            fsync_path(child)
+        try:
+            tmp.rename(target)
+        except OSError:
+            if not target.exists():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    fsync_path(target.parent)
