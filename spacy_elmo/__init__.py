@@ -6,16 +6,12 @@ from .bilm.options import BiLMOptions
 from .bilm.runner import BiLMRunner
 from .io.hdf5 import load_bilm_tf, save_bilm_tf
 
-# The runner's name before 0.2, kept so that code written against it runs unchanged.
-BiLMEmbedder = BiLMRunner
-
 __all__ = [
     "__version__",
     "BiLM",
     "BiLMOutput",
     "BiLMOptions",
     "BiLMRunner",
-    "BiLMEmbedder",
     "load_bilm_tf",
     "save_bilm_tf",
 ]

@@ -2,20 +2,17 @@
 
     python -m spacy_elmo.demo [MODEL]
 
-MODEL is a native or bilm-tf/AllenNLP model (see `loading.load_bilm`); by default the shipped English
-model, or the repository's bilm-tf test fixture when no model is shipped yet.
+MODEL is a native or bilm-tf/AllenNLP model, or a shipped model name (see `spacy_elmo.io.resolve`);
+by default the shipped English model.
 """
 
 import sys
 import time
-from pathlib import Path
 
 import numpy
 
 from .bilm.runner import BiLMRunner
-from .io.resolve import DEFAULT_MODEL, available_models, load_bilm
-
-FIXTURE = Path(__file__).parent.parent / "tests" / "fixtures" / "elmo-fixture"
+from .io.resolve import DEFAULT_MODEL, load_bilm
 
 SENTENCES = [
     "We sat on the bank of the river and watched the water .".split(),
@@ -29,9 +26,7 @@ def cosine(a: numpy.ndarray, b: numpy.ndarray) -> float:
     return float(a @ b / (numpy.linalg.norm(a) * numpy.linalg.norm(b) + 1e-12))
 
 
-def main(model: str = "") -> None:
-    if not model:
-        model = DEFAULT_MODEL if DEFAULT_MODEL in available_models() else str(FIXTURE)
+def main(model: str = DEFAULT_MODEL) -> None:
     started = time.perf_counter()
     bilm = load_bilm(model)
     o = bilm.options
@@ -51,4 +46,4 @@ def main(model: str = "") -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "")
+    main(sys.argv[1] if len(sys.argv) > 1 else DEFAULT_MODEL)

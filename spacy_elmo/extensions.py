@@ -15,20 +15,12 @@ from typing import Any, Optional, Union
 import numpy
 from spacy.tokens import Doc, Span, Token
 
+from .mix import mix_layers
+
 LAYERS = "elmo_layers"
 MIX = "elmo_mix"
 VECTORS = "elmo"
 STORED_VECTORS = "_elmo_vectors"
-
-
-def _mix(layers: Any, weights: Any) -> Any:
-    xp = _xp(layers)
-    out = xp.tensordot(xp.asarray(weights, dtype="float32"), layers.astype("float32", copy=False), axes=(0, 0))
-    return out.astype(layers.dtype, copy=False)
-
-
-def _xp(array: Any) -> Any:
-    return numpy if isinstance(array, numpy.ndarray) else __import__("cupy")
 
 
 def _slice(doc: Doc, start: int, end: int) -> Optional[Any]:
@@ -38,7 +30,7 @@ def _slice(doc: Doc, start: int, end: int) -> Optional[Any]:
     layers, weights = doc._.get(LAYERS), doc._.get(MIX)
     if layers is None or weights is None:
         return None
-    return _mix(layers[:, start:end], weights)
+    return mix_layers(layers[:, start:end], weights)
 
 
 def get_doc_elmo(doc: Doc) -> Optional[Any]:

@@ -6,18 +6,20 @@
     doc._.elmo_layers.shape                    # (L+1, len(doc), 2P)
     doc[1]._.elmo                              # (2P,) under the default mix
 
-The pipe owns the model (a `spacy-elmo.BiLM.v1` layer) and the bookkeeping of its listeners
-(`listener_bookkeeping.py`); the layer owns the cutting into sentences/windows and the batching
-(`layers/bilm_model.py`, `layers/segments.py`).
+The pipe owns what is stored on the docs, the training cache and its listeners (spaCy's
+ListenedToComponent protocol, on the class as in spaCy's `Tok2Vec`); its model, a `spacy-elmo.BiLM.v1`
+layer, owns the weights and how they are run: cutting into sentences/windows, batching, state,
+precision, threads and fine-tuning (`layers/bilm_model.py`, `layers/segments.py`).
 
 Training: `update` embeds the batch and broadcasts the layers to every `spacy-elmo.ElmoListener.v1`;
-each listening component learns its own scalar mix. With `fine_tune = false` (the default, the paper's
+each listening component learns its own scalar mix. With the model's `fine_tune = false` (the default, the paper's
 recipe) the gradient stops at those mixes and the layers of each doc are computed once and then taken
 from a bounded cache (keyed by the doc's text, tokens and sentence boundaries) in later epochs and
 evaluations. With `fine_tune = true` the biLM is trained too (through thinc's PyTorch shim, by the
 training's optimizer) and nothing is cached.
 """
 
+import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any, Callable, Optional, Union
 
@@ -34,11 +36,10 @@ from . import extensions
 from .layers import bilm_model
 from .layers.cache import LayerCache, doc_key
 from .layers.listener import ElmoListener
-from .listener_bookkeeping import ListenerBookkeeping
+from .mix import MIX_NAMES, mix_layers, named_mix_weights
 
 STORE_OPTIONS = ("layers", "vectors", "both", "none")
 STORE_DTYPES = ("float32", "float16")
-MIX_NAMES = ("average", "top")
 
 DEFAULT_MODEL_CONFIG = """
 [model]
@@ -46,7 +47,10 @@ DEFAULT_MODEL_CONFIG = """
 path = ""
 window_size = 128
 window_context = 16
-mixed_precision = false
+token_budget = 4096
+stateful = false
+fine_tune = false
+n_threads = 0
 precision = "fp32"
 """
 DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
@@ -57,37 +61,29 @@ DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
     assigns=["doc._.elmo_layers", "doc._.elmo_mix", "doc._.elmo"],
     default_config={
         "model": DEFAULT_MODEL,
-        "batch_size": 4096,
         "default_mix": "average",
         "store": "layers",
         "store_dtype": "float32",
         "set_vector_hooks": False,
-        "stateful": False,
-        "fine_tune": False,
         "to_cpu": True,
         "cache_size_mb": 1024,
-        "n_threads": 0,
     },
 )
 def make_elmo(
     nlp: Language,
     name: str,
     model: Model[list[Doc], list[Floats3d]],
-    batch_size: int,
     default_mix: Union[str, list[float]],
     store: str,
     store_dtype: str,
     set_vector_hooks: bool,
-    stateful: bool,
-    fine_tune: bool,
     to_cpu: bool,
     cache_size_mb: int,
-    n_threads: int,
 ) -> "Elmo":
     """The `elmo` component. Settings (see `Elmo` for each):
 
-    model: the biLM layer, spacy-elmo.BiLM.v1 (its `path` picks the weights; "" = shipped default).
-    batch_size: tokens per biLM batch (padded size; sentences are sorted by length first).
+    model: the biLM layer, spacy-elmo.BiLM.v1: the weights (`path`; "" = shipped default) and how they
+        run (token_budget, stateful, fine_tune, n_threads, precision, windows).
     default_mix: the mix behind doc._.elmo / span._.elmo / token._.elmo: "average", "top", or a
         list of n_layers weights used as given.
     store: what is kept on each doc: "layers" (doc._.elmo_layers; vectors mixed on access), "vectors"
@@ -95,48 +91,23 @@ def make_elmo(
         the layers at prediction time, so with listeners the layers are kept whatever this says.
     store_dtype: "float32" or "float16" (half the memory) for what is kept.
     set_vector_hooks: make doc/span/token .vector (mean of token vectors) and .similarity (cosine) use ELMo.
-    stateful: carry the LSTM state from batch to batch as bilm-tf/AllenNLP do (results then depend on
-        what was embedded before; no sorting, no cache). Default: every sentence starts from zero.
-    fine_tune: train the biLM's weights with the listening components (default: frozen biLM).
     to_cpu: store numpy arrays on the CPU; false keeps cupy arrays on the GPU when running there.
     cache_size_mb: bound of the layer cache used while training with a frozen biLM (0 = no cache).
-    n_threads: torch threads while the biLM runs (0 = torch's setting); the caller's is restored after.
     """
     return Elmo(
         nlp.vocab,
         model,
         name,
-        batch_size=batch_size,
         default_mix=default_mix,
         store=store,
         store_dtype=store_dtype,
         set_vector_hooks=set_vector_hooks,
-        stateful=stateful,
-        fine_tune=fine_tune,
         to_cpu=to_cpu,
         cache_size_mb=cache_size_mb,
-        n_threads=n_threads,
     )
 
 
-def default_mix_weights(default_mix: Union[str, Sequence[float]], n_layers: int) -> numpy.ndarray:
-    """The weights of a default mix over `n_layers` layers (float32, as given for a list)."""
-    if default_mix == "average":
-        return numpy.full((n_layers,), 1.0 / n_layers, dtype="float32")
-    if default_mix == "top":
-        weights = numpy.zeros((n_layers,), dtype="float32")
-        weights[-1] = 1.0
-        return weights
-    weights = numpy.asarray(default_mix, dtype="float32")
-    if weights.shape != (n_layers,):
-        raise ValueError(
-            f"elmo: default_mix has {weights.size} weights but the biLM has {n_layers} layers "
-            f"(token layer + {n_layers - 1} LSTM layers); give {n_layers} weights, 'average' or 'top'"
-        )
-    return weights
-
-
-class Elmo(ListenerBookkeeping, TrainablePipe):
+class Elmo(TrainablePipe):
     """Embeds docs with a biLM; see the module docstring and `make_elmo` for the settings."""
 
     def __init__(
@@ -145,16 +116,12 @@ class Elmo(ListenerBookkeeping, TrainablePipe):
         model: Model[list[Doc], list[Floats3d]],
         name: str = "elmo",
         *,
-        batch_size: int = 4096,
         default_mix: Union[str, Sequence[float]] = "average",
         store: str = "layers",
         store_dtype: str = "float32",
         set_vector_hooks: bool = False,
-        stateful: bool = False,
-        fine_tune: bool = False,
         to_cpu: bool = True,
         cache_size_mb: int = 1024,
-        n_threads: int = 0,
     ) -> None:
         if store not in STORE_OPTIONS:
             raise ValueError(f"elmo: store={store!r}; expected one of {STORE_OPTIONS}")
@@ -162,57 +129,33 @@ class Elmo(ListenerBookkeeping, TrainablePipe):
             raise ValueError(f"elmo: store_dtype={store_dtype!r}; expected one of {STORE_DTYPES}")
         if isinstance(default_mix, str) and default_mix not in MIX_NAMES:
             raise ValueError(f"elmo: default_mix={default_mix!r}; expected 'average', 'top' or a list of weights")
-        if n_threads < 0:
-            raise ValueError(f"elmo: n_threads must be >= 0 (0 = torch's own setting), got {n_threads}")
-        if batch_size < 1 or cache_size_mb < 0:
-            raise ValueError(
-                f"elmo: batch_size must be >= 1 and cache_size_mb >= 0 (got {batch_size}, {cache_size_mb})"
-            )
+        if cache_size_mb < 0:
+            raise ValueError(f"elmo: cache_size_mb must be >= 0, got {cache_size_mb}")
         if set_vector_hooks and store == "none":
             raise ValueError("elmo: set_vector_hooks needs vectors on the doc; use store='layers', 'vectors' or 'both'")
         if model.name != bilm_model.BILM_LAYER_NAME:
             raise ValueError(f"elmo: model must be a spacy-elmo.BiLM.v1 layer, got {model.name!r}")
-        if fine_tune and model.attrs.get("precision") == "int8":
-            raise ValueError(
-                "elmo: fine_tune = true needs gradients, and precision 'int8' has none; fine-tune with "
-                "precision 'fp32' or 'bf16', or keep the biLM frozen (fine_tune = false) to use int8"
-            )
         self.vocab = vocab
         self.model = model
         self.name = name
-        self.batch_size = batch_size
         self.default_mix = default_mix if isinstance(default_mix, str) else [float(w) for w in default_mix]
         self.store = store
         self.store_dtype = store_dtype
         self.set_vector_hooks = set_vector_hooks
-        self.stateful = stateful
-        self.fine_tune = fine_tune
         self.to_cpu = to_cpu
-        self.n_threads = n_threads
         self.cfg: dict[str, Any] = {}
-        self._apply_settings()
         self.cache = LayerCache(cache_size_mb * 2**20)
         self._cache_active = False
-        self._init_listeners()
+        self.listener_map: dict[str, list[ElmoListener]] = {}
         extensions.install_extensions()
-
-    def _apply_settings(self) -> None:
-        """The pipe's settings that the layer reads (re-applied after loading: saved layer attrs
-        must not override the settings of the config the pipeline is loaded with)."""
-        self.model.attrs["token_budget"] = self.batch_size
-        self.model.attrs["stateful"] = self.stateful
-        self.model.attrs["fine_tune"] = self.fine_tune
-        self.model.attrs["n_threads"] = self.n_threads
 
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "Elmo":
         super().from_bytes(bytes_data, exclude=exclude)
-        self._apply_settings()
         self.cache.clear()  # new weights: cached layers are stale
         return self
 
     def from_disk(self, path: Any, *, exclude: Iterable[str] = tuple()) -> "Elmo":
         super().from_disk(path, exclude=exclude)
-        self._apply_settings()
         self.cache.clear()
         return self
 
@@ -223,13 +166,58 @@ class Elmo(ListenerBookkeeping, TrainablePipe):
         """The PyTorch biLM (loaded on first access)."""
         return bilm_model.ensure_bilm(self.model)
 
+    @property
+    def fine_tune(self) -> bool:
+        """Whether the biLM trains with the listeners (the model's setting)."""
+        return bilm_model.layer_settings(self.model).fine_tune
+
+    @property
+    def stateful(self) -> bool:
+        """Whether LSTM state is carried from batch to batch (the model's setting)."""
+        return bilm_model.layer_settings(self.model).stateful
+
     def listener_dims(self) -> tuple[int, int]:
+        """(width, n_layers) of the biLM's outputs, loading it if need be: what a listener is built for."""
         options = self.bilm.options
         return options.output_dim, options.n_output_layers
 
-    def known_listener_dims(self) -> Optional[tuple[int, int]]:
-        options = bilm_model.known_options(self.model)
-        return None if options is None else (options.output_dim, options.n_output_layers)
+    # --- listeners (spaCy's ListenedToComponent protocol, as on spaCy's Tok2Vec) ------------------
+
+    @property
+    def listeners(self) -> list[ElmoListener]:
+        """Every listener, in the order of the components they belong to."""
+        return [m for c in self.listening_components for m in self.listener_map[c]]
+
+    @property
+    def listening_components(self) -> list[str]:
+        return list(self.listener_map.keys())
+
+    def add_listener(self, listener: ElmoListener, component_name: str) -> None:
+        """Called by `Language` (add_pipe, initialize, loading) through `find_listeners`. The listener
+        learns its dims now if the biLM is loaded, else when the pipe or the listener is initialized."""
+        self.listener_map.setdefault(component_name, [])
+        if listener not in self.listener_map[component_name]:
+            self.listener_map[component_name].append(listener)
+        listener.upstream_dims = self.listener_dims
+        if bilm_model.get_runner(self.model).loaded:
+            listener.set_upstream_dims(*self.listener_dims())
+
+    def remove_listener(self, listener: ElmoListener, component_name: str) -> bool:
+        if listener in self.listener_map.get(component_name, []):
+            self.listener_map[component_name].remove(listener)
+            if not self.listener_map[component_name]:
+                del self.listener_map[component_name]
+            return True
+        return False
+
+    def find_listeners(self, component: Any) -> None:
+        """Register every ElmoListener in `component`'s model whose upstream is this pipe (or "*")."""
+        names = ("*", self.name)
+        model = getattr(component, "model", None)
+        if isinstance(model, Model):
+            for node in model.walk():
+                if isinstance(node, ElmoListener) and node.upstream_name in names:
+                    self.add_listener(node, component.name)
 
     def reset_state(self) -> None:
         """Stateful mode: forget the carried LSTM state."""
@@ -268,12 +256,12 @@ class Elmo(ListenerBookkeeping, TrainablePipe):
         weights: Optional[numpy.ndarray] = None
         for doc, doc_layers in zip(docs, layers):
             if weights is None:
-                weights = default_mix_weights(self.default_mix, int(doc_layers.shape[0]))
+                weights = named_mix_weights(self.default_mix, int(doc_layers.shape[0]))
             stored = self._storable(doc_layers)
             doc._.set(extensions.MIX, weights)
             doc._.set(extensions.LAYERS, stored if keep_layers else None)
             if keep_vectors:
-                vectors = extensions._mix(stored.astype("float32", copy=False), weights).astype(self.store_dtype)
+                vectors = mix_layers(stored.astype("float32", copy=False), weights).astype(self.store_dtype)
                 doc._.set(extensions.STORED_VECTORS, vectors)
             else:
                 doc._.set(extensions.STORED_VECTORS, None)
@@ -293,7 +281,7 @@ class Elmo(ListenerBookkeeping, TrainablePipe):
         docs, tell the listeners its size, and start caching layer outputs for training."""
         validate_get_examples(get_examples, "Elmo.initialize")
         self.model.initialize()
-        sample = [eg.predicted for eg in _take(get_examples(), 5)]
+        sample = [eg.predicted for eg in itertools.islice(get_examples(), 5)]
         if sample:
             self.model.predict(sample)
         dims = self.listener_dims()
@@ -358,11 +346,3 @@ class Elmo(ListenerBookkeeping, TrainablePipe):
     def add_label(self, label: str) -> int:
         raise NotImplementedError("elmo: this component has no labels")
 
-
-def _take(items: Iterable[Any], n: int) -> list[Any]:
-    out: list[Any] = []
-    for item in items:
-        if len(out) >= n:
-            break
-        out.append(item)
-    return out

@@ -23,6 +23,15 @@ def open_text(path: Path, errors: str = "replace") -> io.TextIOBase:
     return open(path, encoding="utf-8", errors=errors)  # the caller closes it
 
 
+JSONL_SUFFIXES = (".jsonl", ".json")
+
+
+def detect_format(path: PathLike) -> str:
+    """ "jsonl" for a .jsonl/.json file (gzipped or not), else "text": the one rule for every reader that
+    is not told the format."""
+    return "jsonl" if any(suffix in JSONL_SUFFIXES for suffix in Path(path).suffixes) else "text"
+
+
 def texts_from_jsonl(
     lines: Iterable[str],
     path: PathLike,

@@ -4,13 +4,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from fixture_paths import ELMO_FIXTURE
 
 from spacy_elmo.bilm.bilm import BiLM
 from spacy_elmo.bilm.options import BiLMOptions
 from spacy_elmo.io.hdf5 import load_bilm_tf
-
-FIXTURES = Path(__file__).parent / "fixtures"
-ELMO_FIXTURE = FIXTURES / "elmo-fixture"
 
 # Tests use tiny models, for which one thread is fastest (and steadier on a shared 2-core machine).
 torch.set_num_threads(1)

@@ -29,8 +29,8 @@ LAYERS: list[list[str]] = [
     ["bilm"],  # the PyTorch biLM: options, precision, runner, batching
     ["io"],  # model formats: arrays, native, HDF5, resolving a path; atomic writes
     ["layers"],  # thinc layers
-    ["listener_bookkeeping", "pipeline"],
-    ["pretrain", "embed_hdf5"],
+    ["pipeline"],
+    ["pretrain", "embed"],
     ["cli", "demo", "__main__", "__init__"],
 ]
 

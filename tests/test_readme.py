@@ -12,10 +12,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from fixture_paths import ELMO_FIXTURE, FIXTURES, ROOT
 README = ROOT / "README.md"
-FIXTURES = ROOT / "tests" / "fixtures"
-ELMO_FIXTURE = FIXTURES / "elmo-fixture"
 TRAIN_TEXT = FIXTURES / "pretrain" / "train.txt"
 DEV_TEXT = FIXTURES / "pretrain" / "dev.txt"
 

@@ -6,8 +6,7 @@ from typing import Optional
 import typer
 from tqdm import tqdm
 
-from ..embed_hdf5 import (
-    LAYER_CHOICES,
+from ..embed import (
     EmbedSettings,
     embed_file,
     merge_shards,
@@ -15,6 +14,7 @@ from ..embed_hdf5 import (
     shard_from_env,
     shard_path,
 )
+from ..mix import REDUCTIONS
 from . import elmo_cli
 
 
@@ -23,7 +23,7 @@ def embed_cli(
     model: str = typer.Argument(..., help="A native or bilm-tf/AllenNLP model, or a shipped model name"),
     input_path: Path = typer.Argument(..., help="Text (one sentence a line; .gz ok) or JSONL file"),
     output_path: Path = typer.Argument(..., help="HDF5 output; an existing one is resumed"),
-    layers: str = typer.Option("all", "--layers", help=f"one of {', '.join(LAYER_CHOICES)}"),
+    layers: str = typer.Option("all", "--layers", help=f"one of {', '.join(REDUCTIONS)}"),
     text_field: str = typer.Option("text", "--text-field", help="JSONL field holding the text"),
     tokenizer: str = typer.Option("whitespace", "--tokenizer", help="'whitespace' or a spaCy language code"),
     token_budget: int = typer.Option(4096, "--batch-tokens", help="padded tokens per batch"),

@@ -69,8 +69,8 @@ def verify_cli(
     try:
         source = resolve_model(model, options)
         if source.kind == "native":
-            bilm, digest, recorded = inspect_native(source.path)
-            digest_of = "recorded in the file and checked" if recorded else "computed (the file records none)"
+            bilm, digest = inspect_native(source.path)
+            digest_of = "recorded in the file and checked"
         else:
             bilm = load_bilm_tf(source.options_file, source.weight_file, source.vocab_file)
             digest, digest_of = file_sha256(source.weight_file), f"of {source.weight_file.name}"

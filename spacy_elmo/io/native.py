@@ -2,10 +2,10 @@
 
 Arrays are written as (dtype, shape, raw bytes) and read back with `numpy.frombuffer` under a short
 list of allowed dtypes, so loading a file cannot execute code. Weight names and orientations are
-those of the bilm-tf layout (`weights.py`), so the two formats hold the very same arrays.
+those of the bilm-tf layout (`arrays.py`), so the two formats hold the very same arrays.
 A SHA-256 digest of the options, the vocabulary and every stored array is written with them and
-checked on load, so a flipped bit is an error naming the file instead of silently different vectors
-(files written before the digest existed load without the check).
+checked on load, so a flipped bit is an error naming the file instead of silently different vectors;
+a file without a valid digest field is refused.
 A native model on disk is a directory: `options.json` (readable) and `model.msgpack`.
 """
 
@@ -99,13 +99,17 @@ def _checked_payload(data: bytes, source: str) -> dict[str, Any]:
     if not isinstance(payload.get("options"), dict) or not isinstance(payload.get("weights"), dict):
         raise WeightsError(f"{source}: not a spacy-elmo model (no 'options' or 'weights' section)")
     recorded = payload.get(DIGEST_KEY)
-    if recorded is not None:
-        actual = payload_digest(payload["options"], payload["weights"], payload.get("vocab"))
-        if actual != recorded:
-            raise WeightsError(
-                f"{source}: the model file is corrupt: its contents have SHA-256 {actual}, but it was written "
-                f"with {recorded} (a damaged copy or an edited file; copy or export the model again)"
-            )
+    if not isinstance(recorded, str) or len(recorded) != 64:
+        raise WeightsError(
+            f"{source}: the model file records no valid SHA-256 digest ({DIGEST_KEY!r} is {recorded!r}); its "
+            "contents cannot be checked (a damaged file, or one not written by spacy-elmo): export the model again"
+        )
+    actual = payload_digest(payload["options"], payload["weights"], payload.get("vocab"))
+    if actual != recorded:
+        raise WeightsError(
+            f"{source}: the model file is corrupt: its contents have SHA-256 {actual}, but it was written "
+            f"with {recorded} (a damaged copy or an edited file; copy or export the model again)"
+        )
     return payload
 
 
@@ -120,17 +124,14 @@ def bilm_from_bytes(data: bytes, source: str = "model bytes") -> BiLM:
     return _bilm_from_payload(_checked_payload(data, source), source)
 
 
-def inspect_native(directory: Union[str, Path]) -> tuple[BiLM, str, bool]:
-    """The model, its digest, and whether that digest was recorded in the file (and so checked) or
-    computed now (a file written before digests existed)."""
+def inspect_native(directory: Union[str, Path]) -> tuple[BiLM, str]:
+    """The model and its digest (recorded in the file and checked)."""
     path = Path(directory) / MODEL_FILE
     if not path.exists():
         raise FileNotFoundError(f"no native spacy-elmo model at {directory} (missing {MODEL_FILE})")
     payload = _checked_payload(path.read_bytes(), str(path))
     _check_readable_copy(Path(directory), payload["options"])
-    recorded = payload.get(DIGEST_KEY)
-    digest = recorded or payload_digest(payload["options"], payload["weights"], payload.get("vocab"))
-    return _bilm_from_payload(payload, str(path)), digest, recorded is not None
+    return _bilm_from_payload(payload, str(path)), payload[DIGEST_KEY]
 
 
 def save_native(

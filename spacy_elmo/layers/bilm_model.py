@@ -6,15 +6,19 @@ serialized with the native msgpack format of `spacy_elmo.io.native` (custom shim
 pickle, no `torch.load`). This layer cuts docs into sentences or windows (`segments.py`), batches them
 with the one batcher and places the runner's outputs back on the docs' tokens.
 
-Weights are loaded on first use, not when the layer is built: `spacy.load` builds the layer from the
-config and then fills it from the saved pipeline, so the weights path of the config (which may not
-exist on the machine the pipeline is deployed to) is read only when no saved weights were given.
+Weights are loaded by the layer's `init` (`nlp.initialize()`), or by `from_bytes`/`from_disk` when a
+saved pipeline is loaded (then the configured path is never read: it may not exist where the pipeline
+is deployed). A pipe added with `nlp.add_pipe("elmo")` and used at once, with no `nlp.initialize()`,
+loads on its first batch, before any doc is processed; a bad path fails there, naming it.
+
+The layer's settings (`BiLMLayerSettings`) are arguments of `spacy-elmo.BiLM.v1` and nothing else: they
+are kept in a frozen object that thinc does not serialize, so the config a pipeline is loaded with
+decides them, never a saved copy.
 """
 
 import copy
 import functools
-import sys
-from types import FrameType
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import numpy
@@ -25,17 +29,36 @@ from thinc.api import ArgsKwargs, Model, PyTorchShim, get_torch_default_device, 
 from thinc.types import Floats3d
 
 from .. import chars
-from ..io import resolve as loading
 from ..bilm.batching import DEFAULT_TOKEN_BUDGET, token_budget_batches
 from ..bilm.bilm import BiLM
-from ..io.native import bilm_from_bytes, bilm_to_bytes
 from ..bilm.options import BiLMOptions
 from ..bilm.precision import check_precision
 from ..bilm.runner import BiLMRunner, token_slice
+from ..io.native import bilm_from_bytes, bilm_to_bytes
+from ..io.resolve import load_bilm
 from .segments import DEFAULT_WINDOW_CONTEXT, DEFAULT_WINDOW_SIZE, check_window, segment_docs
 
 BILM_LAYER_NAME = "elmo-bilm"
-PATH_OPTION = "spacy-elmo.BiLM.v1 model.path"
+ARCHITECTURE = "spacy-elmo.BiLM.v1"
+PATH_OPTION = f"{ARCHITECTURE} model.path"
+
+
+@dataclass(frozen=True)
+class BiLMLayerSettings:
+    """What `spacy-elmo.BiLM.v1` was built with (see its docstring for each)."""
+
+    path: str
+    window_size: int
+    window_context: int
+    token_budget: int
+    stateful: bool
+    fine_tune: bool
+    n_threads: int
+    precision: str
+
+
+def layer_settings(model: Model) -> BiLMLayerSettings:
+    return model.attrs["settings"]
 
 
 def strip_lm_head(bilm: BiLM) -> BiLM:
@@ -59,22 +82,9 @@ def prepare_for_pipe(bilm: BiLM) -> BiLM:
     return bilm.to(get_torch_default_device())
 
 
-def built_from_a_config() -> bool:
-    """Whether this layer is being built from a whole pipeline config (`spacy.load`, `Language.from_config`
-    before `from_bytes`, `spacy train`) rather than by `nlp.add_pipe`. A saved config's path may not exist
-    on the machine the pipeline was deployed to, where the saved weights are loaded instead, so only
-    `add_pipe` checks the path at once. spaCy passes no flag for this, so the call stack is asked."""
-    frame: Optional[FrameType] = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "from_config" and frame.f_globals.get("__name__") == "spacy.language":
-            return True
-        frame = frame.f_back
-    return False
-
-
 def load_for_pipe(path: str) -> BiLM:
     """The runner's loader (a module-level function, so the runner stays picklable)."""
-    return prepare_for_pipe(loading.load_bilm(path, option=PATH_OPTION))
+    return prepare_for_pipe(load_bilm(path, option=PATH_OPTION))
 
 
 def serialize_runner(runner: BiLMRunner) -> bytes:
@@ -114,30 +124,17 @@ def set_bilm(model: Model, bilm: BiLM) -> None:
     get_runner(model).set_bilm(prepare_for_pipe(bilm))
 
 
-def known_options(model: Model) -> Optional[BiLMOptions]:
-    """The biLM's options if they can be known without loading weights (None if not)."""
-    runner = get_runner(model)
-    if runner.bilm is not None:
-        return runner.bilm.options
-    try:
-        return loading.read_options(loading.resolve_model(model.attrs["path"], option=PATH_OPTION))
-    except (OSError, ValueError):
-        return None
-
-
 def forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[list[Floats3d], Callable]:
     bilm = ensure_bilm(model)
+    settings = layer_settings(model)
     ops = model.ops
     runner = get_runner(model)
-    runner.stateful = bool(model.attrs["stateful"])
-    runner.n_threads = int(model.attrs["n_threads"])
     n_layers, width = model.get_dim("nL"), model.get_dim("nO")
-    segments = segment_docs(docs, model.attrs["window_size"], model.attrs["window_context"])
+    segments = segment_docs(docs, settings.window_size, settings.window_context)
     lengths = [s.words + 2 for s in segments]
-    # stateful: text order, no row limit (row i continues row i); stateless: length-sorted
+    # stateful: text order, no row limit (row i continues row i); stateless: length-sorted.
+    # After running out of memory the runner keeps to the lower budget it set itself.
     max_rows = None if runner.stateful else runner.max_batch_size
-    if not runner.n_splits:  # after running out of memory, keep to the budget the runner lowered
-        runner.token_budget = int(model.attrs["token_budget"])
     batches = token_budget_batches(lengths, runner.token_budget, max_rows, sort=not runner.stateful)
     max_chars = bilm.options.max_characters_per_token
     tensors = []
@@ -145,7 +142,7 @@ def forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[list[Floats3
         words = [[docs[segments[i].doc][int(p)].text for p in segments[i].positions] for i in batch]
         tensors.append(torch.from_numpy(chars.batch_to_ids(words, max_characters_per_token=max_chars)))
     shim = model.shims[0]
-    fine_tune = is_train and bool(model.attrs["fine_tune"])
+    fine_tune = is_train and settings.fine_tune
     inputs = ArgsKwargs(args=(tensors,), kwargs={})
     if fine_tune:
         torch_outputs, shim_backprop = shim.begin_update(inputs)
@@ -180,6 +177,7 @@ def forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[list[Floats3
 
 
 def init(model: Model, X: Optional[list[Doc]] = None, Y: Any = None) -> None:
+    """Load and check the configured weights (unless saved ones were loaded) and take their dims."""
     ensure_bilm(model)
 
 
@@ -207,46 +205,58 @@ def replace_listener_cfg(bilm_cfg: dict[str, Any], listener_owner_cfg: dict[str,
     return walk(copy.deepcopy(dict(listener_owner_cfg)))
 
 
-@registry.architectures("spacy-elmo.BiLM.v1")
+@registry.architectures(ARCHITECTURE)
 def BiLM_v1(
     path: str = "",
     window_size: int = DEFAULT_WINDOW_SIZE,
     window_context: int = DEFAULT_WINDOW_CONTEXT,
-    mixed_precision: bool = False,
+    token_budget: int = DEFAULT_TOKEN_BUDGET,
+    stateful: bool = False,
+    fine_tune: bool = False,
+    n_threads: int = 0,
     precision: str = "fp32",
 ) -> Model[list[Doc], list[Floats3d]]:
     """The biLM layer: docs -> one (L+1, n_tokens, 2P) array of layer outputs per doc.
 
     path: a native model directory, a bilm-tf/AllenNLP directory (options.json + one .hdf5 [+ vocab.txt]),
         an .hdf5 weight file with options.json beside it, or a shipped model name; "" is the shipped
-        default (`spacy_elmo.io.resolve.DEFAULT_MODEL`). Read on first use, only if no saved weights were
-        loaded (spacy.load never needs it).
+        default (`spacy_elmo.io.resolve.DEFAULT_MODEL`). Read by `nlp.initialize()` (or the first batch),
+        never when saved weights are loaded.
     window_size: the longest sequence the biLM reads at once; docs without sentence boundaries (and
         longer sentences) are cut into overlapping windows of this many tokens.
     window_context: tokens of context each window reads on each side of the part it answers for.
-    mixed_precision: run the biLM under thinc's CUDA autocast (fp16; GPU only, no effect on CPU).
-    precision: the biLM's matrix products, on CPU and GPU alike: "fp32" (default), "bf16" (about 1.5x
-        the fp32 speed on a CPU with bf16 units), "int8" (CPU only, inference only: dynamic quantization, weights
-        quantized once when loaded, never saved so) or "fp16" (GPU). Outputs are float32 whatever the
-        precision; `spacy_elmo.bilm.precision` says how each is computed and README what each costs.
+    token_budget: tokens per biLM batch (padded size; sentences are sorted by length first).
+    stateful: carry the LSTM state from batch to batch as bilm-tf/AllenNLP do (results then depend on
+        what was embedded before; no sorting, no cache). Default: every sentence starts from zero.
+    fine_tune: train the biLM's weights with the listening components (default: frozen biLM).
+    n_threads: torch threads while the biLM runs (0 = torch's setting); the caller's is restored after.
+    precision: the biLM's matrix products, on CPU and GPU alike: "fp32" (default), "bf16", "int8" (CPU
+        only, inference only: dynamic quantization, weights quantized once when loaded, never saved so)
+        or "fp16" (GPU). Outputs are float32 whatever the precision; `spacy_elmo.bilm.precision` says
+        how each is computed, benchmarks/RESULTS.md what each costs.
     """
     check_window(window_size, window_context)
-    check_precision(precision, "spacy-elmo.BiLM.v1 precision")
-    if mixed_precision and precision != "fp32":
+    check_precision(precision, f"{ARCHITECTURE} precision")
+    if isinstance(n_threads, bool) or not isinstance(n_threads, int) or n_threads < 0:
+        raise ValueError(f"{ARCHITECTURE}: n_threads must be an integer >= 0 (0 = torch's own setting), got {n_threads!r}")
+    if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 1:
+        raise ValueError(f"{ARCHITECTURE}: token_budget must be an integer >= 1, got {token_budget!r}")
+    if fine_tune and precision == "int8":
         raise ValueError(
-            f"spacy-elmo.BiLM.v1: mixed_precision = true and precision = {precision!r} both choose the "
-            "precision; keep precision and set mixed_precision = false"
+            f"{ARCHITECTURE}: fine_tune = true needs gradients, and precision 'int8' has none; fine-tune with "
+            "precision 'fp32' or 'bf16', or keep the biLM frozen (fine_tune = false) to use int8"
         )
-    if not built_from_a_config():
-        loading.resolve_model(path, option=PATH_OPTION)  # a bad path fails at add_pipe, not at the first doc
-    runner = BiLMRunner(load=functools.partial(load_for_pipe, path), precision=precision)
-    shim = PyTorchShim(
-        runner,
-        # autocast is CUDA-only: without CUDA the setting is a no-op (and torch would warn each call)
-        mixed_precision=mixed_precision and torch.cuda.is_available(),
-        serialize_model=serialize_runner,
-        deserialize_model=deserialize_runner,
+    settings = BiLMLayerSettings(
+        path, window_size, window_context, token_budget, stateful, fine_tune, n_threads, precision
     )
+    runner = BiLMRunner(
+        load=functools.partial(load_for_pipe, path),
+        precision=precision,
+        token_budget=token_budget,
+        stateful=stateful,
+        n_threads=n_threads,
+    )
+    shim = PyTorchShim(runner, serialize_model=serialize_runner, deserialize_model=deserialize_runner)
     return Model(
         BILM_LAYER_NAME,
         forward,
@@ -254,14 +264,8 @@ def BiLM_v1(
         dims={"nO": None, "nL": None},
         shims=[shim],
         attrs={
-            "path": path,
-            "window_size": window_size,
-            "window_context": window_context,
-            "token_budget": DEFAULT_TOKEN_BUDGET,
-            "stateful": False,
-            "fine_tune": False,
-            "n_threads": 0,
-            "precision": precision,
+            # not serializable by thinc, so never saved: the config owns the settings
+            "settings": settings,
             "replace_listener": replace_listener,
             "replace_listener_cfg": replace_listener_cfg,
         },

@@ -15,11 +15,11 @@ from spacy.util import registry
 from thinc.api import Model, chain
 from thinc.types import Floats2d, Floats3d
 
+from ..extensions import LAYERS
 from .scalar_mix import ScalarMix_v1
 
 LISTENER_ARCHITECTURE = "spacy-elmo.ElmoListener.v1"
 STANDALONE_ARCHITECTURE = "spacy-elmo.Elmo.v1"
-LAYERS_EXTENSION = "elmo_layers"
 
 
 def _no_backprop(d_outputs: Any) -> list[Doc]:
@@ -101,7 +101,7 @@ def _layers_from_docs(model: ElmoListener, docs: list[Doc], is_train: bool) -> l
     outputs = []
     missing = 0
     for doc in docs:
-        layers = doc._.get(LAYERS_EXTENSION)
+        layers = doc._.get(LAYERS)
         if layers is not None:
             outputs.append(ops.asarray3f(layers))
             continue

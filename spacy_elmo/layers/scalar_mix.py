@@ -14,21 +14,18 @@ from typing import Any, Callable, Optional
 
 import numpy
 from spacy.util import registry
-from thinc.api import Model, Ops
+from thinc.api import Model
 from thinc.types import Floats1d, Floats2d, Floats3d
+
+from ..mix import softmax
 
 LAYER_NORM_EPS = 1e-12
 DROPOUT_ATTR = "elmo_dropout"
 
 
-def _softmax(ops: Ops, s: Any) -> Any:
-    e = ops.xp.exp(s - s.max())
-    return e / e.sum()
-
-
 def mix_weights(model: Model) -> Floats1d:
     """The normalised layer weights softmax(s) (without gamma)."""
-    return _softmax(model.ops, model.get_param("weights"))
+    return softmax(model.get_param("weights"))
 
 
 def forward(model: Model, Xs: list[Floats3d], is_train: bool) -> tuple[list[Floats2d], Callable]:
@@ -57,7 +54,7 @@ def forward(model: Model, Xs: list[Floats3d], is_train: bool) -> tuple[list[Floa
         Xn = X
     s = model.get_param("weights")
     gamma = model.get_param("gamma")
-    w = _softmax(ops, s)
+    w = softmax(s)
     mixed = xp.tensordot(w, Xn, axes=(0, 0))  # (N, 2P)
     Y = gamma[0] * mixed
     rate = float(model.attrs[DROPOUT_ATTR])

@@ -32,7 +32,7 @@ def test_runner_and_pipe_run_with_their_threads_and_restore(reference_bilm, fixt
     assert (expected == got).all()
 
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"n_threads": before + 2, "model": {"path": str(fixture_dir)}})
+    nlp.add_pipe("elmo", config={"model": {"path": str(fixture_dir), "n_threads": before + 2}})
     seen.clear()
     class_forward = BiLM.forward
 

@@ -7,15 +7,15 @@ import pytest
 import spacy
 
 from spacy_elmo.layers import bilm_model
+from fixture_paths import ELMO_FIXTURE
 
-ELMO_FIXTURE = Path(__file__).parent.parent / "fixtures" / "elmo-fixture"
 TEXTS = [f"Sentence {i} talks about the bank of the river. And money {i}." for i in range(12)]
 
 
-def fixture_nlp(precision: str = "fp32", **pipe_config) -> spacy.Language:
+def fixture_nlp(precision: str = "fp32", **model_config) -> spacy.Language:
     nlp = spacy.blank("en")
     nlp.add_pipe("sentencizer")
-    nlp.add_pipe("elmo", config={"model": {"path": str(ELMO_FIXTURE), "precision": precision}, **pipe_config})
+    nlp.add_pipe("elmo", config={"model": {"path": str(ELMO_FIXTURE), "precision": precision, **model_config}})
     return nlp
 
 
@@ -40,19 +40,31 @@ def test_out_of_memory_in_the_pipe_is_split_and_gives_the_same_layers():
         assert numpy.array_equal(a, b)
 
 
-def test_the_layer_knows_its_dims_before_loading_weights():
+def test_the_weights_load_at_initialize_and_give_the_layer_its_dims():
     nlp = fixture_nlp()
     model = nlp.get_pipe("elmo").model
-    assert not bilm_model.get_runner(model).loaded
-    options = bilm_model.known_options(model)
-    assert options is not None and (options.output_dim, options.n_output_layers) == (32, 3)
-    assert not bilm_model.get_runner(model).loaded
+    assert not bilm_model.get_runner(model).loaded  # building the pipe reads no file
+    nlp.initialize()
+    assert bilm_model.get_runner(model).loaded
+    assert (model.get_dim("nO"), model.get_dim("nL")) == (32, 3)
 
 
-def test_a_missing_path_names_the_config_option(tmp_path):
+def test_without_initialize_the_first_batch_loads_the_weights():
+    nlp = fixture_nlp()
+    doc = nlp("No initialize was called. The pipe loads on its first batch.")
+    assert doc._.elmo_layers.shape == (3, len(doc), 32)
+    assert bilm_model.get_runner(nlp.get_pipe("elmo").model).loaded
+
+
+@pytest.mark.parametrize("when", ["initialize", "first doc"])
+def test_a_missing_path_names_the_config_option_before_any_doc_is_processed(tmp_path, when):
     nlp = spacy.blank("en")
+    elmo = nlp.add_pipe("elmo", config={"model": {"path": str(tmp_path / "nowhere")}})
+    seen = []
+    elmo.set_annotations = lambda docs, layers: seen.extend(docs)
     with pytest.raises(FileNotFoundError, match=r"nowhere' does not exist \(spacy-elmo.BiLM.v1 model.path\)"):
-        nlp.add_pipe("elmo", config={"model": {"path": str(tmp_path / "nowhere")}})
+        nlp.initialize() if when == "initialize" else nlp("A doc that must not be processed.")
+    assert not seen
 
 
 @pytest.mark.parametrize("precision", ["int8", "bf16"])

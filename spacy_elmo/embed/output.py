@@ -5,16 +5,11 @@ index ("0", "1", ...): all layers (L+1, n_tokens, 2P), the top layer or the aver
 The input is streamed in chunks; each finished chunk is flushed, so an interrupted run started again
 skips the lines already written. Worker processes (CPU) each load the model once and embed whole chunks.
 
-A corpus too large for one machine is cut into shards: shard i of n takes the lines whose index is i
-modulo n (deterministic, balanced, and known while streaming), writes its own file
-(`out.shard{i}-of-{n}.hdf5`, resumable like any output) and records when it is complete; `merge_shards`
-joins complete shards into one file with the layout of a single run, checking that every line is there
-exactly once.
+With a shard (`shards.py`), only that shard's lines are embedded, into the shard's own file.
 """
 
 import json
-import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,9 +17,10 @@ from typing import Callable, Optional
 
 import numpy
 
-from .text import make_tokenizer, open_text, texts_from_jsonl
-
-LAYER_CHOICES = ("all", "top", "average")
+from ..launch_env import launch_env
+from ..mix import REDUCTIONS, reduce_layers
+from ..text import detect_format, make_tokenizer, open_text, texts_from_jsonl
+from .shards import Shard, shard_path
 
 
 @dataclass
@@ -42,7 +38,7 @@ class EmbedSettings:
 
     def __post_init__(self) -> None:
         """Refuse a bad precision before any file is read or written."""
-        from .bilm.precision import check_device, check_precision
+        from ..bilm.precision import check_device, check_precision
 
         check_precision(self.precision, "--precision")
         if not self.device.startswith("cpu"):
@@ -52,10 +48,9 @@ class EmbedSettings:
 
 
 def read_lines(path: Path, text_field: str = "text") -> Iterator[str]:
-    """Lines of a .txt/.txt.gz file, or the `text_field` of each record of a .jsonl/.jsonl.gz file."""
-    is_jsonl = ".jsonl" in path.suffixes or ".json" in path.suffixes
+    """Lines of a text file, or the `text_field` of each record of a JSONL file (`text.detect_format`)."""
     with open_text(path, errors="surrogateescape") as handle:
-        if is_jsonl:
+        if detect_format(path) == "jsonl":
             yield from texts_from_jsonl(handle, path, text_field, option="--text-field")
         else:
             for line in handle:
@@ -69,15 +64,15 @@ def word_splitter(name: str) -> Callable[[str], list[str]]:
     return make_tokenizer(name, option="--tokenizer").words
 
 
-def reduce_layers(layers: numpy.ndarray, how: str) -> numpy.ndarray:
-    if how == "all":
-        return layers
-    if how == "top":
-        return layers[-1]
-    return layers.mean(axis=0)
-
-
 _worker_state: dict = {}
+
+
+def device_for_rank(device: str, environ: Optional[Mapping[str, str]] = None) -> str:
+    """ "cuda" under a launcher means this process's GPU (LOCAL_RANK); anything more specific is kept."""
+    local_rank = launch_env(environ).local_rank
+    if device == "cuda" and local_rank is not None:
+        return f"cuda:{local_rank}"
+    return device
 
 
 def _init_worker(settings: EmbedSettings, threads: Optional[int]) -> None:
@@ -85,8 +80,8 @@ def _init_worker(settings: EmbedSettings, threads: Optional[int]) -> None:
     so that calling `embed_file` never changes the caller's torch thread count)."""
     import torch
 
-    from .bilm.runner import BiLMRunner
-    from .io.resolve import load_bilm
+    from ..bilm.runner import BiLMRunner
+    from ..io.resolve import load_bilm
 
     if threads is not None:
         torch.set_num_threads(threads)
@@ -107,44 +102,6 @@ def _embed_chunk(chunk: Sequence[tuple[int, str]]) -> list[tuple[int, numpy.ndar
     tokenized = [_worker_state["tokenize"](text) for _, text in chunk]
     arrays = _worker_state["runner"].embed_sentences(tokenized)
     return [(index, reduce_layers(a, settings.layers).astype(settings.dtype)) for (index, _), a in zip(chunk, arrays)]
-
-
-class ShardError(ValueError):
-    """Shard files that do not make up one whole run: missing, duplicated, incomplete or mismatched."""
-
-
-Shard = tuple[int, int]  # (index, count)
-
-
-def parse_shard(spec: str) -> Shard:
-    """ "I/N" -> (I, N), with 0 <= I < N."""
-    try:
-        index, count = (int(part) for part in spec.split("/"))
-    except ValueError:
-        raise ValueError(f"--shard must be I/N (e.g. 0/4), got {spec!r}") from None
-    if not 0 <= index < count:
-        raise ValueError(f"--shard {spec}: the index must be in 0..{count - 1}")
-    return index, count
-
-
-def shard_from_env(environ: Optional[dict] = None) -> Optional[Shard]:
-    """(RANK, WORLD_SIZE) as torchrun and most cluster launchers set them, or None for one process."""
-    env = os.environ if environ is None else environ
-    world = int(env.get("WORLD_SIZE", "1"))
-    return (int(env.get("RANK", "0")), world) if world > 1 else None
-
-
-def shard_path(output_path: Path, shard: Shard) -> Path:
-    index, count = shard
-    return output_path.with_name(f"{output_path.stem}.shard{index}-of-{count}{output_path.suffix}")
-
-
-def device_for_rank(device: str, environ: Optional[dict] = None) -> str:
-    """ "cuda" under a launcher means this process's GPU (LOCAL_RANK); anything more specific is kept."""
-    env = os.environ if environ is None else environ
-    if device == "cuda" and "LOCAL_RANK" in env:
-        return f"cuda:{int(env['LOCAL_RANK'])}"
-    return device
 
 
 class _LineCounter:
@@ -181,8 +138,8 @@ def embed_file(
 ) -> int:
     """Embed every line of `input_path` into `output_path` (with `shard`: that shard's lines into its own
     file, see `shard_path`); returns the number of lines written now."""
-    if settings.layers not in LAYER_CHOICES:
-        raise ValueError(f"layers must be one of {LAYER_CHOICES}, got {settings.layers!r}")
+    if settings.layers not in REDUCTIONS:
+        raise ValueError(f"layers must be one of {REDUCTIONS}, got {settings.layers!r}")
     if not input_path.exists():
         raise FileNotFoundError(f"input file not found: {input_path}")
     import h5py  # only here: the rest of the package does not need it
@@ -202,8 +159,7 @@ def embed_file(
             "tokenizer": settings.tokenizer,
             "dtype": settings.dtype,
         }
-        if settings.precision != "fp32":  # (absent for fp32: files written before the setting still resume)
-            described["precision"] = settings.precision
+        described["precision"] = settings.precision
         current = json.dumps(described)
         if previous is not None and previous != current:
             raise ValueError(
@@ -239,61 +195,3 @@ def embed_file(
         handle.attrs["n_input_lines"] = counter.n_lines
         handle.attrs["complete"] = True
     return written
-
-
-def merge_shards(shard_files: Sequence[Path], output_path: Path) -> int:
-    """Join complete shard files into one file with the layout of a single run (dataset "i" = line i);
-    returns the number of lines. Every shard 0..n-1 must be there once, complete, with the same settings
-    and input, and every line of the input exactly once; a ShardError names what is not."""
-    import h5py
-
-    if not shard_files:
-        raise ShardError("no shard files given")
-    shards: dict[int, Path] = {}
-    described: dict[str, object] = {}
-    for path in shard_files:
-        if not Path(path).exists():
-            raise FileNotFoundError(f"shard file not found: {path}")
-        with h5py.File(path, "r") as handle:
-            if "shard" not in handle.attrs:
-                raise ShardError(f"{path}: not a shard file (written without --shard)")
-            index, count = json.loads(handle.attrs["shard"])
-            if not handle.attrs.get("complete", False):
-                raise ShardError(f"{path}: shard {index} of {count} is incomplete: run it again to resume it")
-            for key, value in (
-                ("count", count),
-                ("settings", handle.attrs["settings"]),
-                ("n_input_lines", int(handle.attrs["n_input_lines"])),
-            ):
-                if described.setdefault(key, value) != value:
-                    raise ShardError(f"{path}: its {key} ({value}) differs from the other shards' ({described[key]})")
-        if index in shards:
-            raise ShardError(f"shard {index} of {count} given twice: {shards[index]} and {path}")
-        shards[index] = Path(path)
-    count = int(described["count"])  # type: ignore[call-overload]
-    missing = [i for i in range(count) if i not in shards]
-    if missing:
-        expected = ", ".join(str(shard_path(output_path, (i, count))) for i in missing)
-        raise ShardError(f"missing shard(s) {missing} of {count}: expected {expected}")
-    n_lines = int(described["n_input_lines"])  # type: ignore[call-overload]
-    tmp = output_path.with_name(output_path.name + ".tmp")
-    with h5py.File(tmp, "w") as out:
-        out.attrs["settings"] = described["settings"]
-        seen: set = set()
-        for index in range(count):
-            with h5py.File(shards[index], "r") as handle:
-                names = set(handle.keys())
-                expected_lines = {str(i) for i in range(index, n_lines, count)}
-                if names != expected_lines:
-                    absent = sorted(expected_lines - names, key=int)[:10]
-                    strays = sorted(names - expected_lines)[:10]
-                    raise ShardError(
-                        f"{shards[index]}: lines missing {absent} / not of this shard {strays}; run the shard again"
-                    )
-                for name in sorted(names, key=int):
-                    handle.copy(handle[name], out, name=name)
-                seen |= names
-        out.attrs["n_input_lines"] = n_lines
-        out.attrs["complete"] = True
-    tmp.replace(output_path)
-    return len(seen)

@@ -7,13 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from fixture_paths import FIXTURES
+
 import numpy
 import torch
 from spacy.tokens import DocBin
 from spacy.training import Example
 from spacy.util import load_config, load_model_from_config
 
-FIXTURES = Path(__file__).parent / "fixtures"
 TEXTS = ["Packaged pipelines load anywhere .", "New York is big", ""]
 
 LOAD_SCRIPT = """

@@ -14,18 +14,10 @@ from spacy.util import fix_random_seed, load_config, load_model_from_config
 
 import spacy_elmo.bilm.bilm
 from spacy_elmo.layers import bilm_parameters, find_elmo_listeners
+from fixture_paths import ELMO_FIXTURE, FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures"
-ELMO_FIXTURE = FIXTURES / "elmo-fixture"
 CONFIG = FIXTURES / "spacy" / "ner_textcat.cfg"
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture
@@ -76,6 +68,8 @@ def test_listeners_are_found():
     elmo = nlp.get_pipe("elmo")
     assert elmo.listening_components == ["ner", "textcat"]
     assert len(elmo.listeners) == 2
+    data = examples(nlp, "train", "wnut17", 2)
+    elmo.initialize(lambda: data)  # loads the weights: the one place the listeners learn their dims from
     assert all(listener.get_dim("nO") == 32 and listener.get_dim("nL") == 3 for listener in elmo.listeners)
 
 
@@ -96,7 +90,7 @@ def test_frozen_training_runs_the_bilm_once_per_doc(count_bilm_calls):
 
 
 def test_fine_tuning_changes_the_bilm(count_bilm_calls):
-    nlp = build_nlp(**{"components.elmo.fine_tune": True})
+    nlp = build_nlp(**{"components.elmo.model.fine_tune": True})
     data = examples(nlp, "train", "wnut17", 16) + examples(nlp, "train", "mr", 16)
     before = bilm_parameters(nlp.get_pipe("elmo").model)
     counts = []
@@ -111,7 +105,7 @@ def test_fine_tuning_changes_the_bilm(count_bilm_calls):
 @pytest.mark.parametrize("fine_tune", [False, True])
 def test_listeners_let_go_of_the_batch_after_backprop(fine_tune):
     """As spacy-transformers' listener does: a batch's layers are not held until the next batch."""
-    nlp = build_nlp(**{"components.elmo.fine_tune": fine_tune})
+    nlp = build_nlp(**{"components.elmo.model.fine_tune": fine_tune})
     data = examples(nlp, "train", "wnut17", 8) + examples(nlp, "train", "mr", 8)
     optimizer = nlp.initialize(lambda: data)
     listeners = nlp.get_pipe("elmo").listeners
@@ -193,8 +187,9 @@ def test_listener_warns_when_elmo_did_not_run():
 
 
 def test_listener_width_is_checked():
+    nlp = build_nlp(**{"components.ner.model.tok2vec.elmo.width": 64})
     with pytest.raises(ValueError, match="width=64 but the upstream 'elmo' biLM gives vectors of width 32"):
-        build_nlp(**{"components.ner.model.tok2vec.elmo.width": 64})
+        nlp.get_pipe("elmo").initialize(lambda: examples(nlp, "train", "wnut17", 2))
 
 
 TEXTCAT_ARCHITECTURES = {

@@ -14,24 +14,17 @@ import spacy_elmo.io.resolve
 from spacy_elmo.io.native import save_native
 from spacy_elmo.bilm.runner import BiLMRunner
 from spacy_elmo.io.arrays import WeightsError
+from spacy_elmo.layers.bilm_model import get_runner, layer_settings
 from spacy_elmo.pipeline import Elmo
+from fixture_paths import ELMO_FIXTURE
 
-FIXTURE = Path(__file__).parent / "fixtures" / "elmo-fixture"
 N_LAYERS, WIDTH = 3, 32  # the fixture: 2 LSTM layers + the token layer; projection_dim 16
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One torch thread: on the shared 2-core machine, more threads only wait on each other."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def elmo_nlp(**config) -> spacy.Language:
     nlp = spacy.blank("en")
-    model = {"@architectures": "spacy-elmo.BiLM.v1", "path": str(FIXTURE)}
+    model = {"@architectures": "spacy-elmo.BiLM.v1", "path": str(ELMO_FIXTURE)}
     model.update(config.pop("model", {}))
     nlp.add_pipe("elmo", config={"model": model, **config})
     return nlp
@@ -155,24 +148,25 @@ def test_default_model_path(monkeypatch, tmp_path, reference_bilm):
     numpy.testing.assert_allclose(doc._.elmo_layers, reference._.elmo_layers, atol=1e-6)
 
 
-def test_missing_default_model_is_a_clear_error_at_add_pipe(monkeypatch, tmp_path):
+def test_missing_default_model_is_a_clear_error_before_the_first_doc(monkeypatch, tmp_path):
     monkeypatch.setattr(spacy_elmo.io.resolve, "SHIPPED_MODELS_DIR", tmp_path)
     nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")
     with pytest.raises(FileNotFoundError, match="default biLM 'en_elmo_small' is not installed"):
-        nlp.add_pipe("elmo")
+        nlp("no model to embed this with")
 
 
-def test_missing_path_is_a_clear_error_at_add_pipe(tmp_path):
+def test_missing_path_is_a_clear_error_at_initialize(tmp_path):
     with pytest.raises(FileNotFoundError, match="nowhere.*does not exist"):
-        elmo_nlp(model={"path": str(tmp_path / "nowhere")})
+        elmo_nlp(model={"path": str(tmp_path / "nowhere")}).initialize()
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match=r"empty \(spacy-elmo.BiLM.v1 model.path\): expected a native model"):
-        elmo_nlp(model={"path": str(tmp_path / "empty")})
+        elmo_nlp(model={"path": str(tmp_path / "empty")}).initialize()
 
 
 def test_options_that_do_not_match_the_weights(tmp_path):
-    shutil.copy(FIXTURE / "lm_weights.hdf5", tmp_path / "lm_weights.hdf5")
-    options = json.loads((FIXTURE / "options.json").read_text())
+    shutil.copy(ELMO_FIXTURE / "lm_weights.hdf5", tmp_path / "lm_weights.hdf5")
+    options = json.loads((ELMO_FIXTURE / "options.json").read_text())
     options["lstm"]["projection_dim"] = 8
     (tmp_path / "options.json").write_text(json.dumps(options))
     nlp = elmo_nlp(model={"path": str(tmp_path)})
@@ -226,7 +220,7 @@ def test_vector_hooks():
 
 
 def test_stateful_mode_carries_state():
-    nlp = elmo_nlp(stateful=True)
+    nlp = elmo_nlp(model={"stateful": True})
     stateless = elmo_nlp()("The same sentence twice .")
     first = nlp("The same sentence twice .")
     second = nlp("The same sentence twice .")
@@ -266,7 +260,7 @@ def test_to_disk_and_spacy_load_round_trip(nlp, tmp_path):
 
 def test_saved_pipeline_does_not_need_the_weights_path(tmp_path):
     model_dir = tmp_path / "weights"
-    shutil.copytree(FIXTURE, model_dir)
+    shutil.copytree(ELMO_FIXTURE, model_dir)
     nlp = elmo_nlp(model={"path": str(model_dir)})
     expected = nlp("weights travel with the pipeline")._.elmo_layers
     nlp.to_disk(tmp_path / "pipeline")
@@ -286,17 +280,25 @@ def test_saved_weights_hold_no_pickle(nlp, tmp_path):
 def test_loading_keeps_the_settings_of_the_loading_config(nlp, tmp_path):
     nlp("load the weights")
     nlp.to_disk(tmp_path / "pipeline")
-    loaded = spacy.load(tmp_path / "pipeline", config={"components": {"elmo": {"batch_size": 256, "stateful": True}}})
+    model = {"token_budget": 256, "stateful": True, "n_threads": 1}
+    loaded = spacy.load(tmp_path / "pipeline", config={"components": {"elmo": {"model": model}}})
     elmo = loaded.get_pipe("elmo")
-    assert elmo.model.attrs["token_budget"] == 256 and elmo.model.attrs["stateful"] is True
+    settings = layer_settings(elmo.model)
+    assert (settings.token_budget, settings.stateful, settings.n_threads) == (256, True, 1)
+    runner = get_runner(elmo.model)
+    assert (runner.token_budget, runner.stateful, runner.n_threads) == (256, True, 1)
+    assert elmo.stateful is True
+    # and the settings the pipeline was saved with come back when nothing overrides them
+    again = spacy.load(tmp_path / "pipeline").get_pipe("elmo")
+    assert get_runner(again.model).stateful is False and get_runner(again.model).token_budget == 4096
 
 
 @pytest.mark.parametrize("kind", ["bilm-tf directory", "hdf5 file", "native directory"])
 def test_model_paths(kind, tmp_path, reference_bilm, nlp):
     if kind == "bilm-tf directory":
-        path = FIXTURE
+        path = ELMO_FIXTURE
     elif kind == "hdf5 file":
-        path = FIXTURE / "lm_weights.hdf5"
+        path = ELMO_FIXTURE / "lm_weights.hdf5"
     else:
         path = save_native(reference_bilm, tmp_path / "native")
     doc = elmo_nlp(model={"path": str(path)})("Every kind of model path")

@@ -17,20 +17,12 @@ from spacy.training import Example
 import spacy_elmo.bilm.bilm
 from spacy_elmo.io.hdf5 import load_bilm_tf
 from spacy_elmo.layers import bilm_parameters
+from fixture_paths import ELMO_FIXTURE, FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures"
-ELMO_FIXTURE = FIXTURES / "elmo-fixture"
 SAMPLES = FIXTURES / "spacy"
 CONFIGS = Path(spacy_elmo.__file__).parent / "configs"
 CALLS = {"n": 0, "by_step": []}
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @spacy.registry.callbacks("spacy-elmo-test.record_bilm_calls.v1")
@@ -111,7 +103,7 @@ def test_spacy_train_ner_and_textcat_with_a_frozen_bilm(tmp_path, count_bilm_cal
 
 def test_spacy_train_fine_tunes_the_bilm(tmp_path, count_bilm_calls):
     nlp = spacy_train(
-        tmp_path, **{"components.elmo.fine_tune": True, "training.max_steps": 4, "training.eval_frequency": 100}
+        tmp_path, **{"components.elmo.model.fine_tune": True, "training.max_steps": 4, "training.eval_frequency": 100}
     )
     trained = bilm_parameters(nlp.get_pipe("elmo").model)
     reference = fixture_weights()

@@ -9,7 +9,7 @@ import numpy
 import pytest
 
 from spacy_elmo.bilm.runner import BiLMRunner
-from spacy_elmo.embed_hdf5 import EmbedSettings, embed_file
+from spacy_elmo.embed import EmbedSettings, embed_file
 
 LINES = ["The cat sat on the mat .", "", "Ünïcödé 日本語 👍🏽 text", "x" * 300, "a b c d e f g h i j k"]
 

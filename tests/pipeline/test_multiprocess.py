@@ -10,7 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-FIXTURE = Path(__file__).parent / "fixtures" / "elmo-fixture"
+from fixture_paths import ELMO_FIXTURE
+
 
 SCRIPT = r"""
 import json, sys
@@ -43,7 +44,7 @@ print(json.dumps(results))
 
 def test_n_process_2_gives_the_same_layers_and_does_not_hang(tmp_path):
     process = subprocess.Popen(
-        [sys.executable, "-c", SCRIPT, str(FIXTURE), str(tmp_path / "pipeline")],
+        [sys.executable, "-c", SCRIPT, str(ELMO_FIXTURE), str(tmp_path / "pipeline")],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

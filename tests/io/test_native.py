@@ -39,11 +39,23 @@ def test_an_edited_vocabulary_is_refused(make_bilm):
         bilm_from_bytes(edited, source="edited.msgpack")
 
 
-def test_files_written_before_the_digest_still_load(reference_bilm):
+@pytest.mark.parametrize("damage", ["absent", "truncated", "not a string"])
+def test_a_file_without_a_valid_digest_field_is_refused(reference_bilm, damage):
+    """A damaged digest field must not read as "no digest recorded": nothing loads unchecked."""
     payload = srsly.msgpack_loads(bilm_to_bytes(reference_bilm))
-    del payload[DIGEST_KEY]
-    old = bilm_from_bytes(srsly.msgpack_dumps(payload))
-    for (name, a), (_, b) in zip(bilm_arrays(reference_bilm), bilm_arrays(old)):
+    if damage == "absent":
+        del payload[DIGEST_KEY]
+    elif damage == "truncated":
+        payload[DIGEST_KEY] = payload[DIGEST_KEY][:-1]
+    else:
+        payload[DIGEST_KEY] = 12345
+    with pytest.raises(WeightsError, match="nodigest.msgpack: the model file records no valid SHA-256 digest"):
+        bilm_from_bytes(srsly.msgpack_dumps(payload), source="nodigest.msgpack")
+
+
+def test_bytes_round_trip_bit_for_bit(reference_bilm):
+    loaded = bilm_from_bytes(bilm_to_bytes(reference_bilm))
+    for (name, a), (_, b) in zip(bilm_arrays(reference_bilm), bilm_arrays(loaded)):
         assert numpy.array_equal(a, b), name
 
 

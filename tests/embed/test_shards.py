@@ -10,9 +10,9 @@ import h5py
 import numpy
 import pytest
 
-from spacy_elmo.embed_hdf5 import EmbedSettings, ShardError, embed_file, merge_shards, shard_path
+from spacy_elmo.embed import EmbedSettings, ShardError, embed_file, merge_shards, shard_path
+from fixture_paths import ELMO_FIXTURE
 
-FIXTURE = Path(__file__).parent / "fixtures" / "elmo-fixture"
 LINES = [f"line {i} of the corpus , with {'more ' * (i % 4)}words ." for i in range(11)] + ["", "last"]
 
 
@@ -46,11 +46,11 @@ def corpus(tmp_path):
 
 def test_three_shard_processes_merged_equal_one_run_bit_for_bit(corpus, tmp_path):
     single = tmp_path / "single.hdf5"
-    finish(cli("embed", FIXTURE, corpus, single))
+    finish(cli("embed", ELMO_FIXTURE, corpus, single))
     out = tmp_path / "out.hdf5"
-    shards = [cli("embed", FIXTURE, corpus, out, "--shard", f"{i}/3") for i in (0, 1)]
+    shards = [cli("embed", ELMO_FIXTURE, corpus, out, "--shard", f"{i}/3") for i in (0, 1)]
     # the third shard from the environment, as torchrun or a cluster launcher would set it
-    shards.append(cli("embed", FIXTURE, corpus, out, env={**os.environ, "RANK": "2", "WORLD_SIZE": "3"}))
+    shards.append(cli("embed", ELMO_FIXTURE, corpus, out, env={**os.environ, "RANK": "2", "WORLD_SIZE": "3"}))
     for process in shards:
         finish(process)
     files = [shard_path(out, (i, 3)) for i in range(3)]
@@ -66,7 +66,7 @@ def test_three_shard_processes_merged_equal_one_run_bit_for_bit(corpus, tmp_path
 
 def test_missing_duplicated_and_incomplete_shards_are_named(corpus, tmp_path):
     out = tmp_path / "out.hdf5"
-    settings = EmbedSettings(model=str(FIXTURE))
+    settings = EmbedSettings(model=str(ELMO_FIXTURE))
     for i in range(3):
         embed_file(corpus, out, settings, shard=(i, 3))
     files = [shard_path(out, (i, 3)) for i in range(3)]
@@ -85,7 +85,7 @@ def test_missing_duplicated_and_incomplete_shards_are_named(corpus, tmp_path):
 
 def test_an_interrupted_shard_resumes(corpus, tmp_path):
     out = tmp_path / "out.hdf5"
-    settings = EmbedSettings(model=str(FIXTURE), chunk_size=1)
+    settings = EmbedSettings(model=str(ELMO_FIXTURE), chunk_size=1)
     first_part = tmp_path / "first.txt"
     first_part.write_text("\n".join(LINES[:5]) + "\n", encoding="utf-8")
     assert embed_file(first_part, out, settings, shard=(1, 2)) == 2  # lines 1 and 3, then stopped
@@ -100,7 +100,7 @@ def test_an_interrupted_shard_resumes(corpus, tmp_path):
 
 
 def test_shard_spec_errors():
-    from spacy_elmo.embed_hdf5 import device_for_rank, parse_shard, shard_from_env
+    from spacy_elmo.embed import device_for_rank, parse_shard, shard_from_env
 
     assert parse_shard("2/4") == (2, 4)
     with pytest.raises(ValueError, match="--shard must be I/N"):
@@ -120,7 +120,7 @@ def test_a_killed_shard_process_resumes_and_merges(tmp_path):
     corpus.write_text("".join(f"word{i} and {i % 7} more words here .\n" for i in range(16000)), encoding="utf-8")
     out = tmp_path / "out.hdf5"
     shard = shard_path(out, (0, 2))
-    process = cli("embed", FIXTURE, corpus, out, "--shard", "0/2")
+    process = cli("embed", ELMO_FIXTURE, corpus, out, "--shard", "0/2")
     seen = ""
     while process.poll() is None:  # tqdm's progress on stderr: kill once a chunk has been written
         seen += process.stderr.read(64)
@@ -132,12 +132,12 @@ def test_a_killed_shard_process_resumes_and_merges(tmp_path):
     assert process.returncode == -signal.SIGKILL, "the shard finished before it could be killed: make it longer"
     with h5py.File(shard, "r") as handle:
         assert not handle.attrs["complete"] and 0 < len(handle.keys()) < 8000
-    finish(cli("embed", FIXTURE, corpus, out, "--shard", "0/2"))  # resumed
-    finish(cli("embed", FIXTURE, corpus, out, "--shard", "1/2"))
+    finish(cli("embed", ELMO_FIXTURE, corpus, out, "--shard", "0/2"))  # resumed
+    finish(cli("embed", ELMO_FIXTURE, corpus, out, "--shard", "1/2"))
     finish(cli("embed-merge", out, shard, shard_path(out, (1, 2))))
     merged, _ = read_all(out)
     assert sorted(merged, key=int) == [str(i) for i in range(16000)]
     single = tmp_path / "single.hdf5"
-    embed_file(corpus, single, EmbedSettings(model=str(FIXTURE)))
+    embed_file(corpus, single, EmbedSettings(model=str(ELMO_FIXTURE)))
     expected, _ = read_all(single)
     assert all(numpy.array_equal(merged[k], expected[k]) for k in expected)
