@@ -4,9 +4,11 @@
     python benchmarks/output_parity.py dump new.npz
     python benchmarks/output_parity.py compare old.npz new.npz
 
-The fixture and the shipped model through the runner (stateless at several budgets, stateful, bf16,
-token layer), the `elmo` pipe (with and without sentence boundaries, stateful), the perplexity
-batches and `embed` (whitespace and spaCy tokenization). Uses only APIs that old versions have too.
+The fixture and the shipped model through the runner (stateless at several budgets, stateful, every
+CPU precision, token layer), the `elmo` pipe (with and without sentence boundaries, stateful, every CPU
+precision), the perplexity batches and `embed` (whitespace and spaCy tokenization). Works with the
+layout before the seam redesign too (`spacy_elmo.loading`, pipe-level `stateful`), so a refactor can be
+checked against the commit before it.
 """
 
 import json
@@ -24,8 +26,13 @@ def dump(path: str) -> None:
     torch.set_num_threads(1)
     out = {}
     import spacy_elmo
-    from spacy_elmo import BiLMEmbedder, load_bilm_tf
-    from spacy_elmo.loading import load_bilm
+    from spacy_elmo import BiLMRunner as BiLMEmbedder
+    from spacy_elmo import load_bilm_tf
+
+    try:
+        from spacy_elmo.io.resolve import load_bilm
+    except ImportError:  # before the seam redesign
+        from spacy_elmo.loading import load_bilm  # type: ignore[no-redef]
 
     print("spacy_elmo from", spacy_elmo.__file__, file=sys.stderr)
     FIX = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "elmo-fixture"
@@ -45,6 +52,11 @@ def dump(path: str) -> None:
     shipped = load_bilm("en_elmo_small")
     for i, a in enumerate(BiLMEmbedder(shipped).embed_sentences(sents + [["x" * 300], ["ünï", "😀", "中文"], []])):
         out[f"shipped_{i}"] = a
+    for precision in ("bf16", "int8"):
+        for budget in (1, 4096):
+            runner = BiLMEmbedder(shipped, precision=precision, token_budget=budget)
+            for i, a in enumerate(runner.embed_sentences(sents[:12])):
+                out[f"shipped_{precision}_b{budget}_{i}"] = a
     texts = [
         "The bank raised its rates. We sat on the river bank.",
         "",
@@ -61,9 +73,18 @@ def dump(path: str) -> None:
         for i, doc in enumerate(nlp.pipe(texts, batch_size=3)):
             out[f"pipe_{with_sents}_{i}"] = doc._.elmo_layers
             out[f"pipe_vec_{with_sents}_{i}"] = doc._.elmo
+    for precision in ("bf16", "int8"):
+        nlp = spacy.blank("en")
+        nlp.add_pipe("sentencizer")
+        nlp.add_pipe("elmo", config={"model": {"precision": precision}})
+        for i, doc in enumerate(nlp.pipe(texts, batch_size=3)):
+            out[f"pipe_{precision}_{i}"] = doc._.elmo_layers
     nlp = spacy.blank("en")
     nlp.add_pipe("sentencizer")
-    nlp.add_pipe("elmo", config={"stateful": True, "model": {"path": str(FIX)}})
+    try:
+        nlp.add_pipe("elmo", config={"model": {"path": str(FIX), "stateful": True}})
+    except Exception:  # before the seam redesign: stateful was the pipe's setting
+        nlp.add_pipe("elmo", config={"stateful": True, "model": {"path": str(FIX)}})
     for i, doc in enumerate(nlp.pipe([" ".join(g[b].split()) for g in groups for b in range(3)], batch_size=4)):
         out[f"pipe_stateful_{i}"] = doc._.elmo_layers
     from spacy_elmo.pretrain.batches import sentence_batches
@@ -80,8 +101,8 @@ def dump(path: str) -> None:
         out[f"sb_{j}_p"] = b.prev_ids.numpy()
     try:
         from spacy_elmo.embed import EmbedSettings, embed_file
-    except ImportError:
-        from spacy_elmo.embed_hdf5 import EmbedSettings, embed_file
+    except ImportError:  # before the seam redesign
+        from spacy_elmo.embed_hdf5 import EmbedSettings, embed_file  # type: ignore[no-redef]
     print(
         "embed from",
         embed_file.__code__.co_filename,

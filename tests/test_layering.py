@@ -1,19 +1,17 @@
-"""The package's layers: no module imports from a layer above its own (see CONTRIBUTING.md, "Layers").
+"""The package's layers: no module imports from a layer above its own.
 
-Every module under spacy_elmo/ is parsed with `ast`; every import of a spacy_elmo module (relative ones
-resolved, imports inside functions included) is an edge. A module may import from its own layer and
-the layers below it. A subpackage listed as one entry (bilm, layers, pretrain, cli) is one unit: inside
-it anything goes.
-
-Renaming or adding a module: edit LAYERS below (and the table in CONTRIBUTING.md). A module that no
-entry covers fails test_every_module_has_a_layer; an entry that covers no module fails
-test_every_layer_entry_exists.
+The layers and the module map are written once, in CONTRIBUTING.md ("Layers", "Where things live"); this
+test reads them from there. Every module under spacy_elmo/ is parsed with `ast`; every import of a
+spacy_elmo module (relative ones resolved, imports inside functions included) is an edge. A module may
+import from its own layer and the layers below it. A subpackage listed as one entry (bilm, io, layers,
+pretrain, embed, cli) is one unit: inside it anything goes.
 
 Also: every module imports without h5py (test_importing_the_package_does_not_need_h5py).
 """
 
 import ast
 import functools
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,18 +20,29 @@ from typing import Optional
 PACKAGE_DIR = Path(__file__).parent.parent / "spacy_elmo"
 PACKAGE = "spacy_elmo"
 
-# Lowest layer first. Names are relative to spacy_elmo; "__init__" is spacy_elmo/__init__.py itself, a
-# subpackage's name covers everything inside it.
-LAYERS: list[list[str]] = [
-    ["about", "chars", "text", "mix", "extensions", "launch_env"],
-    ["bilm"],  # the PyTorch biLM: options, precision, runner, batching
-    ["io"],  # model formats: arrays, native, HDF5, resolving a path; atomic writes
-    ["layers"],  # thinc layers
-    ["pipeline"],
-    ["pretrain", "embed"],
-    ["cli", "demo", "__main__", "__init__"],
-]
+CONTRIBUTING = PACKAGE_DIR.parent / "CONTRIBUTING.md"
 
+
+def _section(title: str) -> str:
+    text = CONTRIBUTING.read_text(encoding="utf-8")
+    start = text.index(f"## {title}")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else None]
+
+
+def read_layers() -> list[list[str]]:
+    """CONTRIBUTING.md's numbered layer list, lowest first: "1. `about`, `chars`" -> [["about", "chars"], ...]."""
+    layers = []
+    for line in _section("Layers").splitlines():
+        match = re.match(r"^\d+\. (.*)$", line)
+        if match:
+            layers.append(re.findall(r"`([^`]+)`", match.group(1)))
+    return layers
+
+
+# Names are relative to spacy_elmo; "__init__" is spacy_elmo/__init__.py itself, a subpackage's name
+# covers everything inside it.
+LAYERS: list[list[str]] = read_layers()
 
 def _module_names() -> dict[str, Path]:
     """{"spacy_elmo.bilm.lstm": path, "spacy_elmo.bilm": path of its __init__.py, ...}"""
@@ -125,8 +134,8 @@ def _describe(violations) -> str:
 def test_every_module_has_a_layer():
     missing = sorted(m for m in MODULES if layer_entry(m) is None)
     assert not missing, (
-        f"modules without a layer: {missing}. Add each to LAYERS in tests/test_layering.py (and to the layer "
-        "table in CONTRIBUTING.md), in the lowest layer whose modules it may import from"
+        f"modules without a layer: {missing}. Add each to the layer list in CONTRIBUTING.md (\"Layers\"), in "
+        "the lowest layer whose modules it may import from, and to its module map"
     )
 
 
@@ -138,18 +147,18 @@ def test_every_imported_module_exists():
 def test_every_layer_entry_exists():
     covered = {layer_entry(m) for m in MODULES}
     stale = [e for layer in LAYERS for e in layer if e not in covered]
-    assert not stale, f"LAYERS lists {stale}, which no module under spacy_elmo/ matches: rename or remove them"
+    assert not stale, f"CONTRIBUTING.md's layers list {stale}, which no module under spacy_elmo/ matches: rename or remove them"
 
 
-def test_layer_table_has_no_duplicates():
+def test_layer_list_has_no_duplicates():
     entries = [e for layer in LAYERS for e in layer]
-    assert len(entries) == len(set(entries))
+    assert entries and len(entries) == len(set(entries))
 
 
-def test_the_resolver_sees_relative_and_absolute_imports():
-    assert "spacy_elmo.about" in imports_of(PACKAGE)  # from .about import __version__
-    assert "spacy_elmo.bilm.bilm" in imports_of(PACKAGE)  # from .bilm.bilm import BiLM
-    assert all(m.startswith(PACKAGE) for _, m in edges())
+def test_every_layer_entry_is_in_the_module_map():
+    table = _section("Where things live")
+    unmapped = [e for layer in LAYERS for e in layer if f"spacy_elmo/{e}" not in table and f"`{e}.py`" not in table]
+    assert not unmapped, f"CONTRIBUTING.md's module map does not describe {unmapped}"
 
 
 def test_no_layer_violations():

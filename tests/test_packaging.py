@@ -20,6 +20,8 @@ import pytest
 
 from packaging_support import ROOT, declared_entry_points, load_pyproject
 
+pytestmark = pytest.mark.slow  # builds a wheel
+
 PACKAGE = ROOT / "spacy_elmo"
 SHIPPED_MODEL_FILES = ["model.msgpack", "options.json", "README.md"]
 BUILD_TIMEOUT = 300

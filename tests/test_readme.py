@@ -2,6 +2,7 @@
 so that none can go stale. Placeholders (corpus.txt, weights.hdf5, MODEL, ...) are made from the test
 fixtures in a scratch directory, and `my.cfg` is the tiny config with a few seconds' time limit."""
 
+import ast
 import gzip
 import re
 import shlex
@@ -17,22 +18,38 @@ README = ROOT / "README.md"
 TRAIN_TEXT = FIXTURES / "pretrain" / "train.txt"
 DEV_TEXT = FIXTURES / "pretrain" / "dev.txt"
 
-# Commands another test or CI runs (with the reason), matched by their start.
+# Commands another test runs, matched by their start -> the test that runs them ("file::function");
+# test_every_readme_command_is_run_by_a_test checks that each named test exists.
 RUN_ELSEWHERE = {
-    "bash run.sh test": "CI runs it (.ci/run)",
-    "bash run.sh project": "tests/project/test_workflow.py runs the workflow on tiny settings",
-    "pip install": "the README's set-up from a fresh clone; tests/test_packaging.py builds the wheel",
-    "python -m spacy train": "tests/test_pipeline_training.py trains the NER and textcat ELMo configs",
-    "python -m spacy project run user-tasks": "tests/project/test_project_optional.py runs optional_task.py with "
-    "these settings (training faked); the CoNLL-2003 run is in project/results/README.md",
-    "torchrun --nproc_per_node 4 -m spacy_elmo pretrain": "tests/pretrain/test_pretrain_distributed.py runs it",
+    "bash run.sh test": ".ci/run",  # CI runs it: checked to be in .ci/run
+    "bash run.sh project": "tests/project/test_workflow.py::test_a_second_run_skips_every_step",
+    "pip install": "tests/test_packaging.py::test_wheel_metadata",
+    "python -m spacy train": "tests/pipeline/test_training.py::test_spacy_train_ner_and_textcat_with_a_frozen_bilm",
+    "python -m spacy project run user-tasks": (
+        "tests/project/test_project_optional.py::test_any_file_names_a_train_only_cap_a_test_split_and_no_pretraining"
+    ),
+    "torchrun --nproc_per_node 4 -m spacy_elmo pretrain": (
+        "tests/pretrain/test_distributed.py::test_two_process_gloo_ddp_matches_one_process_on_the_same_global_batch"
+    ),
     # torchrun and a job array only set RANK/WORLD_SIZE (or --shard) for each process
-    "torchrun --nnodes 4": "tests/test_embed_shards.py runs shards as processes, one from RANK/WORLD_SIZE",
-    "python -m spacy_elmo embed MODEL corpus.txt out.hdf5 --shard": "tests/test_embed_shards.py",
-    "python -m spacy_elmo embed-merge": "tests/test_embed_shards.py merges shards with the CLI",
-    "spacy elmo convert ...": "tests/test_registry.py checks the `spacy elmo` plugin's subcommands",
+    "torchrun --nnodes 4": "tests/embed/test_shards.py::test_three_shard_processes_merged_equal_one_run_bit_for_bit",
+    "python -m spacy_elmo embed MODEL corpus.txt out.hdf5 --shard": (
+        "tests/embed/test_shards.py::test_three_shard_processes_merged_equal_one_run_bit_for_bit"
+    ),
+    "python -m spacy_elmo embed-merge": "tests/embed/test_shards.py::test_three_shard_processes_merged_equal_one_run_bit_for_bit",
+    "spacy elmo convert ...": "tests/test_registry.py::test_spacy_cli_lists_the_subcommands",
 }
 
+
+def test_every_test_named_for_a_readme_command_exists():
+    for command, where in RUN_ELSEWHERE.items():
+        if where == ".ci/run":
+            assert "bash run.sh \"$task\"" in (ROOT / ".ci" / "run").read_text() and "test" in (ROOT / ".ci" / "run").read_text()
+            continue
+        path, function = where.split("::")
+        tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))
+        names = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+        assert function in names, f"README command {command!r}: {where} does not exist"
 
 def blocks(language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
@@ -103,6 +120,7 @@ def test_every_readme_command_is_run_by_a_test():
     assert not orphans, f"README commands no test runs (add them to tests/test_readme.py): {orphans}"
 
 
+@pytest.mark.slow
 def test_demo_and_the_component_block(tmp_path):
     assert the("bash run.sh demo").startswith("bash run.sh demo")  # run.sh demo = python -m spacy_elmo.demo
     assert "top-layer cosine" in run("python -m spacy_elmo.demo", tmp_path)
@@ -110,12 +128,14 @@ def test_demo_and_the_component_block(tmp_path):
     exec(compile(component, "README.md (the elmo component)", "exec"), {})
 
 
+@pytest.mark.slow
 def test_fill_config(tmp_path):
     shutil.copytree(ROOT / "spacy_elmo" / "configs", tmp_path / "spacy_elmo" / "configs")
     run(the("python -m spacy init fill-config"), tmp_path)
     assert "spacy-elmo.ElmoListener.v1" in (tmp_path / "config.cfg").read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_pretraining_commands_as_written(scratch):
     pretraining = [c for c in commands() if c.startswith("python -m spacy_elmo pretrain")]
     first, user, resume, init_from = pretraining
@@ -143,6 +163,7 @@ def test_python_api_block(scratch, monkeypatch):
     assert namespace["layers"][0].shape == (3, 3, 32)
 
 
+@pytest.mark.slow
 def test_convert_embed_and_verify(scratch):
     run(the("python -m spacy_elmo convert path/to/weights.hdf5"), scratch)
     run(the("python -m spacy_elmo convert my_model/"), scratch)

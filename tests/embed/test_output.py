@@ -70,6 +70,7 @@ def test_jsonl_and_errors(fixture_dir, tmp_path):
         embed_file(tmp_path / "missing.txt", tmp_path / "o2.hdf5", EmbedSettings(model=str(fixture_dir)))
 
 
+@pytest.mark.slow
 def test_cli_with_two_workers_matches_one(fixture_dir, text_file, tmp_path):
     outputs = []
     for workers in (1, 2):

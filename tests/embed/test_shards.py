@@ -44,6 +44,7 @@ def corpus(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_three_shard_processes_merged_equal_one_run_bit_for_bit(corpus, tmp_path):
     single = tmp_path / "single.hdf5"
     finish(cli("embed", ELMO_FIXTURE, corpus, single))
@@ -111,6 +112,7 @@ def test_shard_spec_errors():
     assert device_for_rank("cuda", {"LOCAL_RANK": "3"}) == "cuda:3" and device_for_rank("cuda:1", {}) == "cuda:1"
 
 
+@pytest.mark.slow
 def test_a_killed_shard_process_resumes_and_merges(tmp_path):
     """SIGKILL in the middle of a shard (after some chunks were flushed), then the same command again."""
     import re

@@ -10,7 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from fixture_paths import ELMO_FIXTURE
+
+pytestmark = pytest.mark.slow  # starts a process that forks workers
 
 
 SCRIPT = r"""

@@ -9,11 +9,14 @@ from pathlib import Path
 
 from fixture_paths import FIXTURES
 
+import pytest
 import numpy
 import torch
 from spacy.tokens import DocBin
 from spacy.training import Example
 from spacy.util import load_config, load_model_from_config
+
+pytestmark = pytest.mark.slow  # runs `spacy package`, pip install and a fresh interpreter
 
 TEXTS = ["Packaged pipelines load anywhere .", "New York is big", ""]
 

@@ -113,6 +113,7 @@ def test_spacy_train_fine_tunes_the_bilm(tmp_path, count_bilm_calls):
     assert numpy.abs(weights).max() > 0 and gamma != 1.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,elmo", [("ner.cfg", str(ELMO_FIXTURE)), ("textcat.cfg", "")])
 def test_base_configs_fill_and_debug(tmp_path, capsys, name, elmo):
     """`spacy init fill-config` (the CLI, through the entry points) and `spacy debug config`; the
