@@ -30,7 +30,9 @@ def _integer(env: Mapping[str, str], key: str, default: Optional[int]) -> Option
     try:
         return int(value)
     except ValueError:
-        raise ValueError(f"environment variable {key}={value!r} must be an integer (set by torchrun or a job launcher)") from None
+        raise ValueError(
+            f"environment variable {key}={value!r} must be an integer (set by torchrun or a job launcher)"
+        ) from None
 
 
 def launch_env(environ: Optional[Mapping[str, str]] = None) -> LaunchEnv:

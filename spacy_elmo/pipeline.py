@@ -345,4 +345,3 @@ class Elmo(TrainablePipe):
 
     def add_label(self, label: str) -> int:
         raise NotImplementedError("elmo: this component has no labels")
-

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from fixture_paths import ELMO_FIXTURE
 
+from fixture_paths import ELMO_FIXTURE
 from spacy_elmo.bilm.bilm import BiLM
 from spacy_elmo.bilm.options import BiLMOptions
 from spacy_elmo.io.hdf5 import load_bilm_tf

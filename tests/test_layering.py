@@ -44,6 +44,7 @@ def read_layers() -> list[list[str]]:
 # covers everything inside it.
 LAYERS: list[list[str]] = read_layers()
 
+
 def _module_names() -> dict[str, Path]:
     """{"spacy_elmo.bilm.lstm": path, "spacy_elmo.bilm": path of its __init__.py, ...}"""
     modules = {}
@@ -134,7 +135,7 @@ def _describe(violations) -> str:
 def test_every_module_has_a_layer():
     missing = sorted(m for m in MODULES if layer_entry(m) is None)
     assert not missing, (
-        f"modules without a layer: {missing}. Add each to the layer list in CONTRIBUTING.md (\"Layers\"), in "
+        f'modules without a layer: {missing}. Add each to the layer list in CONTRIBUTING.md ("Layers"), in '
         "the lowest layer whose modules it may import from, and to its module map"
     )
 
@@ -147,7 +148,9 @@ def test_every_imported_module_exists():
 def test_every_layer_entry_exists():
     covered = {layer_entry(m) for m in MODULES}
     stale = [e for layer in LAYERS for e in layer if e not in covered]
-    assert not stale, f"CONTRIBUTING.md's layers list {stale}, which no module under spacy_elmo/ matches: rename or remove them"
+    assert not stale, (
+        f"CONTRIBUTING.md's layers list {stale}, which no module under spacy_elmo/ matches: rename or remove them"
+    )
 
 
 def test_layer_list_has_no_duplicates():

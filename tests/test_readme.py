@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from fixture_paths import ELMO_FIXTURE, FIXTURES, ROOT
+
 README = ROOT / "README.md"
 TRAIN_TEXT = FIXTURES / "pretrain" / "train.txt"
 DEV_TEXT = FIXTURES / "pretrain" / "dev.txt"
@@ -36,7 +37,9 @@ RUN_ELSEWHERE = {
     "python -m spacy_elmo embed MODEL corpus.txt out.hdf5 --shard": (
         "tests/embed/test_shards.py::test_three_shard_processes_merged_equal_one_run_bit_for_bit"
     ),
-    "python -m spacy_elmo embed-merge": "tests/embed/test_shards.py::test_three_shard_processes_merged_equal_one_run_bit_for_bit",
+    "python -m spacy_elmo embed-merge": (
+        "tests/embed/test_shards.py::test_three_shard_processes_merged_equal_one_run_bit_for_bit"
+    ),
     "spacy elmo convert ...": "tests/test_registry.py::test_spacy_cli_lists_the_subcommands",
 }
 
@@ -44,12 +47,14 @@ RUN_ELSEWHERE = {
 def test_every_test_named_for_a_readme_command_exists():
     for command, where in RUN_ELSEWHERE.items():
         if where == ".ci/run":
-            assert "bash run.sh \"$task\"" in (ROOT / ".ci" / "run").read_text() and "test" in (ROOT / ".ci" / "run").read_text()
+            ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+            assert 'bash run.sh "$task"' in ci and "test" in ci, "README says CI runs `bash run.sh test`"
             continue
         path, function = where.split("::")
         tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))
         names = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
         assert function in names, f"README command {command!r}: {where} does not exist"
+
 
 def blocks(language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)

@@ -39,6 +39,7 @@ SCRIPTS = sorted(ENTRY_POINTS.get("console_scripts", {}))
 # every check resolves the entry points in a fresh interpreter, as spaCy does for a user
 pytestmark = pytest.mark.slow
 
+
 def _run_python(code: str, *args: str) -> subprocess.CompletedProcess:
     # from outside the repository, so that the installed package is the one imported
     return subprocess.run(

@@ -8,9 +8,9 @@ from typing import Any, Optional
 import typer
 
 from ..bilm.bilm import BiLM
-from ..io.native import inspect_native
 from ..io.arrays import bilm_arrays
 from ..io.hdf5 import load_bilm_tf
+from ..io.native import inspect_native
 from ..io.resolve import resolve_model
 from . import elmo_cli
 

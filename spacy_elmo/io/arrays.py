@@ -186,18 +186,3 @@ def load_arrays(bilm: BiLM, arrays: dict[str, numpy.ndarray]) -> None:
     if bilm.softmax is not None:
         put(bilm.softmax.weight, arrays["softmax/W"])
         put(bilm.softmax.bias, arrays["softmax/b"])
-
-
-def read_vocab(path: PathLike) -> list[str]:
-    """A vocabulary file: one word a line, `<S>`, `</S>`, `<UNK>` first in bilm-tf's convention."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"vocabulary file not found: {path}")
-    words = path.read_text(encoding="utf-8").split("\n")
-    if words and words[-1] == "":
-        words.pop()
-    return words
-
-
-def write_vocab(words: list[str], path: PathLike) -> None:
-    Path(path).write_text("".join(f"{w}\n" for w in words), encoding="utf-8")

@@ -1,10 +1,11 @@
 """The bilm-tf/AllenNLP file format: `options.json` + one HDF5 file (+ `vocab.txt`), read and written.
 
-The arrays and their layout rules are `bilm/weights.py`'s; this module only moves them between HDF5
+The arrays and their layout rules are `arrays.py`'s; this module only moves them between HDF5
 datasets and that mapping, checking each dataset as it reads it. h5py is imported when a file is
 actually read or written, so `import spacy_elmo` does not need it.
 """
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Union
 
@@ -12,15 +13,8 @@ import numpy
 
 from ..bilm.bilm import BiLM
 from ..bilm.options import BiLMOptions
-from .arrays import (
-    WeightsError,
-    bilm_arrays,
-    build_bilm,
-    check_accounted_for,
-    expected_shapes,
-    read_vocab,
-    write_vocab,
-)
+from .arrays import WeightsError, bilm_arrays, build_bilm, check_accounted_for, expected_shapes
+from .atomic import atomic_path, atomic_write_text
 
 if TYPE_CHECKING:
     import h5py
@@ -94,13 +88,24 @@ def save_bilm_tf(
     vocab_file: Optional[PathLike] = None,
 ) -> None:
     """Write options.json + HDF5 in the reference layout (+ softmax and vocabulary when the model has them)."""
-    weight_path = Path(weight_file)
-    weight_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = weight_path.with_name(weight_path.name + ".tmp")
-    with _open_hdf5(tmp, "w") as handle:
+    with atomic_path(weight_file) as tmp, _open_hdf5(tmp, "w") as handle:
         for name, value in bilm_arrays(bilm):
             handle.create_dataset(name, data=value, dtype="float32")
-    tmp.replace(weight_path)
-    bilm.options.to_file(options_file)
+    atomic_write_text(options_file, json.dumps(bilm.options.to_dict(), indent=2) + "\n")
     if vocab_file is not None and bilm.vocab is not None:
         write_vocab(bilm.vocab, vocab_file)
+
+
+def read_vocab(path: PathLike) -> list[str]:
+    """A vocabulary file (`vocab.txt`): one word a line, `<S>`, `</S>`, `<UNK>` first in bilm-tf's convention."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"vocabulary file not found: {path}")
+    words = path.read_text(encoding="utf-8").split("\n")
+    if words and words[-1] == "":
+        words.pop()
+    return words
+
+
+def write_vocab(words: list[str], path: PathLike) -> None:
+    atomic_write_text(path, "".join(f"{w}\n" for w in words))

@@ -21,6 +21,7 @@ from srsly.msgpack import Unpacker
 from ..bilm.bilm import BiLM
 from ..bilm.options import BiLMOptions
 from .arrays import SOFTMAX_ARRAYS, WeightsError, bilm_arrays, build_bilm
+from .atomic import atomic_write_bytes, atomic_write_text
 
 FORMAT = "spacy-elmo.bilm.v1"
 ALLOWED_DTYPES = ("float32", "float16", "int32", "int64")
@@ -137,17 +138,15 @@ def inspect_native(directory: Union[str, Path]) -> tuple[BiLM, str]:
 def save_native(
     bilm: BiLM, directory: Union[str, Path], softmax_dtype: str = "float32", keep_softmax: bool = True
 ) -> Path:
-    """Write a native model directory atomically (temporary file, then rename); see `bilm_to_bytes`."""
+    """Write a native model directory (each file atomically, see `io/atomic.py`); see `bilm_to_bytes`."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    data = bilm_to_bytes(bilm, softmax_dtype=softmax_dtype, keep_softmax=keep_softmax)
-    tmp = directory / (MODEL_FILE + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(directory / MODEL_FILE)
+    atomic_write_bytes(
+        directory / MODEL_FILE, bilm_to_bytes(bilm, softmax_dtype=softmax_dtype, keep_softmax=keep_softmax)
+    )
     options = bilm.options.to_dict()
     if not keep_softmax:
         options.pop("n_tokens_vocab", None)
-    (directory / OPTIONS_FILE).write_text(json.dumps(options, indent=2) + "\n", encoding="utf-8")
+    atomic_write_text(directory / OPTIONS_FILE, json.dumps(options, indent=2) + "\n")
     return directory
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Optional, Union
 
 from ..bilm.bilm import BiLM
-from .native import MODEL_FILE, OPTIONS_FILE, is_native, load_native, read_native_options
 from ..bilm.options import BiLMOptions
 from .hdf5 import load_bilm_tf
+from .native import MODEL_FILE, OPTIONS_FILE, is_native, load_native, read_native_options
 
 PathLike = Union[str, Path]
 SHIPPED_MODELS_DIR = Path(__file__).parent.parent / "models"

@@ -238,7 +238,9 @@ def BiLM_v1(
     check_window(window_size, window_context)
     check_precision(precision, f"{ARCHITECTURE} precision")
     if isinstance(n_threads, bool) or not isinstance(n_threads, int) or n_threads < 0:
-        raise ValueError(f"{ARCHITECTURE}: n_threads must be an integer >= 0 (0 = torch's own setting), got {n_threads!r}")
+        raise ValueError(
+            f"{ARCHITECTURE}: n_threads must be an integer >= 0 (0 = torch's own setting), got {n_threads!r}"
+        )
     if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 1:
         raise ValueError(f"{ARCHITECTURE}: token_budget must be an integer >= 1, got {token_budget!r}")
     if fine_tune and precision == "int8":

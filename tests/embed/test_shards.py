@@ -4,14 +4,13 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import h5py
 import numpy
 import pytest
 
-from spacy_elmo.embed import EmbedSettings, ShardError, embed_file, merge_shards, shard_path
 from fixture_paths import ELMO_FIXTURE
+from spacy_elmo.embed import EmbedSettings, ShardError, embed_file, merge_shards, shard_path
 
 LINES = [f"line {i} of the corpus , with {'more ' * (i % 4)}words ." for i in range(11)] + ["", "last"]
 

@@ -10,10 +10,10 @@ import numpy
 import pytest
 import torch
 
-from spacy_elmo.io.native import bilm_from_bytes, bilm_to_bytes, load_native, save_native
 from spacy_elmo.bilm.options import OptionsError
 from spacy_elmo.io.arrays import WeightsError, bilm_arrays, build_bilm
 from spacy_elmo.io.hdf5 import load_bilm_tf, save_bilm_tf
+from spacy_elmo.io.native import bilm_from_bytes, bilm_to_bytes, load_native, save_native
 from spacy_elmo.io.resolve import load_bilm
 
 

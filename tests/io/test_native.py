@@ -4,8 +4,8 @@ import numpy
 import pytest
 import srsly
 
-from spacy_elmo.io.native import DIGEST_KEY, MODEL_FILE, bilm_from_bytes, bilm_to_bytes, load_native, save_native
 from spacy_elmo.io.arrays import WeightsError, bilm_arrays
+from spacy_elmo.io.native import DIGEST_KEY, MODEL_FILE, bilm_from_bytes, bilm_to_bytes, load_native, save_native
 from spacy_elmo.io.resolve import load_bilm, shipped_model_path
 
 

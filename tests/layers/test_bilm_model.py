@@ -1,13 +1,11 @@
 """The biLM layer runs through the one runner: its out-of-memory split serves the pipe too."""
 
-from pathlib import Path
-
 import numpy
 import pytest
 import spacy
 
-from spacy_elmo.layers import bilm_model
 from fixture_paths import ELMO_FIXTURE
+from spacy_elmo.layers import bilm_model
 
 TEXTS = [f"Sentence {i} talks about the bank of the river. And money {i}." for i in range(12)]
 

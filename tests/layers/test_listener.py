@@ -2,22 +2,19 @@
 frozen + annotating components, and saving a pipeline with listeners."""
 
 import random
-from pathlib import Path
 
 import numpy
 import pytest
 import spacy
-import torch
 from spacy.tokens import DocBin
 from spacy.training import Example
 from spacy.util import fix_random_seed, load_config, load_model_from_config
 
 import spacy_elmo.bilm.bilm
-from spacy_elmo.layers import bilm_parameters, find_elmo_listeners
 from fixture_paths import ELMO_FIXTURE, FIXTURES
+from spacy_elmo.layers import bilm_parameters, find_elmo_listeners
 
 CONFIG = FIXTURES / "spacy" / "ner_textcat.cfg"
-
 
 
 @pytest.fixture

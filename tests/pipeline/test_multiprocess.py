@@ -8,9 +8,9 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+
 from fixture_paths import ELMO_FIXTURE
 
 pytestmark = pytest.mark.slow  # starts a process that forks workers

@@ -5,16 +5,15 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-from fixture_paths import FIXTURES
-
-import pytest
 import numpy
+import pytest
 import torch
 from spacy.tokens import DocBin
 from spacy.training import Example
 from spacy.util import load_config, load_model_from_config
+
+from fixture_paths import FIXTURES
 
 pytestmark = pytest.mark.slow  # runs `spacy package`, pip install and a fresh interpreter
 

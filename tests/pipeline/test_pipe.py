@@ -2,24 +2,21 @@
 
 import json
 import shutil
-from pathlib import Path
 
 import numpy
 import pytest
 import spacy
-import torch
 from spacy.tokens import Doc
 
 import spacy_elmo.io.resolve
-from spacy_elmo.io.native import save_native
+from fixture_paths import ELMO_FIXTURE
 from spacy_elmo.bilm.runner import BiLMRunner
 from spacy_elmo.io.arrays import WeightsError
+from spacy_elmo.io.native import save_native
 from spacy_elmo.layers.bilm_model import get_runner, layer_settings
 from spacy_elmo.pipeline import Elmo
-from fixture_paths import ELMO_FIXTURE
 
 N_LAYERS, WIDTH = 3, 32  # the fixture: 2 LSTM layers + the token layer; projection_dim 16
-
 
 
 def elmo_nlp(**config) -> spacy.Language:

@@ -8,21 +8,19 @@ from pathlib import Path
 import numpy
 import pytest
 import spacy
-import torch
 from spacy.cli.init_config import fill_config
 from spacy.cli.train import train
 from spacy.tokens import DocBin
 from spacy.training import Example
 
 import spacy_elmo.bilm.bilm
+from fixture_paths import ELMO_FIXTURE, FIXTURES
 from spacy_elmo.io.hdf5 import load_bilm_tf
 from spacy_elmo.layers import bilm_parameters
-from fixture_paths import ELMO_FIXTURE, FIXTURES
 
 SAMPLES = FIXTURES / "spacy"
 CONFIGS = Path(spacy_elmo.__file__).parent / "configs"
 CALLS = {"n": 0, "by_step": []}
-
 
 
 @spacy.registry.callbacks("spacy-elmo-test.record_bilm_calls.v1")
