@@ -16,7 +16,6 @@ from typing import Any, Optional, Union
 
 import numpy
 import srsly
-from srsly.msgpack import Unpacker
 
 from ..bilm.bilm import BiLM
 from ..bilm.options import BiLMOptions
@@ -152,32 +151,6 @@ def save_native(
 
 def load_native(directory: Union[str, Path]) -> BiLM:
     return inspect_native(directory)[0]
-
-
-def read_native_options(directory: Union[str, Path]) -> BiLMOptions:
-    """A native model's options, from the model file (the one source of truth), without reading its
-    weights: the file is streamed up to its "options" entry (the digest is checked when it loads)."""
-    path = Path(directory) / MODEL_FILE
-    if not path.exists():
-        raise FileNotFoundError(f"no native spacy-elmo model at {directory} (missing {MODEL_FILE})")
-    found: dict[str, Any] = {}
-    try:
-        with open(path, "rb") as handle:
-            unpacker = Unpacker(handle, raw=False, use_list=True)
-            for _ in range(unpacker.read_map_header()):
-                key = unpacker.unpack()
-                if key in ("format", "options"):
-                    found[key] = unpacker.unpack()
-                    if len(found) == 2:
-                        break
-                else:
-                    unpacker.skip()
-    except Exception as err:  # msgpack raises several unrelated types on corrupt input
-        raise WeightsError(f"{path}: not a spacy-elmo model ({type(err).__name__}: {err})") from None
-    if found.get("format") != FORMAT or not isinstance(found.get("options"), dict):
-        raise WeightsError(f"{path}: not a spacy-elmo model (expected format {FORMAT!r} and its options)")
-    _check_readable_copy(Path(directory), found["options"])
-    return BiLMOptions.from_dict(found["options"], source=str(path))
 
 
 def _check_readable_copy(directory: Path, stored: dict[str, Any]) -> None:

@@ -1,9 +1,8 @@
 """Find and load a biLM from whatever the user points at: a native directory, a bilm-tf/AllenNLP
 directory or HDF5 file, or the name of a model shipped in the package ("" is the shipped default).
 
-`resolve_model` is the one place that turns such a path into files; `read_options` reads a model's
-options without its weights (enough for the dimensions a pipeline needs before loading), and
-`load_bilm` loads it. Every error names the path and says what was expected there.
+`resolve_model` is the one place that turns such a path into files, and `load_bilm` loads them.
+Every error names the path and says what was expected there.
 """
 
 from dataclasses import dataclass
@@ -11,9 +10,8 @@ from pathlib import Path
 from typing import Optional, Union
 
 from ..bilm.bilm import BiLM
-from ..bilm.options import BiLMOptions
 from .hdf5 import load_bilm_tf
-from .native import MODEL_FILE, OPTIONS_FILE, is_native, load_native, read_native_options
+from .native import MODEL_FILE, OPTIONS_FILE, is_native, load_native
 
 PathLike = Union[str, Path]
 SHIPPED_MODELS_DIR = Path(__file__).parent.parent / "models"
@@ -82,14 +80,6 @@ def resolve_model(path: PathLike, options_file: Optional[PathLike] = None, optio
         options = Path(options_file) if options_file else target.with_name(OPTIONS_FILE)
     vocab = weight_file.with_name("vocab.txt")
     return ModelSource("bilm-tf", target, options, weight_file, vocab if vocab.exists() else None)
-
-
-def read_options(source: ModelSource) -> BiLMOptions:
-    """The model's options without loading its weights: a native model's from its model file (its
-    options.json is a readable copy, checked against it), a bilm-tf model's from its options.json."""
-    if source.kind == "native":
-        return read_native_options(source.path)
-    return BiLMOptions.from_file(source.options_file)
 
 
 def load_bilm(path: PathLike, options_file: Optional[PathLike] = None, option: str = "") -> BiLM:

@@ -87,8 +87,6 @@ def test_an_edited_options_json_beside_a_native_model_is_an_error_naming_it(refe
     """options.json is a readable copy; the model file is what loads. An edit used to be ignored."""
     import json
 
-    from spacy_elmo.io.resolve import read_options, resolve_model
-
     directory = save_native(reference_bilm, tmp_path / "model")
     options = json.loads((directory / "options.json").read_text())
     options["lstm"]["projection_dim"] = 256
@@ -98,22 +96,16 @@ def test_an_edited_options_json_beside_a_native_model_is_an_error_naming_it(refe
     )
     with pytest.raises(WeightsError, match=pattern):
         load_native(directory)
-    with pytest.raises(WeightsError, match=pattern):
-        read_options(resolve_model(directory))
     (directory / "options.json").unlink()  # the copy is optional: the model file is the source of truth
-    assert read_options(resolve_model(directory)).projection_dim == reference_bilm.options.projection_dim
+    assert load_native(directory).options.projection_dim == reference_bilm.options.projection_dim
 
 
-def test_options_are_read_without_the_weights(reference_bilm, tmp_path):
-    """The pipe asks for a model's dimensions before loading it: only the head of the file is read."""
-    from spacy_elmo.io.native import read_native_options
-
+def test_a_truncated_or_foreign_file_is_an_error_naming_it(reference_bilm, tmp_path):
     directory = save_native(reference_bilm, tmp_path / "model")
     data = (directory / MODEL_FILE).read_bytes()
-    (directory / MODEL_FILE).write_bytes(data[: len(data) // 2])  # weights cut off: options still readable
-    assert read_native_options(directory).to_dict() == reference_bilm.options.to_dict()
+    (directory / MODEL_FILE).write_bytes(data[: len(data) // 2])
     with pytest.raises(WeightsError, match="model.msgpack: not a spacy-elmo model"):
         load_native(directory)
     (directory / MODEL_FILE).write_bytes(b"\x93garbage")
     with pytest.raises(WeightsError, match=rf"{directory / MODEL_FILE}: not a spacy-elmo model"):
-        read_native_options(directory)
+        load_native(directory)
