@@ -91,6 +91,7 @@ def test_cli_with_two_workers_matches_one(fixture_dir, text_file, tmp_path):
             ],
             capture_output=True,
             text=True,
+            timeout=300,
         )
         assert done.returncode == 0, done.stderr
         outputs.append(read_all(out))

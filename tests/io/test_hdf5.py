@@ -73,9 +73,10 @@ def test_export_of_native_equals_original_file(fixture_dir, tmp_path):
         assert value.tobytes() == original[name].tobytes()
 
 
+@pytest.mark.slow
 def test_convert_cli_both_ways(fixture_dir, tmp_path):
     run = lambda *args: subprocess.run(
-        [sys.executable, "-m", "spacy_elmo", "convert", *map(str, args)], capture_output=True, text=True
+        [sys.executable, "-m", "spacy_elmo", "convert", *map(str, args)], capture_output=True, text=True, timeout=300
     )
     done = run(fixture_dir / "lm_weights.hdf5", tmp_path / "native")
     assert done.returncode == 0, done.stderr

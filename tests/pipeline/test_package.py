@@ -57,7 +57,7 @@ def test_package_installs_and_loads_without_pickle(tmp_path):
     nlp.to_disk(tmp_path / "pipeline")
 
     def run(*command: str, env=None) -> str:
-        result = subprocess.run(list(command), capture_output=True, text=True, env=env, cwd=tmp_path)
+        result = subprocess.run(list(command), capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         return result.stdout
 
@@ -96,7 +96,10 @@ def test_standalone_ner_after_replace_listeners_loads_in_a_fresh_process(tmp_pat
     nlp.to_disk(tmp_path / "ner-only")
     script = LOAD_SCRIPT.replace('"layers": [d._.elmo_layers.tolist() for d in docs],', "")
     result = subprocess.run(
-        [sys.executable, "-c", script, str(tmp_path / "ner-only"), json.dumps(texts)], capture_output=True, text=True
+        [sys.executable, "-c", script, str(tmp_path / "ner-only"), json.dumps(texts)],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads(result.stdout)

@@ -120,7 +120,7 @@ def test_base_configs_fill_and_debug(tmp_path, capsys, name, elmo):
 
     filled = tmp_path / "config.cfg"
     command = [sys.executable, "-m", "spacy", "init", "fill-config", str(CONFIGS / name), str(filled)]
-    result = subprocess.run(command, capture_output=True, text=True)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     overrides = {"paths.train": str(SAMPLES / "train"), "paths.dev": str(SAMPLES / "dev"), "paths.elmo": elmo}
     debug_config(filled, overrides=overrides)
