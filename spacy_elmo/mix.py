@@ -59,7 +59,7 @@ def mix_layers(layers: Any, weights: Any) -> Any:
 
 def reduce_layers(layers: numpy.ndarray, how: str) -> numpy.ndarray:
     """`embed --layers`: "all" keeps (n_layers, n_tokens, width), "top" the last layer, "average" the
-    mean of the layers (numpy's mean: what `embed` has always written, kept bit for bit)."""
+    mean of the layers (numpy's mean over the layer axis)."""
     if how == "all":
         return layers
     if how == "top":
