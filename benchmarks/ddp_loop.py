@@ -1,7 +1,7 @@
 """Repeat the two-process DDP test N times: how often does it pass, and how long does it take?
 
 A test that fails once in twenty runs costs a whole CI run; one pass proves little. This runs the
-two-process DDP test of tests/pretrain/test_pretrain_distributed.py (the real test, its assertions
+two-process DDP test of tests/pretrain/test_distributed.py (the real test, its assertions
 included) in a fresh pytest process each time, one JSON line per run, then a summary line with the
 pass count, the wall times and the tail of every failure's output.
 
@@ -20,10 +20,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DDP_TEST = (
-    "tests/pretrain/test_pretrain_distributed.py"
-    "::test_two_process_gloo_ddp_matches_one_process_on_the_same_global_batch"
-)
+DDP_TEST = "tests/pretrain/test_distributed.py::test_two_process_gloo_ddp_matches_one_process_on_the_same_global_batch"
 
 
 def _spin() -> None:

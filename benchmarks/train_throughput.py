@@ -22,8 +22,8 @@ from spacy_elmo import chars
 from spacy_elmo.bilm.bilm import BiLM
 from spacy_elmo.bilm.options import BiLMOptions, full_options, small_options
 from spacy_elmo.pretrain.batches import LMBatch
+from spacy_elmo.pretrain.loop import LanguageModelLoss, StepSettings, train_step
 from spacy_elmo.pretrain.sampled_softmax import LogUniformSampler
-from spacy_elmo.pretrain.trainer import LanguageModelLoss, StepSettings, train_step
 
 CONFIGS = {
     "small": ("2x1024_128_2048cnn_1xhighway", small_options),

@@ -5,8 +5,8 @@ from typing import Optional
 
 import typer
 
-from ..io.native import is_native, save_native
 from ..io.hdf5 import save_bilm_tf
+from ..io.native import is_native, save_native
 from ..io.resolve import load_bilm
 from . import elmo_cli
 

@@ -17,10 +17,11 @@ def evaluate_cli(
     ),
     text: Path = typer.Argument(..., help="Held-out text: .txt/.txt.gz, .jsonl, or tokenized (see --format)"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Also write the results to this JSON file"),
-    fmt: str = typer.Option(
-        "text",
+    fmt: Optional[str] = typer.Option(
+        None,
         "--format",
-        help="text (raw, spaCy-tokenized), jsonl, tokenized (whitespace tokens), bilm-tf (a sentence a line)",
+        help="text (raw, spaCy-tokenized), jsonl, tokenized (whitespace tokens), bilm-tf (a sentence a line); "
+        "default: jsonl for a .jsonl/.json file, else text",
     ),
     text_field: str = typer.Option("text", "--text-field", help="JSONL field holding the text"),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Evaluate the first N words only"),
@@ -35,11 +36,12 @@ def evaluate_cli(
     from ..io.resolve import load_bilm
     from ..pretrain.corpus import CorpusError, CorpusSettings, prepare_corpus
     from ..pretrain.perplexity import NoSoftmaxError, stream_perplexity
+    from ..text import detect_format
 
     try:
         bilm = load_bilm(model)
         bilm.to(torch.device(device))
-        settings = CorpusSettings(format=fmt, text_field=text_field, max_tokens=max_tokens)
+        settings = CorpusSettings(format=fmt or detect_format(text), text_field=text_field, max_tokens=max_tokens)
         with tempfile.TemporaryDirectory() as tmp, torch_threads(threads):
             stream = prepare_corpus(text, settings, cache_dir if cache_dir is not None else tmp)
             results = stream_perplexity(bilm, stream)

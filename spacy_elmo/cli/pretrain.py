@@ -41,15 +41,16 @@ def pretrain_cli(
     """
     from spacy.cli._util import parse_config_overrides
 
+    from ..pretrain.build import pretrain
     from ..pretrain.config import PretrainConfigError, load_config
     from ..pretrain.corpus import CorpusError
-    from ..pretrain.train import pretrain
     from ..pretrain.vocab import VocabError
 
     try:
         overrides = parse_config_overrides(ctx.args)
-        config = load_config(resolve_config_path(config_path), overrides)
-        pretrain(config, output_dir, resume=resume, init_from=init_from, log=lambda m: typer.echo(m))
+        path = resolve_config_path(config_path)
+        config = load_config(path, overrides)
+        pretrain(config, output_dir, resume=resume, init_from=init_from, log=lambda m: typer.echo(m), source=str(path))
     except (FileNotFoundError, PretrainConfigError, CorpusError, VocabError, ValueError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None

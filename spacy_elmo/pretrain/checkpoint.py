@@ -2,15 +2,17 @@
 
 A checkpoint is one msgpack file: {"format", "sha256", "payload"}, the payload itself msgpack of
 the model (the native model bytes, vocabulary included), the optimizer state (tensors as encoded
-arrays, the rest plain data), the trainer's counters and data position, and the random states
-(torch generator states as raw bytes). Loading never executes code. A file whose checksum or
-structure is wrong is refused with `CheckpointError`, and `latest_checkpoint` falls back to the
-newest older one that reads, so a crash while writing, or a damaged disk, costs one interval.
+arrays, the rest plain data), the loop's counters and data position (`TrainState`), the random states
+(torch generator states as raw bytes, one per process) and the run's config. Loading never executes
+code. A file whose checksum or structure is wrong is refused with `CheckpointError`, and
+`latest_checkpoint` falls back to the newest older one that reads, so a crash while writing, or a
+damaged disk, costs one interval. `Checkpointer` is what a run saves and restores.
 """
 
 import hashlib
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -18,11 +20,14 @@ import numpy
 import srsly
 import torch
 
-from ..io.native import decode_array, encode_array
+from ..bilm.bilm import BiLM
+from ..io.atomic import TEMPORARY_SUFFIX, atomic_write_bytes
+from ..io.native import bilm_to_bytes, decode_array, encode_array
+from .distributed import Placement, gather_bytes
+from .metrics_log import Log, main_process_log
 
 FORMAT = "spacy-elmo.checkpoint.v1"
 NAME = re.compile(r"^step_(\d+)\.ckpt$")
-TEMPORARY = re.compile(r"^step_\d+\.ckpt\.tmp(\d+)$")
 
 
 class CheckpointError(ValueError):
@@ -67,20 +72,11 @@ def checkpoint_path(directory: Path, step: int) -> Path:
 
 
 def write_checkpoint(directory: Path, step: int, payload: dict[str, Any]) -> Path:
-    """Write atomically: temporary file, fsync, rename; a reader never sees a partial file."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    """Write atomically (spacy_elmo/io/atomic.py): a reader never sees a partial file."""
     body = srsly.msgpack_dumps(payload)
     blob = srsly.msgpack_dumps({"format": FORMAT, "sha256": hashlib.sha256(body).hexdigest(), "payload": body})
     remove_stale_temporaries(directory)
-    path = checkpoint_path(directory, step)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "wb") as handle:
-        handle.write(blob)
-        handle.flush()
-        os.fsync(handle.fileno())
-    tmp.replace(path)
-    return path
+    return atomic_write_bytes(checkpoint_path(directory, step), blob)
 
 
 def _process_exists(pid: int) -> bool:
@@ -100,8 +96,10 @@ def remove_stale_temporaries(directory: Path) -> list[Path]:
     removed = []
     if directory.exists():
         for path in directory.iterdir():
-            match = TEMPORARY.match(path.name)
-            if match and (int(match.group(1)) == os.getpid() or not _process_exists(int(match.group(1)))):
+            match = TEMPORARY_SUFFIX.search(path.name)
+            if not match or not NAME.match(path.name[: match.start()]):
+                continue
+            if int(match.group(1)) == os.getpid() or not _process_exists(int(match.group(1))):
                 path.unlink(missing_ok=True)
                 removed.append(path)
     return removed
@@ -158,3 +156,88 @@ def prune_checkpoints(directory: Path, keep: int) -> None:
     damaged later, and the one before it is the fallback)."""
     for _, path in list_checkpoints(directory)[max(keep, 2) :]:
         path.unlink(missing_ok=True)
+
+
+@dataclass
+class TrainState:
+    """Everything besides the weights, the optimizer and the random generators that a resumed run needs to
+    continue exactly (a checkpoint's "trainer" entry)."""
+
+    step: int = 0
+    """Optimizer steps taken (checkpoints are named by it)."""
+    epoch: int = 0
+    """Epochs completed: with the seed, it picks the order of the windows (`WindowBatcher`)."""
+    index: int = 0
+    """The next batch of the current epoch."""
+    tokens: int = 0
+    """Training tokens seen, all processes together."""
+    wall_s: float = 0.0
+    """Seconds spent training (evaluations left out), for `max_minutes`."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class Checkpointer:
+    """The checkpoints of a run in `directory`: what one holds (the model, the optimizer, the loop's state,
+    the sampler's generator and every process's torch generators, the config), pruning to the `keep`
+    newest, and restoring all of it. `save` is collective: every process calls it at the same step."""
+
+    def __init__(
+        self,
+        directory: Path,
+        bilm: BiLM,
+        optimizer: torch.optim.Optimizer,
+        sampler_rng: torch.Generator,
+        place: Placement,
+        keep: int,
+        config_text: str,
+        log: Log,
+    ) -> None:
+        self.directory = directory
+        self.bilm = bilm
+        self.optimizer = optimizer
+        self.sampler_rng = sampler_rng
+        self.place = place
+        self.keep = keep
+        self.config_text = config_text
+        self.say = main_process_log(log, place.rank)
+        self.saved_step: Optional[int] = None
+        """The step of the newest checkpoint this run wrote or restored."""
+
+    def save(self, state: TrainState) -> None:
+        """Write a checkpoint (rank 0) with every rank's random state, then prune."""
+        place = self.place
+        torch_states = gather_bytes(torch.get_rng_state().numpy().tobytes(), place.world)
+        cuda_states = None
+        if place.device.type == "cuda":
+            cuda_states = gather_bytes(torch.cuda.get_rng_state(place.device).numpy().tobytes(), place.world)
+        self.saved_step = state.step
+        if not place.is_main:
+            return
+        payload = {
+            "model": bilm_to_bytes(self.bilm),
+            "optimizer": encode_tree(self.optimizer.state_dict()),
+            "trainer": state.to_dict(),
+            "rng": {"sampler": generator_state(self.sampler_rng), "torch": torch_states, "cuda": cuda_states},
+            "config": self.config_text,
+        }
+        path = write_checkpoint(self.directory, state.step, payload)
+        prune_checkpoints(self.directory, self.keep)
+        self.say(f"checkpoint {path}")
+
+    def restore(self, path: Path, payload: dict[str, Any]) -> TrainState:
+        """The state of checkpoint `payload` (its weights are already in the model): the optimizer, the
+        counters, the data position and every random generator, so that the losses repeat the
+        uninterrupted run's."""
+        self.optimizer.load_state_dict(decode_tree(payload["optimizer"]))
+        state = TrainState(**payload["trainer"])
+        set_generator_state(self.sampler_rng, payload["rng"]["sampler"])
+        rank, device = self.place.rank, self.place.device
+        torch.set_rng_state(torch.frombuffer(bytearray(payload["rng"]["torch"][rank]), dtype=torch.uint8))
+        if device.type == "cuda" and payload["rng"].get("cuda"):
+            cuda_state = torch.frombuffer(bytearray(payload["rng"]["cuda"][rank]), dtype=torch.uint8)
+            torch.cuda.set_rng_state(cuda_state, device)
+        self.saved_step = state.step
+        self.say(f"resumed from {path} (step {state.step}, epoch {state.epoch}, {state.tokens} tokens)")
+        return state

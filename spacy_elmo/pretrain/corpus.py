@@ -14,14 +14,13 @@ biLM reads characters, so a rare word keeps its spelling as input and only its s
 vectorised with numpy over spaCy's hash arrays.
 
 A cache entry is keyed by the input paths, sizes and modification times and by the settings; it is
-written to a temporary directory and renamed, so a killed run never leaves a half-written entry.
+written to a temporary directory and renamed (spacy_elmo/io/atomic.py), so a killed run never leaves a
+half-written entry.
 """
 
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ import numpy
 import srsly
 
 from .. import chars
+from ..io.atomic import atomic_directory, atomic_path
 from ..text import make_tokenizer, open_text, texts_from_jsonl
 from .vocab import BOS, EOS, Vocab
 
@@ -106,21 +106,14 @@ class TokenStream:
         if self._chars is None:
             path = self.directory / "chars.npy"
             if not path.exists():
-                ids = chars.tokens_to_ids(self.types).astype(numpy.int16)
-                _save_npy_atomic(path, ids)
+                with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+                    numpy.save(handle, chars.tokens_to_ids(self.types).astype(numpy.int16))
             self._chars = self._load_array("chars.npy")
         return self._chars
 
     def type_to_vocab(self, vocab: Vocab) -> numpy.ndarray:
         """Softmax id of every type (int32): its vocabulary id, or `<UNK>`."""
         return vocab.lookup(self.types)
-
-
-def _save_npy_atomic(path: Path, array: numpy.ndarray) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "wb") as handle:
-        numpy.save(handle, array)
-    tmp.replace(path)
 
 
 def expand_paths(paths: Union[PathLike, Sequence[PathLike]]) -> list[Path]:
@@ -283,17 +276,13 @@ def prepare_corpus(
     remap = numpy.empty(len(order), dtype=numpy.int32)
     remap[order] = numpy.arange(len(order), dtype=numpy.int32)
     tokens = remap[inverse.reshape(-1)]
-    cache_root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=entry.name + ".tmp", dir=cache_root))
-    with open(tmp / "tokens.npy", "wb") as handle:
-        numpy.save(handle, tokens)
-    srsly.write_msgpack(tmp / "types.msgpack", {"types": [words[i] for i in order], "counts": counts[order].tolist()})
-    meta = {"files": [str(f) for f in files], "settings": asdict(settings), "n_tokens": int(len(tokens))}
-    (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-    try:
-        tmp.rename(entry)
-    except OSError:  # another process (a DDP rank) finished the same entry first
-        shutil.rmtree(tmp, ignore_errors=True)
+    with atomic_directory(entry) as tmp:  # another process (a DDP rank) may finish the same entry first
+        with open(tmp / "tokens.npy", "wb") as handle:
+            numpy.save(handle, tokens)
+        types = {"types": [words[i] for i in order], "counts": counts[order].tolist()}
+        srsly.write_msgpack(tmp / "types.msgpack", types)
+        meta = {"files": [str(f) for f in files], "settings": asdict(settings), "n_tokens": int(len(tokens))}
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return TokenStream(entry)
 
 

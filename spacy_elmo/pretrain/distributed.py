@@ -1,26 +1,32 @@
 """The process group of a `torchrun` launch: joined, used for the few collectives training needs, torn down.
 
-Every helper is a no-op for a single process (no WORLD_SIZE, or 1), so the trainer has one code path.
-NCCL on GPUs, gloo on CPUs.
+Every helper is a no-op for a single process (no WORLD_SIZE, or 1: see spacy_elmo/launch_env.py), so
+the loop has one code path. NCCL on GPUs, gloo on CPUs.
 """
 
 import importlib
-import os
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-
-def world_size_from_env() -> int:
-    """The number of processes `torchrun` started (its WORLD_SIZE); 1 when not started by it."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
+from ..launch_env import launch_env
 
 
-def local_rank_from_env() -> int:
-    """This process's index on its machine (torchrun's LOCAL_RANK): the GPU it trains on."""
-    return int(os.environ.get("LOCAL_RANK", "0"))
+@dataclass(frozen=True)
+class Placement:
+    """Where this process trains: its device, its rank among the processes and how many there are."""
+
+    device: torch.device
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: it evaluates and writes the outputs."""
+        return self.rank == 0
 
 
 def process_group_exists() -> bool:
@@ -36,8 +42,7 @@ def init_distributed(device: torch.device) -> tuple[int, int]:
     made, it keeps the group, and gloo's threads, alive past `destroy_process_group`; a rank then tears
     them down at exit and can abort (SIGABRT/SIGSEGV) after a successful run. Imported first, it binds None.
     """
-    world = world_size_from_env()
-    if world <= 1:
+    if not launch_env().distributed:
         return 0, 1
     if not dist.is_initialized():
         importlib.import_module("torch.distributed.nn.functional")

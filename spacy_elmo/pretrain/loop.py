@@ -1,6 +1,7 @@
 """The training loop of a biLM language model: steps, evaluations, checkpoints, metrics, stopping.
 
-`Trainer` runs what train.py assembled from the config (model, optimizer, data, random generators);
+`TrainingLoop` runs what build.py assembled from the config: `Optimization` (the model, the optimizer
+and the sampled softmax: one step on a batch), the batches, the `Checkpointer` and the `TrainingLog`.
 `train_step` is one optimization step, the same function in training and in
 benchmarks/train_throughput.py, so that the benchmark measures what training does.
 """
@@ -8,29 +9,23 @@ benchmarks/train_throughput.py, so that the benchmark measures what training doe
 import math
 import signal
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 from typing import Any, Callable, Optional
 
 import torch
-from thinc.api import Config
 from torch import nn
 
 from ..bilm.bilm import BiLM
-from ..io.native import bilm_to_bytes, save_native
-from . import checkpoint as ckpt
+from ..io.native import save_native
 from .batches import LMBatch, WindowBatcher
-from .config import PretrainConfigError
-from .corpus import TokenStream
-from .distributed import any_process, barrier, gather_bytes
-from .metrics import MetricsLog
-from .perplexity import stream_perplexity
+from .checkpoint import Checkpointer, TrainState
+from .config import TrainingSection
+from .distributed import Placement, any_process, barrier
+from .metrics_log import TrainingLog
 from .sampled_softmax import LogUniformSampler, directional_nll
-from .vocab import Vocab
-
-Log = Callable[[str], None]
 
 
 class LanguageModelLoss(nn.Module):
@@ -67,6 +62,10 @@ class StepSettings:
     dropout: float = 0.0
     grad_clip: float = 0.0  # 0: no clipping
     amp_dtype: Optional[torch.dtype] = None  # autocast to this dtype; None: full precision
+
+    @classmethod
+    def from_settings(cls, settings: TrainingSection, device: torch.device) -> "StepSettings":
+        return cls(dropout=settings.dropout, grad_clip=settings.grad_clip, amp_dtype=settings.amp_dtype(device))
 
 
 def train_step(
@@ -107,26 +106,6 @@ def train_step(
 
 
 @dataclass
-class TrainState:
-    """Everything besides the weights that a resumed run needs to continue exactly (a checkpoint's
-    "trainer" entry)."""
-
-    step: int = 0
-    """Optimizer steps taken (checkpoints are named by it)."""
-    epoch: int = 0
-    """Epochs completed: with the seed, it picks the order of the windows (`WindowBatcher`)."""
-    index: int = 0
-    """The next batch of the current epoch."""
-    tokens: int = 0
-    """Training tokens seen, all processes together."""
-    wall_s: float = 0.0
-    """Seconds spent training (evaluations left out), for `max_minutes`."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-@dataclass
 class TrainResult:
     """What `pretrain` returns: the final state, the last dev evaluation and every step's loss."""
 
@@ -136,277 +115,167 @@ class TrainResult:
     losses: list[float] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class TrainerSettings:
-    """When the loop stops, logs, evaluates and checkpoints, and how each step runs."""
-
-    # when to stop: the first limit reached (0: no such limit)
-    max_steps: int = 0
-    max_epochs: int = 0
-    max_minutes: float = 0.0
-    # every how many steps (0: never; a checkpoint and an evaluation come at the end regardless)
-    log_every: int = 10
-    eval_every: int = 0
-    checkpoint_every: int = 0
-    keep_checkpoints: int = 2
-    max_dev_tokens: Optional[int] = None
-    step: StepSettings = StepSettings()
-
-    @classmethod
-    def from_config(cls, config: Config, device: torch.device) -> "TrainerSettings":
-        T = config["training"]
-        amp_dtype = (torch.float16 if device.type == "cuda" else torch.bfloat16) if T["mixed_precision"] else None
-        return cls(
-            max_steps=int(T["max_steps"] or 0),
-            max_epochs=int(T["max_epochs"] or 0),
-            max_minutes=float(T["max_minutes"] or 0),
-            log_every=int(T["log_every"]),
-            eval_every=int(T["eval_every"] or 0),
-            checkpoint_every=int(T["checkpoint_every"] or 0),
-            keep_checkpoints=int(T["keep_checkpoints"]),
-            max_dev_tokens=config["corpus"]["max_dev_tokens"],
-            step=StepSettings(dropout=T["dropout"], grad_clip=T["grad_clip"] or 0.0, amp_dtype=amp_dtype),
-        )
-
-    def check_limits(self) -> None:
-        """A run needs an end: refuse one that would train until killed."""
-        if not (self.max_steps or self.max_epochs or self.max_minutes):
-            raise PretrainConfigError(
-                "set at least one of training.max_steps, training.max_epochs, training.max_minutes"
-            )
-
-
 @dataclass
-class Trainer:
-    """The loop over the parts train.py built; one per process under torchrun, rank 0 writing the outputs.
-
-    Stops at the first of the configured limits, or at SIGTERM/SIGINT after finishing the step, with a
-    checkpoint either way, so that `--resume` continues exactly where it stopped.
-    """
+class Optimization:
+    """One optimization step on a batch, as the config describes it: the learning rate of the step, the
+    sampled softmax's negatives (drawn from `sampler_rng`, the same on every process), `train_step`."""
 
     bilm: BiLM
-    train_module: nn.Module
+    module: nn.Module  # LanguageModelLoss(bilm), wrapped in DistributedDataParallel when there are peers
     optimizer: torch.optim.Optimizer
-    scaler: Optional[torch.amp.GradScaler]
-    batcher: WindowBatcher
     learn_rate: Callable[[int], float]
-    sampler: Optional[LogUniformSampler]
+    sampler: Optional[LogUniformSampler]  # None: the full softmax
     sampler_rng: torch.Generator
-    vocab: Vocab
-    dev: Optional[TokenStream]
-    settings: TrainerSettings
+    settings: StepSettings
     device: torch.device
-    rank: int
-    world: int
-    output_dir: Path
-    metrics: MetricsLog
-    config_text: str
-    log: Log
-    state: TrainState = field(default_factory=TrainState)
-    losses: list[float] = field(default_factory=list)
-    last_eval: Optional[dict[str, float]] = None
-    stop_signal: Optional[int] = None
+    scaler: Optional[torch.amp.GradScaler] = None
 
     def __post_init__(self) -> None:
         self.log_expected = self.sampler.log_expected.to(self.device) if self.sampler is not None else None
-        self.is_main = self.rank == 0
-        self.checkpoint_dir = self.output_dir / "checkpoints"
-        self.say = main_process_log(self.log, self.rank)
-        # the steps since the last train record (what it averages): first loss, tokens, seconds
-        self._interval_first, self._interval_tokens, self._interval_time = 0, 0, 0.0
-        self._session_start = time.perf_counter()
-        self._wall_at_start = 0.0
 
-    def restore(self, path: Path, payload: dict[str, Any]) -> None:
-        """Continue from checkpoint `payload` (its weights are already in the model): optimizer, counters,
-        data position and every random generator, so that the losses repeat the uninterrupted run's."""
-        self.optimizer.load_state_dict(ckpt.decode_tree(payload["optimizer"]))
-        self.state = TrainState(**payload["trainer"])
-        ckpt.set_generator_state(self.sampler_rng, payload["rng"]["sampler"])
-        torch.set_rng_state(torch.frombuffer(bytearray(payload["rng"]["torch"][self.rank]), dtype=torch.uint8))
-        if self.device.type == "cuda" and payload["rng"].get("cuda"):
-            cuda_state = torch.frombuffer(bytearray(payload["rng"]["cuda"][self.rank]), dtype=torch.uint8)
-            torch.cuda.set_rng_state(cuda_state, self.device)
-        self.say(f"resumed from {path} (step {self.state.step}, epoch {self.state.epoch}, {self.state.tokens} tokens)")
-
-    def run(self) -> TrainResult:
-        """Train until a limit or a stop signal; checkpoint, evaluate and save the model at the end."""
-        self.settings.check_limits()
-        s = self.settings
-        with self._stop_signals():
-            if self.state.step == 0 and self.dev is not None:
-                self.evaluate()
-            self._restart_clock()
-            while not self.should_stop():
-                self.step()
-                step = self.state.step
-                if step % s.log_every == 0 or (s.max_steps and step >= s.max_steps):
-                    self.log_interval()
-                if s.eval_every and step % s.eval_every == 0:
-                    self.evaluate()
-                    self._restart_clock()  # evaluation time not counted
-                if s.checkpoint_every and step % s.checkpoint_every == 0:
-                    self.save_checkpoint()
-            self.log_interval()
-            if self.stop_signal is not None:
-                self.say(f"stopping at step {self.state.step} (signal {self.stop_signal})")
-            if not (s.checkpoint_every and self.state.step % s.checkpoint_every == 0):
-                self.save_checkpoint()
-            if self.dev is not None and not (s.eval_every and self.state.step % s.eval_every == 0):
-                self.evaluate()
-            if self.is_main:
-                save_native(self.bilm.cpu() if self.device.type != "cpu" else self.bilm, self.output_dir / "model")
-                state = self.state
-                self.say(f"saved model to {self.output_dir / 'model'} (step {state.step}, {state.tokens} tokens)")
-        barrier(self.world)
-        return TrainResult(output_dir=self.output_dir, state=self.state, last_eval=self.last_eval, losses=self.losses)
-
-    def step(self) -> float:
-        """One optimization step on the next batch of the data order; advances the counters. The loss."""
-        state = self.state
-        t0 = time.perf_counter()
-        batch = self.batcher.batch(state.epoch, state.index).to(self.device)
+    def step(self, batch: LMBatch, step: int) -> float:
+        """Step number `step` (0-based) on `batch`: the loss, checked to be finite."""
         samples = self.sampler.sample(self.sampler_rng).to(self.device) if self.sampler is not None else None
         for group in self.optimizer.param_groups:
-            group["lr"] = self.learn_rate(state.step)
+            group["lr"] = self.learn_rate(step)
         loss_tensor = train_step(
-            self.train_module,
-            self.bilm,
-            self.optimizer,
-            batch,
-            samples,
-            self.log_expected,
-            self.settings.step,
-            self.scaler,
+            self.module, self.bilm, self.optimizer, batch, samples, self.log_expected, self.settings, self.scaler
         )
         loss = float(loss_tensor)
         if not math.isfinite(loss):
-            raise FloatingPointError(f"training loss became {loss} at step {state.step + 1}; lower the learning rate")
+            raise FloatingPointError(f"training loss became {loss} at step {step + 1}; lower the learning rate")
+        return loss
+
+
+class TrainingLoop:
+    """The loop over the parts build.py made; one per process under torchrun, rank 0 writing the outputs.
+
+    Stops at the first of the configured limits, or at SIGTERM/SIGINT after finishing the step, with a
+    checkpoint either way, so that `--resume` continues exactly where it stopped; evaluates (rank 0, with a
+    dev corpus) at the start, every `eval_every` steps and at the end; saves the model to OUTPUT_DIR/model.
+    """
+
+    def __init__(
+        self,
+        optimization: Optimization,
+        batcher: WindowBatcher,
+        settings: TrainingSection,
+        place: Placement,
+        checkpointer: Checkpointer,
+        evaluate: Optional[Callable[[], dict[str, float]]],
+        report: TrainingLog,
+        output_dir: Path,
+        state: TrainState,
+    ) -> None:
+        self.optimization = optimization
+        self.batcher = batcher
+        self.settings = settings
+        self.place = place
+        self.checkpointer = checkpointer
+        self.evaluate = evaluate  # None: no dev corpus, or not rank 0
+        self.report = report
+        self.output_dir = output_dir
+        self.state = state
+        self.last_eval: Optional[dict[str, float]] = None
+        self.evaluated_step: Optional[int] = None  # the step of this session's last evaluation
+        self._session_start, self._wall_at_start = time.perf_counter(), state.wall_s
+
+    def run(self) -> TrainResult:
+        """Train until a limit or a stop signal; checkpoint, evaluate and save the model at the end."""
+        s = self.settings
+        with StopSignals() as stop:
+            if self.state.step == 0:
+                self._evaluate()
+            self._restart_clock()
+            while not self._should_stop(stop):
+                self._step()
+                step = self.state.step
+                if step % s.log_every == 0 or (s.max_steps and step >= s.max_steps):
+                    self._report()
+                if s.eval_every and step % s.eval_every == 0:
+                    self._evaluate()
+                    self._restart_clock()  # evaluation time not counted
+                if s.checkpoint_every and step % s.checkpoint_every == 0:
+                    self.checkpointer.save(self.state)
+            self._report()
+            if stop.received is not None:
+                self.report.say(f"stopping at step {self.state.step} (signal {stop.received})")
+            if self.checkpointer.saved_step != self.state.step:
+                self.checkpointer.save(self.state)
+            if self.evaluated_step != self.state.step:
+                self._evaluate()
+            if self.place.is_main:
+                bilm, model_dir, state = self.optimization.bilm, self.output_dir / "model", self.state
+                save_native(bilm.cpu() if self.place.device.type != "cpu" else bilm, model_dir)
+                self.report.say(f"saved model to {model_dir} (step {state.step}, {state.tokens} tokens)")
+        barrier(self.place.world)
+        return TrainResult(self.output_dir, self.state, self.last_eval, self.report.losses)
+
+    def _step(self) -> None:
+        """One optimization step on the next batch of the data order; advances the counters."""
+        state = self.state
+        t0 = time.perf_counter()
+        batch = self.batcher.batch(state.epoch, state.index).to(self.place.device)
+        loss = self.optimization.step(batch, state.step)
         state.step += 1
         state.index += 1
         if state.index >= self.batcher.steps_per_epoch:
             state.epoch, state.index = state.epoch + 1, 0
-        n_tokens = batch.n_tokens * self.world
+        n_tokens = batch.n_tokens * self.place.world
         state.tokens += n_tokens
         step_time = time.perf_counter() - t0
         state.wall_s = self._wall_at_start + (time.perf_counter() - self._session_start)
-        self.losses.append(loss)
-        self._interval_tokens += n_tokens
-        self._interval_time += step_time
-        return loss
+        self.report.step(loss, n_tokens, step_time)
 
-    def should_stop(self) -> bool:
+    def _should_stop(self, stop: "StopSignals") -> bool:
         """Whether any process reached a limit or got a stop signal: all stop at the same step."""
-        return any_process(self._done_here(), self.world, self.device)
-
-    def _done_here(self) -> bool:
         s, state = self.settings, self.state
-        if s.max_steps and state.step >= s.max_steps:
-            return True
-        if s.max_epochs and state.epoch >= s.max_epochs:
-            return True
-        if s.max_minutes and state.wall_s >= s.max_minutes * 60:
-            return True
-        return self.stop_signal is not None
+        done = (
+            bool(s.max_steps and state.step >= s.max_steps)
+            or bool(s.max_epochs and state.epoch >= s.max_epochs)
+            or bool(s.max_minutes and state.wall_s >= s.max_minutes * 60)
+            or stop.received is not None
+        )
+        return any_process(done, self.place.world, self.place.device)
 
-    def evaluate(self) -> Optional[dict[str, float]]:
+    def _evaluate(self) -> None:
         """Dev perplexity (rank 0, when there is a dev corpus): logged, written to metrics.jsonl, kept."""
-        if self.dev is None or not self.is_main:
-            self.last_eval = None
-            return None
-        state = self.state
-        result = stream_perplexity(self.bilm, self.dev, self.vocab, max_tokens=self.settings.max_dev_tokens)
-        self.metrics.write(
-            {
-                "type": "eval",
-                "step": state.step,
-                "tokens": state.tokens,
-                "wall_s": round(state.wall_s, 3),
-                **{f"dev_{k}": v for k, v in result.items()},
-            }
-        )
-        self.say(
-            f"step {state.step:>7}  dev ppl {result['average_ppl']:.2f} (forward {result['forward_ppl']:.2f}, "
-            f"backward {result['backward_ppl']:.2f})"
-        )
-        self.last_eval = result
-        return result
+        self.evaluated_step = self.state.step
+        self.last_eval = self.evaluate() if self.evaluate is not None else None
+        if self.last_eval is not None:
+            self.report.eval(self.state, self.last_eval)
 
-    def save_checkpoint(self) -> None:
-        """Write a checkpoint (rank 0) with every rank's random state; collective, so all ranks call it."""
-        cuda = self.device.type == "cuda"
-        torch_states = gather_bytes(torch.get_rng_state().numpy().tobytes(), self.world)
-        cuda_states = None
-        if cuda:
-            cuda_states = gather_bytes(torch.cuda.get_rng_state(self.device).numpy().tobytes(), self.world)
-        if not self.is_main:
-            return
-        payload = {
-            "model": bilm_to_bytes(self.bilm),
-            "optimizer": ckpt.encode_tree(self.optimizer.state_dict()),
-            "trainer": self.state.to_dict(),
-            "rng": {"sampler": ckpt.generator_state(self.sampler_rng), "torch": torch_states, "cuda": cuda_states},
-            "config": self.config_text,
-        }
-        path = ckpt.write_checkpoint(self.checkpoint_dir, self.state.step, payload)
-        ckpt.prune_checkpoints(self.checkpoint_dir, self.settings.keep_checkpoints)
-        self.say(f"checkpoint {path}")
-
-    def log_interval(self) -> None:
-        """One train record (metrics.jsonl and the log) averaging the steps since the last one."""
-        state, losses = self.state, self.losses[self._interval_first :]
-        if not losses:
-            return
-        mean = sum(losses) / len(losses)  # the same additions, in the same order, as a running total
-        tps = self._interval_tokens / max(self._interval_time, 1e-9)
-        self.metrics.write(
-            {
-                "type": "train",
-                "step": state.step,
-                "epoch": state.epoch,
-                "tokens": state.tokens,
-                "train_loss": mean,
-                "train_ppl": math.exp(min(mean, 50.0)),
-                "lr": self.learn_rate(max(state.step - 1, 0)),
-                "tokens_per_s": round(tps, 1),
-                "wall_s": round(state.wall_s, 3),
-            }
-        )
-        self.say(
-            f"step {state.step:>7}  epoch {state.epoch}  tokens {state.tokens:>10}  loss {mean:.4f}  "
-            f"ppl {math.exp(min(mean, 50.0)):9.2f}  {tps:8.0f} tokens/s"
-        )
-        self._interval_first, self._interval_tokens, self._interval_time = len(self.losses), 0, 0.0
+    def _report(self) -> None:
+        """A train record of the steps since the last one, with the rate of the last step."""
+        self.report.train(self.state, self.optimization.learn_rate(max(self.state.step - 1, 0)))
 
     def _restart_clock(self) -> None:
         """Count wall time from now on top of what the state holds (excludes evaluations and restarts)."""
         self._session_start, self._wall_at_start = time.perf_counter(), self.state.wall_s
 
-    def _request_stop(self, signum: int, frame: Any) -> None:
-        """Signal handler: finish the step, checkpoint, then exit."""
-        self.stop_signal = signum
 
-    @contextmanager
-    def _stop_signals(self) -> Iterator[None]:
-        """SIGTERM/SIGINT request a stop while the loop runs (every process: under torchrun a stop reaches
-        all); the previous handlers come back afterwards, also when training fails."""
-        previous: dict[signal.Signals, Any] = {}
+class StopSignals:
+    """SIGTERM/SIGINT while the loop runs: remembered in `received`, so that every process finishes its step
+    and stops with a checkpoint (under torchrun a stop reaches all); the previous handlers come back
+    afterwards, also when training fails."""
+
+    def __init__(self) -> None:
+        self.received: Optional[int] = None
+        self._previous: dict[signal.Signals, Any] = {}
+
+    def _request_stop(self, signum: int, frame: Any) -> None:
+        self.received = signum
+
+    def __enter__(self) -> "StopSignals":
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
-                previous[sig] = signal.signal(sig, self._request_stop)
+                self._previous[sig] = signal.signal(sig, self._request_stop)
             except ValueError:  # not the main thread
                 pass
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        return self
 
-
-def main_process_log(log: Log, rank: int) -> Log:
-    """`log` on rank 0, nothing on the other ranks: one copy of every line is enough."""
-    return log if rank == 0 else _quiet
-
-
-def _quiet(message: str) -> None:
-    pass
+    def __exit__(
+        self, kind: Optional[type[BaseException]], error: Optional[BaseException], trace: Optional[TracebackType]
+    ) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)

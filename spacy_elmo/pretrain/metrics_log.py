@@ -1,8 +1,24 @@
-"""metrics.jsonl: one JSON object a line, {"type": "train" | "eval", "step", "tokens", ...}."""
+"""What a run reports: metrics.jsonl (one JSON object a line, {"type": "train" | "eval", "step", "tokens",
+...}) and the lines of its log, written by rank 0 only."""
 
 import json
+import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from .checkpoint import TrainState
+
+Log = Callable[[str], None]
+
+
+def main_process_log(log: Log, rank: int) -> Log:
+    """`log` on rank 0, nothing on the other ranks: one copy of every line is enough."""
+    return log if rank == 0 else _quiet
+
+
+def _quiet(message: str) -> None:
+    pass
 
 
 class MetricsLog:
@@ -27,3 +43,61 @@ class MetricsLog:
         if self.enabled:
             with open(self.path, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(record) + "\n")
+
+
+class TrainingLog:
+    """The train and eval records of a run, in metrics.jsonl and as log lines (rank 0; the others keep
+    their losses but write nothing). A train record averages the steps since the previous one."""
+
+    def __init__(self, path: Path, rank: int, log: Log) -> None:
+        self.metrics = MetricsLog(path, enabled=rank == 0)
+        self.say = main_process_log(log, rank)
+        self.losses: list[float] = []  # every step's loss, this session
+        # the steps since the last train record (what it averages): first loss, tokens, seconds
+        self._interval_first, self._interval_tokens, self._interval_time = 0, 0, 0.0
+
+    def step(self, loss: float, n_tokens: int, seconds: float) -> None:
+        self.losses.append(loss)
+        self._interval_tokens += n_tokens
+        self._interval_time += seconds
+
+    def train(self, state: "TrainState", learn_rate: float) -> None:
+        """One train record averaging the steps since the last one (none: nothing to write)."""
+        losses = self.losses[self._interval_first :]
+        if not losses:
+            return
+        mean = sum(losses) / len(losses)  # the same additions, in the same order, as a running total
+        tps = self._interval_tokens / max(self._interval_time, 1e-9)
+        self.metrics.write(
+            {
+                "type": "train",
+                "step": state.step,
+                "epoch": state.epoch,
+                "tokens": state.tokens,
+                "train_loss": mean,
+                "train_ppl": math.exp(min(mean, 50.0)),
+                "lr": learn_rate,
+                "tokens_per_s": round(tps, 1),
+                "wall_s": round(state.wall_s, 3),
+            }
+        )
+        self.say(
+            f"step {state.step:>7}  epoch {state.epoch}  tokens {state.tokens:>10}  loss {mean:.4f}  "
+            f"ppl {math.exp(min(mean, 50.0)):9.2f}  {tps:8.0f} tokens/s"
+        )
+        self._interval_first, self._interval_tokens, self._interval_time = len(self.losses), 0, 0.0
+
+    def eval(self, state: "TrainState", result: dict[str, float]) -> None:
+        self.metrics.write(
+            {
+                "type": "eval",
+                "step": state.step,
+                "tokens": state.tokens,
+                "wall_s": round(state.wall_s, 3),
+                **{f"dev_{k}": v for k, v in result.items()},
+            }
+        )
+        self.say(
+            f"step {state.step:>7}  dev ppl {result['average_ppl']:.2f} (forward {result['forward_ppl']:.2f}, "
+            f"backward {result['backward_ppl']:.2f})"
+        )

@@ -6,16 +6,17 @@ perplexity fell 15% in the 1,000 steps after its rate was cut by hand at step 2,
 card); a decay does that without a restart. It is no help to a run too short to reach a plateau: the
 project's 600-step biLM ends at 238 dev perplexity with a constant rate, 261 with linear and 266 with
 cosine decay (project/results/README.md).
+
+The config chooses a schedule by its registered name ([training.schedule], `@schedules`); another
+schedule is one more registered subclass of `ScheduleSettings`.
 """
 
 import math
 from dataclasses import dataclass
+from typing import Callable, Literal
 
-from thinc.api import Config
-
-from .config import PretrainConfigError
-
-DECAYS = ("none", "linear", "cosine")
+from pydantic import BaseModel, ConfigDict, Field
+from thinc.api import registry
 
 
 @dataclass(frozen=True)
@@ -41,19 +42,33 @@ class LearnRateSchedule:
         return self.peak * (self.final_ratio + (1.0 - self.final_ratio) * shape)
 
 
-def schedule_from_config(config: Config, steps_per_epoch: int) -> LearnRateSchedule:
-    """The schedule [training.optimizer] asks for; a decay runs until training.max_steps (or max_epochs)."""
-    o, T = config["training"]["optimizer"], config["training"]
-    decay = str(o["decay"]).lower()
-    if decay not in DECAYS:
-        raise PretrainConfigError(f"training.optimizer.decay is {o['decay']!r}; expected one of {DECAYS}")
-    final_ratio = float(o["final_learn_rate_ratio"])
-    if not 0.0 <= final_ratio <= 1.0:
-        raise PretrainConfigError(f"training.optimizer.final_learn_rate_ratio is {final_ratio}; expected 0 to 1")
-    horizon = int(T["max_steps"] or 0) or int(T["max_epochs"] or 0) * steps_per_epoch
-    if decay != "none" and not horizon:
-        raise PretrainConfigError(
-            f"training.optimizer.decay is {decay!r} but neither training.max_steps nor training.max_epochs "
-            "is set: the decay needs the step it ends at (max_minutes alone does not give one)"
-        )
-    return LearnRateSchedule(float(o["learn_rate"]), int(o["warmup_steps"] or 0), decay, horizon, final_ratio)
+class ScheduleSettings(BaseModel):
+    """The settings of a schedule, as [training.schedule] gives them; `schedule` makes the rate of every
+    step once the run knows its peak rate (training.optimizer.learn_rate) and its last step."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    @property
+    def needs_last_step(self) -> bool:
+        """Whether the schedule ends somewhere: a run without max_steps or max_epochs is then refused."""
+        return False
+
+    def schedule(self, peak: float, last_step: int) -> Callable[[int], float]:
+        raise NotImplementedError
+
+
+@registry.schedules("spacy-elmo.warmup_decay.v1")
+class WarmupDecay(ScheduleSettings):
+    """`LearnRateSchedule`: a linear warm-up over `warmup_steps`, then constant ("none") or decaying
+    ("linear", "cosine") to `final_learn_rate_ratio` x the peak at the last step."""
+
+    warmup_steps: int = Field(0, ge=0)
+    decay: Literal["none", "linear", "cosine"] = "none"
+    final_learn_rate_ratio: float = Field(0.0, ge=0.0, le=1.0)
+
+    @property
+    def needs_last_step(self) -> bool:
+        return self.decay != "none"
+
+    def schedule(self, peak: float, last_step: int) -> LearnRateSchedule:
+        return LearnRateSchedule(peak, self.warmup_steps, self.decay, last_step, self.final_learn_rate_ratio)

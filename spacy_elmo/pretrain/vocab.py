@@ -10,7 +10,7 @@ from typing import Optional, Union
 
 import numpy
 
-from ..io.arrays import read_vocab, write_vocab
+from ..io.hdf5 import read_vocab, write_vocab
 
 BOS, EOS, UNK = "<S>", "</S>", "<UNK>"
 SPECIALS = (BOS, EOS, UNK)

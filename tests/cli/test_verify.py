@@ -5,8 +5,8 @@ import json
 import srsly
 from typer.testing import CliRunner
 
-from spacy_elmo.io.native import DIGEST_KEY, MODEL_FILE
 from spacy_elmo.cli import elmo_cli
+from spacy_elmo.io.native import DIGEST_KEY, MODEL_FILE
 from spacy_elmo.io.resolve import shipped_model_path
 
 runner = CliRunner()

@@ -1,4 +1,4 @@
-"""Run by torchrun from test_pretrain_distributed.py: one DDP step, then the process group torn down.
+"""Run by torchrun from test_distributed.py: one DDP step, then the process group torn down.
 
 Writes this rank's thread names after `end_distributed` to OUT_DIR/rank_N.txt: gloo's threads must be
 gone by then, or the rank tears them down at exit, which can abort it after a successful run.

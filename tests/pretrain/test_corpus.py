@@ -5,7 +5,7 @@ import os
 import numpy
 import pytest
 
-from pretrain_support import FIXTURES, SAMPLE_TRAIN
+from fixture_paths import FIXTURES
 from spacy_elmo import chars
 from spacy_elmo.pretrain import corpus as corpus_module
 from spacy_elmo.pretrain.corpus import CorpusError, CorpusSettings, build_vocab, prepare_corpus
@@ -66,8 +66,8 @@ def test_bilm_tf_format_keeps_one_sentence_a_line(tmp_path):
     assert words_of(stream) == expected
 
 
-def test_types_are_frequency_sorted_and_unknown_words_keep_their_characters(tmp_path):
-    stream = prepare_corpus(SAMPLE_TRAIN, CorpusSettings(max_tokens=5000), tmp_path)
+def test_types_are_frequency_sorted_and_unknown_words_keep_their_characters(tmp_path, sample_train):
+    stream = prepare_corpus(sample_train, CorpusSettings(max_tokens=5000), tmp_path)
     assert stream.types[:2] == ["<S>", "</S>"]
     assert numpy.all(numpy.diff(stream.counts[2:]) <= 0)
     vocab = build_vocab(stream, max_size=100)

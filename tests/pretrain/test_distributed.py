@@ -6,13 +6,13 @@ from pathlib import Path
 import numpy
 import pytest
 
-from pretrain_support import SAMPLE_TRAIN, tiny_config
-from spacy_elmo.io.native import load_native
+from fixture_paths import ROOT
 from spacy_elmo.io.arrays import bilm_arrays
+from spacy_elmo.io.native import load_native
+from spacy_elmo.pretrain.build import build_model, pretrain
+from spacy_elmo.pretrain.config import PretrainSettings
 from spacy_elmo.pretrain.corpus import CorpusSettings, build_vocab, prepare_corpus
-from spacy_elmo.pretrain.train import _build_model, pretrain
 
-ROOT = Path(__file__).resolve().parents[2]
 TEARDOWN_WORKER = Path(__file__).parent / "ddp_teardown_worker.py"
 
 
@@ -43,7 +43,10 @@ def torchrun(*args: str):
     return subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
 
 
-def test_two_process_gloo_ddp_matches_one_process_on_the_same_global_batch(tmp_path, corpus_cache):
+@pytest.mark.slow
+def test_two_process_gloo_ddp_matches_one_process_on_the_same_global_batch(
+    tmp_path, corpus_cache, sample_train, tiny_config
+):
     """torchrun, 2 CPU processes x 16 rows == 1 process x 32 rows, after several steps.
 
     Plain SGD, so that the parameters are a linear read-out of the averaged gradients: Adam divides
@@ -56,11 +59,11 @@ def test_two_process_gloo_ddp_matches_one_process_on_the_same_global_batch(tmp_p
         "training.eval_every": 0,
         "paths.dev": None,
         "training.dropout": 0.0,
-        "training.optimizer.name": "sgd",
+        "training.optimizer.@optimizers": "spacy-elmo.SGD.v1",
         "training.optimizer.learn_rate": 1.0,
     }
     single = tmp_path / "single"
-    pretrain(tiny_config(corpus_cache, **overrides), single, log=lambda m: None)
+    pretrain(tiny_config(**overrides), single, log=lambda m: None)
 
     ddp = tmp_path / "ddp"
     args = [
@@ -70,7 +73,7 @@ def test_two_process_gloo_ddp_matches_one_process_on_the_same_global_batch(tmp_p
         "pretrain_tiny.cfg",
         str(ddp),
         "--paths.train",
-        str(SAMPLE_TRAIN),
+        str(sample_train),
         "--paths.dev",
         "null",
         "--corpus.cache_dir",
@@ -88,9 +91,9 @@ def test_two_process_gloo_ddp_matches_one_process_on_the_same_global_batch(tmp_p
     one = dict(bilm_arrays(load_native(single / "model")))
     two = dict(bilm_arrays(load_native(ddp / "model")))
     assert one.keys() == two.keys()
-    config = tiny_config(corpus_cache, **overrides)
-    stream = prepare_corpus(SAMPLE_TRAIN, CorpusSettings(), corpus_cache)
-    initial, _ = _build_model(config, build_vocab(stream, 3000), stream, None, lambda m: None)
+    settings = PretrainSettings.from_config(tiny_config(**overrides))
+    stream = prepare_corpus(sample_train, CorpusSettings(), corpus_cache)
+    initial, _ = build_model(settings, build_vocab(stream, 3000), stream, None, lambda m: None)
     start = dict(bilm_arrays(initial))
     largest_gap = 0.0
     for name in one:
@@ -101,6 +104,7 @@ def test_two_process_gloo_ddp_matches_one_process_on_the_same_global_batch(tmp_p
     assert largest_step > 1e-3 > 100 * largest_gap, (largest_step, largest_gap)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads thread names from /proc")
 def test_ending_the_process_group_stops_gloos_threads_after_ddp(tmp_path):
     """The cause of a rare SIGABRT/SIGSEGV of a rank after a successful DDP run: the group outlived

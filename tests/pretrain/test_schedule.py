@@ -5,10 +5,9 @@ import math
 
 import pytest
 
-from pretrain_support import tiny_config
-from spacy_elmo.pretrain.config import PretrainConfigError, load_config
-from spacy_elmo.pretrain.schedule import LearnRateSchedule, schedule_from_config
-from spacy_elmo.pretrain.train import pretrain
+from spacy_elmo.pretrain.build import pretrain
+from spacy_elmo.pretrain.config import PretrainConfigError, PretrainSettings, load_config
+from spacy_elmo.pretrain.schedule import LearnRateSchedule
 
 
 def test_warmup_ramps_linearly_to_the_peak_then_holds_without_decay():
@@ -33,44 +32,46 @@ def test_decay_falls_monotonically_from_the_peak_to_the_floor_at_the_horizon(dec
 
 
 def test_horizon_is_max_steps_or_else_max_epochs_of_steps():
-    by_steps = load_config(text="", overrides={"training.max_steps": 500, "training.optimizer.decay": "linear"})
-    assert schedule_from_config(by_steps, steps_per_epoch=70).horizon == 500
-    by_epochs = load_config(
-        text="", overrides={"training.max_steps": 0, "training.max_epochs": 3, "training.optimizer.decay": "linear"}
-    )
-    assert schedule_from_config(by_epochs, steps_per_epoch=70).horizon == 210
+    def schedule(**overrides):
+        config = load_config(text="", overrides={"paths.train": "corpus.txt", **overrides})
+        return PretrainSettings.from_config(config).training.learn_rate(steps_per_epoch=70)
+
+    by_steps = schedule(**{"training.max_steps": 500, "training.schedule.decay": "linear"})
+    assert by_steps.horizon == 500
+    by_epochs = schedule(**{"training.max_steps": 0, "training.max_epochs": 3, "training.schedule.decay": "linear"})
+    assert by_epochs.horizon == 210
 
 
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"training.optimizer.decay": "exponential"}, "training.optimizer.decay is 'exponential'"),
-        ({"training.optimizer.final_learn_rate_ratio": 1.5}, "final_learn_rate_ratio is 1.5"),
+        ({"training.schedule.decay": "exponential"}, "training.schedule.decay is 'exponential'"),
+        ({"training.schedule.final_learn_rate_ratio": 1.5}, "final_learn_rate_ratio is 1.5"),
         (
-            {"training.optimizer.decay": "cosine", "training.max_steps": 0, "training.max_minutes": 30},
+            {"training.schedule.decay": "cosine", "training.max_steps": 0, "training.max_minutes": 30},
             "neither training.max_steps nor training.max_epochs",
         ),
     ],
 )
-def test_a_bad_schedule_is_refused_naming_the_setting(overrides, message, tmp_path, corpus_cache):
-    config = tiny_config(corpus_cache, **overrides)
+def test_a_bad_schedule_is_refused_naming_the_setting(overrides, message, tmp_path, tiny_config):
+    config = tiny_config(**overrides)
     with pytest.raises(PretrainConfigError, match=message):
         pretrain(config, tmp_path / "out", log=lambda m: None)
     assert not (tmp_path / "out" / "checkpoints").exists()  # refused before any work
 
 
-def test_training_follows_the_schedule_step_for_step(tmp_path, corpus_cache):
+def test_training_follows_the_schedule_step_for_step(tmp_path, tiny_config):
     overrides = {
         "training.max_steps": 12,
         "training.log_every": 1,
         "training.eval_every": 0,
         "paths.dev": None,
         "training.checkpoint_every": 0,
-        "training.optimizer.warmup_steps": 2,
-        "training.optimizer.decay": "linear",
-        "training.optimizer.final_learn_rate_ratio": 0.25,
+        "training.schedule.warmup_steps": 2,
+        "training.schedule.decay": "linear",
+        "training.schedule.final_learn_rate_ratio": 0.25,
     }
-    config = tiny_config(corpus_cache, **overrides)
+    config = tiny_config(**overrides)
     pretrain(config, tmp_path / "out", log=lambda m: None)
     records = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     logged = [r["lr"] for r in records if r["type"] == "train"]

@@ -1,6 +1,6 @@
 import pytest
 
-from pretrain_support import FIXTURES
+from fixture_paths import FIXTURES
 from spacy_elmo.pretrain.vocab import UNK_ID, Vocab, VocabError
 
 
