@@ -27,7 +27,7 @@ RUN_ELSEWHERE = {
     "pip install": "tests/test_packaging.py::test_wheel_metadata",
     "python -m spacy train": "tests/pipeline/test_training.py::test_spacy_train_ner_and_textcat_with_a_frozen_bilm",
     "python -m spacy project run user-tasks": (
-        "tests/project/test_project_optional.py::test_any_file_names_a_train_only_cap_a_test_split_and_no_pretraining"
+        "tests/project/test_optional_task.py::test_any_file_names_a_train_only_cap_a_test_split_and_no_pretraining"
     ),
     "torchrun --nproc_per_node 4 -m spacy_elmo pretrain": (
         "tests/pretrain/test_distributed.py::test_two_process_gloo_ddp_matches_one_process_on_the_same_global_batch"

@@ -15,17 +15,16 @@ mode must match batch 0 (which started from zero state); the token layer must ma
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any, Optional
 
 import h5py
 import numpy
 
-from check_report import finish_check
+from common import exit_on, finish_check
 from spacy_elmo.bilm.runner import BiLMRunner
-from spacy_elmo.bilm_tf import load_bilm_tf
-from spacy_elmo.loading import load_bilm
+from spacy_elmo.io.hdf5 import load_bilm_tf
+from spacy_elmo.io.resolve import load_bilm
 
 ATOL, RTOL = 1e-6, 1e-5
 
@@ -105,10 +104,8 @@ def main(argv: Optional[list[str]] = None) -> None:
         "--model", type=Path, default=None, help="check this model instead of the fixture's own weights"
     )
     args = parser.parse_args(argv)
-    try:
+    with exit_on():
         result = check(args.fixture, args.model)
-    except (FileNotFoundError, ValueError) as err:
-        sys.exit(f"error: {err}")
     finish_check(result, args.output)
 
 

@@ -11,13 +11,14 @@ runs a doc through it, so nothing of this process's state (e.g. already-register
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-from check_report import finish_check
+from common import exit_on, finish_check
 
 TEXT = "Apple is looking at buying a U.K. startup for $1 billion, said Tim Cook in London on Monday."
 
@@ -52,7 +53,10 @@ def package_name(package_dir: Path) -> str:
 
 def check(package_dir: Path, text: str = TEXT) -> dict[str, Any]:
     name = package_name(package_dir)
-    with tempfile.TemporaryDirectory(prefix="spacy-elmo-package-") as target:
+    with tempfile.TemporaryDirectory(prefix="spacy-elmo-package-") as scratch:
+        # pip builds in the source directory: a copy keeps the workflow's output as `spacy package` wrote it
+        source, target = Path(scratch) / "source", str(Path(scratch) / "site")
+        shutil.copytree(package_dir, source)
         pip = [
             sys.executable,
             "-m",
@@ -64,7 +68,7 @@ def check(package_dir: Path, text: str = TEXT) -> dict[str, Any]:
             "--no-index",
             "--target",
             target,
-            str(package_dir),
+            str(source),
         ]
         installed = subprocess.run(pip, capture_output=True, text=True)
         if installed.returncode != 0:
@@ -109,10 +113,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("package_dir", type=Path, help="the directory `spacy package` wrote (holding setup.py)")
     parser.add_argument("output", type=Path)
     args = parser.parse_args(argv)
-    try:
+    with exit_on(FileNotFoundError, RuntimeError):
         report = check(args.package_dir)
-    except (FileNotFoundError, RuntimeError) as err:
-        sys.exit(f"error: {err}")
     finish_check(report, args.output)
 
 

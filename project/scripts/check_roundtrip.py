@@ -9,16 +9,15 @@ vocab.txt), then requires (1) every weight array, softmax included, to be bit fo
 """
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any, Optional
 
 import numpy
 
-from check_report import finish_check
+from common import exit_on, finish_check
 from spacy_elmo.bilm.runner import BiLMRunner
-from spacy_elmo.bilm.weights import bilm_arrays
-from spacy_elmo.loading import load_bilm
+from spacy_elmo.io.arrays import bilm_arrays
+from spacy_elmo.io.resolve import load_bilm
 
 
 def sample_sentences(text: Path, n_sentences: int, max_tokens: int = 60) -> list[list[str]]:
@@ -84,10 +83,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("output", type=Path)
     parser.add_argument("--sentences", type=int, default=64)
     args = parser.parse_args(argv)
-    try:
+    with exit_on():
         result = check(args.original, args.exported, args.text, args.sentences)
-    except (FileNotFoundError, ValueError) as err:
-        sys.exit(f"error: {err}")
     finish_check(result, args.output)
 
 

@@ -4,46 +4,26 @@
 
 A run is a trained pipeline `training/<task>-<variant>/model-best` with its evaluation
 `metrics/eval/<task>-<variant>.json` (from `spacy evaluate --per-component`) and its wall time
-`training/<task>-<variant>/timing.json` (from timed.py). Tasks and variants are the fixed lists
-below; optional tasks (CoNLL-2003, SST-5) appear when they were run. The learned layer weights of
-every ELMo run (the softmax of its scalar mix, as in the paper's Figure 2) are read from the trained
-pipeline itself, the perplexities and checks from their JSON files.
+`training/<task>-<variant>/timing.json`. Tasks and variants are the table in common.py; optional tasks
+(CoNLL-2003, SST-5) appear when they were run. The learned layer weights of every ELMo run (the softmax of
+its spacy-elmo.ScalarMix.v1 layer, as in the paper's Figure 2) are read from the trained pipeline itself,
+the perplexities and checks from their JSON files.
 """
 
 import argparse
 import json
 import math
-import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 from spacy.util import load_config
+from thinc.api import Model
 
-
-@dataclass(frozen=True)
-class Task:
-    name: str
-    dataset: str
-    component: str
-    metric: str  # key in the component's scores
-    metric_label: str
-    eval_split: str  # the split `spacy evaluate` ran on
-    required: bool
-
-
-TASKS: tuple[Task, ...] = (
-    Task("ner", "WNUT-17", "ner", "ents_f", "entity F1", "test", True),
-    Task("textcat", "MR", "textcat", "cats_micro_f", "accuracy", "test", True),
-    Task("conll", "CoNLL-2003", "ner", "ents_f", "entity F1", "dev", False),
-    Task("sst5", "SST-5", "textcat", "cats_micro_f", "accuracy", "dev", False),
-)
-VARIANTS: dict[str, str] = {
-    "baseline": "baseline (spaCy tok2vec)",
-    "elmo": "ELMo (project biLM, domain-adapted)",
-    "elmo_shipped": "ELMo (shipped model)",
-}
+from common import TASKS, VARIANTS, Task, exit_on
+from spacy_elmo.layers.scalar_mix import forward as scalar_mix_forward
+from spacy_elmo.mix import softmax
 
 
 @dataclass
@@ -113,27 +93,12 @@ def training_seed(model_dir: Path) -> Optional[int]:
     return int(seed) if isinstance(seed, int) else None
 
 
-MIX_WEIGHT_PARAMS = ("weights", "scalar_weights", "layer_weights", "s")
-
-
-def softmax(values: Sequence[float]) -> list[float]:
-    top = max(values)
-    exps = [math.exp(v - top) for v in values]
-    return [e / sum(exps) for e in exps]
-
-
-def node_mix(node: Any) -> Optional[tuple[list[float], Optional[float]]]:
-    """(softmax of the mix weights, gamma) if this thinc node is an ELMo scalar mix, else None."""
-    if "mix" not in node.name.lower():
+def node_mix(node: Model) -> Optional[tuple[list[float], float]]:
+    """(softmax of the mix weights, gamma) if this thinc node is a spacy-elmo.ScalarMix.v1 layer, else None."""
+    if node._func is not scalar_mix_forward:
         return None
-    for param in MIX_WEIGHT_PARAMS:
-        if node.has_param(param) and node.get_param(param) is not None:
-            raw = [float(v) for v in node.ops.to_numpy(node.get_param(param)).ravel()]
-            gamma = None
-            if node.has_param("gamma") and node.get_param("gamma") is not None:
-                gamma = float(node.ops.to_numpy(node.get_param("gamma")).ravel()[0])
-            return softmax(raw), gamma
-    return None
+    weights = softmax(node.ops.to_numpy(node.get_param("weights")).astype("float64"))  # float64, as reported
+    return [float(w) for w in weights], float(node.ops.to_numpy(node.get_param("gamma"))[0])
 
 
 def mix_weights(model_dir: Path) -> dict[str, tuple[list[float], Optional[float]]]:
@@ -160,7 +125,7 @@ def mix_weights(model_dir: Path) -> dict[str, tuple[list[float], Optional[float]
 def collect_rows(training: Path, metrics: Path, with_weights: bool = True, allow_missing: bool = False) -> list[Row]:
     rows: list[Row] = []
     missing: list[str] = []
-    for task in TASKS:
+    for task in TASKS.values():
         for variant in VARIANTS:
             run = f"{task.name}-{variant}"
             eval_path = metrics / "eval" / f"{run}.json"
@@ -289,10 +254,8 @@ def main(argv: Optional[list[str]] = None) -> None:
         "--allow-missing", action="store_true", help="leave out runs with no results instead of failing"
     )
     args = parser.parse_args(argv)
-    try:
+    with exit_on(FileNotFoundError, KeyError, ValueError):
         result = collect(args.training, args.metrics, args.output, allow_missing=args.allow_missing)
-    except (FileNotFoundError, KeyError, ValueError) as err:
-        sys.exit(f"error: {err}")
     print(args.output.with_suffix(".md").read_text(encoding="utf8"))
     print(f"{len(result['rows'])} runs -> {args.output.with_suffix('.json')}, {args.output.with_suffix('.md')}")
 

@@ -14,14 +14,14 @@ Formats:
   `-DOCSTART-` lines marking documents; those lines are skipped.
 """
 
-import argparse
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Optional
 
 from spacy.tokens import Doc, DocBin, Span
 from spacy.vocab import Vocab
+
+from common import convert_main
 
 Sentence = tuple[list[str], list[str]]
 
@@ -122,17 +122,7 @@ def convert(fmt: str, input_path: Path, output_path: Path, limit: int = 0) -> in
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("format", choices=["wnut", "conll"])
-    parser.add_argument("input", type=Path)
-    parser.add_argument("output", type=Path)
-    parser.add_argument("--limit", type=int, default=0, help="keep only the first N sentences (0 = all)")
-    args = parser.parse_args(argv)
-    try:
-        count = convert(args.format, args.input, args.output, args.limit)
-    except (FileNotFoundError, ValueError) as err:
-        sys.exit(f"error: {err}")
-    print(f"wrote {count} sentences to {args.output}")
+    convert_main(__doc__, convert, ("wnut", "conll"), "limit", "sentences", argv)
 
 
 if __name__ == "__main__":

@@ -14,13 +14,14 @@ Texts in both sets are already tokenized (space separated), so each Doc is built
 
 import argparse
 import random
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
 from spacy.tokens import Doc, DocBin
 from spacy.vocab import Vocab
+
+from common import exit_on
 
 MR_LABELS = ("positive", "negative")
 SST5_LABELS = ("very_negative", "negative", "neutral", "positive", "very_positive")
@@ -118,15 +119,13 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--split", type=float, nargs=3, default=(0.8, 0.1, 0.1), metavar=("TRAIN", "DEV", "TEST"))
     parser.add_argument("--limit", type=int, default=0, help="keep at most N documents per split (0 = all)")
     args = parser.parse_args(argv)
-    try:
+    with exit_on():
         if args.format == "mr":
             counts = convert_mr(args.input, args.output, args.seed, tuple(args.split), args.limit)
             print(f"wrote MR split (seed {args.seed}) to {args.output}: {counts}")
         else:
             count = convert_sst5(args.input, args.output, args.limit)
             print(f"wrote {count} SST-5 sentences to {args.output}")
-    except (FileNotFoundError, ValueError) as err:
-        sys.exit(f"error: {err}")
 
 
 if __name__ == "__main__":

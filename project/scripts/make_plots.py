@@ -13,7 +13,6 @@
 import argparse
 import json
 import math
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
@@ -23,15 +22,24 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 
-VARIANT_LABELS = {
-    "baseline": "baseline (spaCy tok2vec)",
-    "elmo": "ELMo (project biLM, domain-adapted)",
-    "elmo_shipped": "ELMo (shipped model)",
-}
+from common import VARIANTS, exit_on  # noqa: E402
+
 # keys the pretraining log may use for each curve, first match wins
 TRAIN_PPL_KEYS = ("train_ppl", "train_perplexity", "ppl")
 HELDOUT_PPL_KEYS = ("dev_average_ppl", "heldout_ppl", "valid_ppl", "dev_ppl")
 TRAIN_LOSS_KEYS = ("train_loss", "loss")
+
+
+def set_labels(ax: Any, xlabel: str, ylabel: str, title: str) -> None:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+
+
+def save(fig: Any, output: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(output, dpi=110)
+    plt.close(fig)
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -75,21 +83,15 @@ def plot_pretraining(records: Sequence[dict[str, Any]], output: Path) -> None:
     if heldout:
         ax_ppl.plot(heldout[0], heldout[1], "o-", label="held-out (full softmax)", color="tab:orange")
     ax_ppl.set_yscale("log")
-    ax_ppl.set_xlabel("training step")
-    ax_ppl.set_ylabel("perplexity (log scale)")
-    ax_ppl.set_title("biLM perplexity")
+    set_labels(ax_ppl, "training step", "perplexity (log scale)", "biLM perplexity")
     ax_ppl.legend()
     ax_ppl.grid(alpha=0.3)
     if loss:
         ax_loss.plot(loss[0], loss[1], label=f"training loss ({loss[2]})", color="tab:green")
         ax_loss.legend()
-    ax_loss.set_xlabel("training step")
-    ax_loss.set_ylabel("loss (mean negative log-likelihood, nats)")
-    ax_loss.set_title("biLM training loss")
+    set_labels(ax_loss, "training step", "loss (mean negative log-likelihood, nats)", "biLM training loss")
     ax_loss.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(output, dpi=110)
-    plt.close(fig)
+    save(fig, output)
 
 
 def plot_layer_weights(rows: Sequence[dict[str, Any]], output: Path) -> None:
@@ -101,18 +103,14 @@ def plot_layer_weights(rows: Sequence[dict[str, Any]], output: Path) -> None:
     width = 0.8 / len(weighted)
     for i, row in enumerate(weighted):
         xs = [j + (i - (len(weighted) - 1) / 2) * width for j in range(len(row["layer_weights"]))]
-        label = f"{row['task']} ({row['dataset']}), {VARIANT_LABELS.get(row['variant'], row['variant'])}"
+        label = f"{row['task']} ({row['dataset']}), {VARIANTS.get(row['variant'], row['variant'])}"
         ax.bar(xs, row["layer_weights"], width=width, label=label)
     ax.axhline(1.0 / n_layers, color="grey", linestyle="--", linewidth=1, label="plain average (1/L)")
     ax.set_xticks(range(n_layers))
     ax.set_xticklabels(["0 (token)"] + [f"{j} (LSTM {j})" for j in range(1, n_layers)])
-    ax.set_xlabel("biLM layer")
-    ax.set_ylabel("softmax-normalized weight")
-    ax.set_title("Learned ELMo layer weights per task")
+    set_labels(ax, "biLM layer", "softmax-normalized weight", "Learned ELMo layer weights per task")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(output, dpi=110)
-    plt.close(fig)
+    save(fig, output)
 
 
 def plot_scores(rows: Sequence[dict[str, Any]], output: Path) -> None:
@@ -120,7 +118,7 @@ def plot_scores(rows: Sequence[dict[str, Any]], output: Path) -> None:
     for row in rows:
         if row["task"] not in tasks:
             tasks.append(row["task"])
-    variants = [v for v in VARIANT_LABELS if any(r["variant"] == v for r in rows)]
+    variants = [v for v in VARIANTS if any(r["variant"] == v for r in rows)]
     if not tasks:
         raise ValueError("no runs to plot")
     fig, ax = plt.subplots(figsize=(max(6.0, 2.2 * len(tasks) + 2), 4.2))
@@ -133,7 +131,7 @@ def plot_scores(rows: Sequence[dict[str, Any]], output: Path) -> None:
             if value is not None:
                 xs.append(t + (i - (len(variants) - 1) / 2) * width)
                 ys.append(100 * value)
-        bars = ax.bar(xs, ys, width=width, label=VARIANT_LABELS[variant])
+        bars = ax.bar(xs, ys, width=width, label=VARIANTS[variant])
         ax.bar_label(bars, fmt="%.1f", fontsize=7)
     labels = []
     for task in tasks:
@@ -142,13 +140,9 @@ def plot_scores(rows: Sequence[dict[str, Any]], output: Path) -> None:
         labels.append(f"{task} ({row['dataset']})\n{row['metric']}, {split}")
     ax.set_xticks(range(len(tasks)))
     ax.set_xticklabels(labels)
-    ax.set_xlabel("task")
-    ax.set_ylabel("score (%)")
-    ax.set_title("Baseline vs ELMo")
+    set_labels(ax, "task", "score (%)", "Baseline vs ELMo")
     ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(output, dpi=110)
-    plt.close(fig)
+    save(fig, output)
 
 
 def make_plots(results: Path, pretrain_metrics: Optional[Path], output: Path) -> list[Path]:
@@ -170,11 +164,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--pretrain-metrics", type=Path, default=None, help="the pretraining metrics.jsonl")
     parser.add_argument("--output", type=Path, default=Path("metrics/plots"))
     args = parser.parse_args(argv)
-    try:
+    with exit_on(FileNotFoundError, ValueError, KeyError):
         for path in make_plots(args.results, args.pretrain_metrics, args.output):
             print(f"wrote {path}")
-    except (FileNotFoundError, ValueError, KeyError) as err:
-        sys.exit(f"error: {err}")
 
 
 if __name__ == "__main__":

@@ -20,42 +20,16 @@ evaluated with `spacy evaluate` on dev, and on test when a test file is given
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Optional
 
+import common
+from common import TASKS, VARIANTS, Task, add_run_options
 from convert_ner import convert as convert_ner
 from convert_textcat import convert_sst5
 
-TASKS: dict[str, dict[str, str]] = {
-    "conll": {"kind": "ner", "train": "train.txt", "dev": "valid.txt", "component": "ner", "metric": "ents_f"},
-    "sst5": {
-        "kind": "textcat",
-        "train": "train.txt",
-        "dev": "dev.txt",
-        "component": "textcat",
-        "metric": "cats_micro_f",
-    },
-}
-# what each of spaCy's score keys means here (single-label SST-5: micro-averaged F equals accuracy)
-METRIC_NAMES = {"ents_f": "entity F1", "cats_micro_f": "accuracy"}
-VARIANTS = ("baseline", "elmo", "elmo_shipped")
-
-
-def run(command: list[str], threads: int = 0) -> float:
-    """Run a command with this interpreter (math libraries capped at `threads`, 0 = their default);
-    its wall time in seconds. Fails loudly."""
-    env = os.environ.copy()
-    if threads > 0:
-        env.update({name: str(threads) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")})
-    started = time.time()
-    result = subprocess.run([sys.executable, *command], env=env)
-    if result.returncode != 0:
-        sys.exit(f"error: command failed ({result.returncode}): python {' '.join(command)}")
-    return time.time() - started
+OPTIONAL = sorted(name for name, task in TASKS.items() if not task.required)
 
 
 def skip(task: str, metrics: Path) -> dict[str, object]:
@@ -64,161 +38,106 @@ def skip(task: str, metrics: Path) -> dict[str, object]:
     return {"task": task, "skipped": True, "reason": "no data directory given"}
 
 
-def score_row(task: str, run_record: dict) -> dict[str, object]:
+def score_row(task: Task, run_record: dict) -> dict[str, object]:
     """A run's dev and test scores, named as spaCy's scorer names them and as people do."""
-    spec = TASKS[task]
     row: dict[str, object] = {
         "variant": run_record["variant"],
-        "metric": f"{METRIC_NAMES[spec['metric']]} ({spec['metric']})",
+        "metric": f"{task.metric_label} ({task.metric})",
         "dev": None,
         "test": None,
     }
     for split, path in run_record["scores"].items():
         scores = json.loads(Path(path).read_text(encoding="utf8"))
-        row[split] = float(scores.get(spec["component"], scores)[spec["metric"]])
+        row[split] = float(scores.get(task.component, scores)[task.metric])
     return row
+
+
+def convert(task: Task, sources: dict[str, Optional[Path]], corpus: Path, max_docs: int, max_train: int):
+    """The given splits as corpus/<task>/<split>.spacy; the number of docs of each."""
+    splits = {}
+    for split, source in sources.items():
+        if source is None:
+            continue
+        cap = max_docs
+        if split == "train" and max_train:
+            cap = min(cap, max_train) if cap else max_train
+        target = corpus / task.name / f"{split}.spacy"
+        if task.component == "ner":
+            splits[split] = convert_ner("conll", source, target, cap)
+        else:
+            splits[split] = convert_sst5(source, target, cap)
+    return splits
 
 
 def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("task", choices=sorted(TASKS))
+    parser.add_argument("task", choices=OPTIONAL)
     parser.add_argument("--data-dir", default="", help="the data set's directory; empty = skip this task")
     for split in ("train", "dev", "test"):
         parser.add_argument(f"--{split}", default="", help=f"the {split} file (any name); overrides --data-dir's")
     parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--max-steps", type=int, default=0)
-    parser.add_argument("--eval-frequency", type=int, default=200)
-    parser.add_argument("--elmo", default="training/bilm/model", help="the project's biLM (variant 'elmo')")
-    parser.add_argument("--pretrained-elmo", default="", help="variant 'elmo_shipped': '' = the shipped model")
     parser.add_argument("--variants", default=",".join(VARIANTS))
-    parser.add_argument("--gpu-id", type=int, default=-1)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--threads", type=int, default=0, help="threads per process for the math libraries (0 = default)"
-    )
     parser.add_argument("--max-docs", type=int, default=0, help="cap each split (0 = all)")
     parser.add_argument("--max-train-docs", type=int, default=0, help="cap the training split only (0 = all)")
-    parser.add_argument("--configs", type=Path, default=Path("project/configs"))
-    parser.add_argument("--corpus", type=Path, default=Path("corpus"))
-    parser.add_argument("--training", type=Path, default=Path("training"))
-    parser.add_argument("--metrics", type=Path, default=Path("metrics"))
+    add_run_options(parser)
     args = parser.parse_args(argv)
 
-    spec = TASKS[args.task]
-    marker = args.metrics / "optional" / f"{args.task}.json"
+    task = TASKS[args.task]
+    marker = args.metrics / "optional" / f"{task.name}.json"
     marker.parent.mkdir(parents=True, exist_ok=True)
     if not args.data_dir.strip() and not args.train.strip():
-        marker.write_text(json.dumps(skip(args.task, args.metrics), indent=2) + "\n", encoding="utf8")
-        print(f"{args.task}: skipped (set its data directory variable to run it)")
+        marker.write_text(json.dumps(skip(task.name, args.metrics), indent=2) + "\n", encoding="utf8")
+        print(f"{task.name}: skipped (set its data directory variable to run it)")
         return
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
         sys.exit(f"error: unknown variants {unknown}; expected some of {list(VARIANTS)}")
 
-    data_dir = Path(args.data_dir)
     sources = {
         split: Path(getattr(args, split)) if getattr(args, split) else None for split in ("train", "dev", "test")
     }
-    for split in ("train", "dev"):
+    for split, default in zip(("train", "dev"), task.files):
         if sources[split] is None:
             if not args.data_dir.strip():
-                sys.exit(f"error: {args.task}: give --{split} (or --data-dir with {spec[split]} in it)")
-            sources[split] = data_dir / spec[split]
-    corpus = args.corpus / args.task
-    splits = {}
+                sys.exit(f"error: {task.name}: give --{split} (or --data-dir with {default} in it)")
+            sources[split] = Path(args.data_dir) / default
     try:
-        for split, source in sources.items():
-            if source is None:
-                continue
-            target = corpus / f"{split}.spacy"
-            cap = args.max_docs
-            if split == "train" and args.max_train_docs:
-                cap = min(cap, args.max_train_docs) if cap else args.max_train_docs
-            if spec["kind"] == "ner":
-                splits[split] = convert_ner("conll", source, target, cap)
-            else:
-                splits[split] = convert_sst5(source, target, cap)
+        splits = convert(task, sources, args.corpus, args.max_docs, args.max_train_docs)
     except (FileNotFoundError, ValueError) as err:
-        sys.exit(f"error: {args.task}: {err}")
+        sys.exit(f"error: {task.name}: {err}")
     if "elmo" in variants and not Path(args.elmo).exists():
         sys.exit(
-            f"error: {args.task}: variant 'elmo' needs the project's biLM at {args.elmo} (run the pretraining "
+            f"error: {task.name}: variant 'elmo' needs the project's biLM at {args.elmo} (run the pretraining "
             "and domain-adaptation steps first), or leave it out: --variants baseline,elmo_shipped"
         )
 
     runs = []
     for variant in variants:
-        name = f"{args.task}-{variant}"
-        config = args.configs / f"{spec['kind']}_{'baseline' if variant == 'baseline' else 'elmo'}.cfg"
-        output = args.training / name
-        train = [
-            "-m",
-            "spacy",
-            "train",
-            str(config),
-            "--output",
-            str(output),
-            "--paths.train",
-            str(corpus / "train.spacy"),
-            "--paths.dev",
-            str(corpus / "dev.spacy"),
-            "--gpu-id",
-            str(args.gpu_id),
-            "--system.seed",
-            str(args.seed),
-            "--training.max_epochs",
-            str(args.epochs),
-            "--training.max_steps",
-            str(args.max_steps),
-            "--training.eval_frequency",
-            str(args.eval_frequency),
-        ]
-        if variant == "elmo":
-            train.append(f"--paths.elmo={args.elmo}")
-        elif variant == "elmo_shipped":
-            train.append(f"--paths.elmo={args.pretrained_elmo}")
-        wall = run(train, args.threads)
-        (output / "timing.json").write_text(
-            json.dumps({"command": train, "wall_time_s": round(wall, 2)}, indent=2) + "\n"
-        )
+        name = f"{task.name}-{variant}"
+        wall = common.train(task, variant, args.epochs, args)
         scores = {}
         for split in ("dev", "test"):
-            if split not in splits:
-                continue
-            scores[split] = args.metrics / "eval" / (f"{name}.json" if split == "dev" else f"{name}.test.json")
-            run(
-                [
-                    "-m",
-                    "spacy",
-                    "evaluate",
-                    str(output / "model-best"),
-                    str(corpus / f"{split}.spacy"),
-                    "--output",
-                    str(scores[split]),
-                    "--per-component",
-                    "--gpu-id",
-                    str(args.gpu_id),
-                ],
-                args.threads,
-            )
+            if split in splits:
+                scores[split] = args.metrics / "eval" / (f"{name}.json" if split == "dev" else f"{name}.test.json")
+                common.evaluate(name, args.corpus / task.name / f"{split}.spacy", scores[split], args)
         stale_test = args.metrics / "eval" / f"{name}.test.json"
         if "test" not in splits and stale_test.exists():
             stale_test.unlink()
         runs.append(
             {
                 "variant": variant,
-                "model": str(output / "model-best"),
+                "model": str(args.training / name / "model-best"),
                 "scores": {split: str(path) for split, path in scores.items()},
                 "wall_time_s": round(wall, 2),
             }
         )
-    results = [score_row(args.task, r) for r in runs]
+    results = [score_row(task, r) for r in runs]
     for row in results:
         test = "-" if row["test"] is None else f"{100 * row['test']:.2f}"
-        print(f"{args.task} {row['variant']:>12}: {row['metric']} dev {100 * row['dev']:.2f}  test {test}")
+        print(f"{task.name} {row['variant']:>12}: {row['metric']} dev {100 * row['dev']:.2f}  test {test}")
     record = {
-        "task": args.task,
+        "task": task.name,
         "skipped": False,
         "files": {split: str(source) for split, source in sources.items() if source is not None},
         "sentences": splits,
@@ -226,7 +145,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         "results": results,
     }
     marker.write_text(json.dumps(record, indent=2) + "\n", encoding="utf8")
-    print(f"{args.task}: {len(runs)} runs evaluated on {' and '.join(s for s in ('dev', 'test') if s in splits)}")
+    print(f"{task.name}: {len(runs)} runs evaluated on {' and '.join(s for s in ('dev', 'test') if s in splits)}")
 
 
 if __name__ == "__main__":

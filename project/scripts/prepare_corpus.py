@@ -12,13 +12,13 @@ hyphens and numbers and ` = Heading = ` lines; headings are dropped, the escapes
 `<unk>` is kept as a word.
 """
 
-import argparse
 import gzip
 import re
-import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Optional, TextIO
+
+from common import convert_main
 
 WIKITEXT_ESCAPES = {" @-@ ": "-", " @,@ ": ",", " @.@ ": "."}
 WIKITEXT_HEADING = re.compile(r"^\s*=( =)*\s.*\s=( =)*\s*$")
@@ -83,17 +83,7 @@ def prepare(fmt: str, input_path: Path, output_path: Path, max_words: int = 0) -
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("format", choices=["gutenberg", "wikitext"])
-    parser.add_argument("input", type=Path)
-    parser.add_argument("output", type=Path)
-    parser.add_argument("--max-words", type=int, default=0, help="stop after the paragraph reaching N words (0 = all)")
-    args = parser.parse_args(argv)
-    try:
-        words = prepare(args.format, args.input, args.output, args.max_words)
-    except (FileNotFoundError, ValueError) as err:
-        sys.exit(f"error: {err}")
-    print(f"wrote {words} words to {args.output}")
+    convert_main(__doc__, prepare, ("gutenberg", "wikitext"), "max-words", "words", argv)
 
 
 if __name__ == "__main__":

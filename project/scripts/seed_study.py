@@ -1,7 +1,7 @@
 """Train and test one task config under several seeds: is a difference more than seed noise?
 
     python project/scripts/seed_study.py metrics/seeds/mr.json --seeds 0 1 2 3 \
-        --train corpus/textcat/train.spacy --dev corpus/textcat/dev.spacy --test corpus/textcat/test.spacy \
+        --data corpus/textcat \
         --variant baseline project/configs/textcat_baseline.cfg \
         --variant elmo project/configs/textcat_elmo.cfg training/bilm-domain/model \
         --variant elmo-shipped project/configs/textcat_elmo.cfg "" --training.max_epochs 3
@@ -14,31 +14,20 @@ variant, the mean and sample standard deviation of the task's metric; a markdown
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
-METRICS = {"textcat": ("cats_micro_f", "accuracy"), "ner": ("ents_f", "entity F1")}
+from common import METRICS, run
 
 
 def task_of(config: Path) -> str:
+    """The pipe a config trains (a key of common.METRICS)."""
     text = config.read_text(encoding="utf-8")
-    for task in METRICS:
-        if f'factory = "{task}"' in text:
-            return task
+    for component in METRICS:
+        if f'factory = "{component}"' in text:
+            return component
     raise SystemExit(f"{config}: neither a ner nor a textcat pipeline")
-
-
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-
-
-def run(command: list[str], log: Path, threads: int) -> None:
-    env = dict(os.environ, **{name: str(threads) for name in THREAD_VARIABLES}) if threads > 0 else None
-    with log.open("w", encoding="utf-8") as handle:
-        if subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, env=env).returncode:
-            raise SystemExit(f"failed: {' '.join(command)} (see {log})")
 
 
 def train_and_test(
@@ -48,12 +37,12 @@ def train_and_test(
     out.mkdir(parents=True, exist_ok=True)
     train = [sys.executable, "-m", "spacy", "train", str(config), "--output", str(out)]
     train += ["--paths.train", splits["train"], "--paths.dev", splits["dev"], "--system.seed", str(seed)]
-    run(train + extra, out / "train.log", threads)
+    run(train + extra, threads, out / "train.log")
     scores = out / "test.json"
     run(
         [sys.executable, "-m", "spacy", "evaluate", str(out / "model-best"), splits["test"], "--output", str(scores)],
-        out / "evaluate.log",
         threads,
+        out / "evaluate.log",
     )
     dev = json.loads((out / "model-best" / "meta.json").read_text())["performance"][metric]
     test = json.loads(scores.read_text())[metric]
@@ -64,14 +53,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("output", type=Path)
     parser.add_argument("--seeds", type=int, nargs="+", required=True)
-    parser.add_argument("--train", required=True)
-    parser.add_argument("--dev", required=True)
-    parser.add_argument("--test", required=True)
+    parser.add_argument("--data", type=Path, help="a directory with train.spacy, dev.spacy and test.spacy")
+    for split in ("train", "dev", "test"):
+        parser.add_argument(f"--{split}", help=f"the {split} file (default: DATA/{split}.spacy)")
     parser.add_argument("--variant", nargs="+", action="append", required=True, help="NAME CONFIG [ELMO]")
     parser.add_argument("--threads", type=int, default=1, help="math threads per run (0 = the defaults)")
     parser.add_argument("--work-dir", type=Path, default=Path("training/seeds"))
     args, extra = parser.parse_known_args()
-    splits = {"train": args.train, "dev": args.dev, "test": args.test}
+    splits = {
+        s: getattr(args, s) or (str(args.data / f"{s}.spacy") if args.data else "") for s in ("train", "dev", "test")
+    }
+    if not all(splits.values()):
+        parser.error("give --data, or --train, --dev and --test")
     runs, summary = [], {}
     for variant in args.variant:
         if len(variant) not in (2, 3):

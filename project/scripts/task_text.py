@@ -8,12 +8,13 @@ the pretraining reader's "tokenized" format (whitespace-separated tokens, a line
 """
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Optional
 
 from spacy.tokens import DocBin
 from spacy.vocab import Vocab
+
+from common import exit_on
 
 
 def write_text(output: Path, sources: list[Path]) -> int:
@@ -40,10 +41,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("output", type=Path)
     parser.add_argument("sources", type=Path, nargs="+", help=".spacy training files")
     args = parser.parse_args(argv)
-    try:
+    with exit_on():
         n_tokens = write_text(args.output, args.sources)
-    except (FileNotFoundError, ValueError) as err:
-        sys.exit(f"error: {err}")
     print(f"wrote {n_tokens} tokens to {args.output}")
 
 

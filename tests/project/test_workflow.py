@@ -1,5 +1,5 @@
-"""End to end: `spacy project run all` on tiny settings in a copy of the project, then every output
-checked for existence and sanity, then a second run that must skip every step.
+"""End to end: `spacy project run all` and then `checks` on tiny settings in a copy of the project, then
+every output checked for existence and sanity, then a second run that must skip every step.
 
 Tiny settings: the tiny pretraining config for a few steps on 20k words, 60 documents of each
 split, a handful of training steps, and the bilm-tf fixture standing in for the shipped model.
@@ -19,8 +19,8 @@ import pytest
 import srsly
 
 import spacy_elmo
+from fixture_paths import ELMO_FIXTURE, ROOT
 
-REPO = Path(__file__).resolve().parents[2]
 TINY_PRETRAIN = Path(spacy_elmo.__file__).parent / "configs" / "pretrain_tiny.cfg"
 TASKS = ("ner", "textcat")
 VARIANTS = ("baseline", "elmo", "elmo_shipped")
@@ -38,28 +38,30 @@ TINY_VARS = {
     "eval_frequency": 3,
 }
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+pytestmark = pytest.mark.slow
 
 
-def run_workflow(project: Path) -> str:
+def run_workflow(project: Path, workflow: str = "all") -> str:
     overrides = [item for key, value in TINY_VARS.items() for item in (f"--vars.{key}", str(value))]
-    command = [sys.executable, "-m", "spacy", "project", "run", "all", str(project), *overrides]
+    command = [sys.executable, "-m", "spacy", "project", "run", workflow, str(project), *overrides]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=1500)
     output = result.stdout + result.stderr
     if result.returncode != 0:
-        pytest.fail(f"`spacy project run all` failed ({result.returncode}); last output:\n{output[-6000:]}")
+        pytest.fail(f"`spacy project run {workflow}` failed ({result.returncode}); last output:\n{output[-6000:]}")
     return output
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    """A copy of the project (what a user clones) run once end to end."""
+    """A copy of the project (what a user clones) run once end to end, then its checks."""
     root = tmp_path_factory.mktemp("project")
-    shutil.copy(REPO / "project.yml", root / "project.yml")
-    shutil.copytree(REPO / "project", root / "project", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(REPO / "assets", root / "assets")
-    shutil.copytree(REPO / "tests" / "fixtures" / "elmo-fixture", root / "tests" / "fixtures" / "elmo-fixture")
+    shutil.copy(ROOT / "project.yml", root / "project.yml")
+    shutil.copytree(ROOT / "project", root / "project", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "assets", root / "assets")
+    shutil.copytree(ELMO_FIXTURE, root / ELMO_FIXTURE.relative_to(ROOT))
     output = run_workflow(root)
+    run_workflow(root, "checks")
     return root, output
 
 
@@ -104,6 +106,10 @@ def test_export_fixture_and_package_checks_passed(project):
     assert read_json(root / "metrics" / "checks" / "roundtrip.json")["max_abs_diff"] == 0.0
     assert (root / "training" / "bilm-tf" / "weights.hdf5").is_file()
     assert {"elmo", "ner"} <= set(read_json(root / "metrics" / "checks" / "package.json")["pipe_names"])
+    # the checks workflow adds them to the table
+    table = (root / "metrics" / "results.md").read_text(encoding="utf8")
+    for name in ("roundtrip", "fixture_parity", "package"):
+        assert f"- {name}: passed" in table, name
 
 
 def test_results_table_has_every_run(project):
@@ -139,10 +145,14 @@ def test_plots_are_readable_pngs(project):
 def test_a_second_run_skips_every_step(project):
     root, _ = project
     output = run_workflow(root)
-    commands = srsly.read_yaml(root / "project.yml")["workflows"]["all"]
+    workflows = srsly.read_yaml(root / "project.yml")["workflows"]
     ran = re.findall(r"Running command: (.*)", output)
     assert not ran, f"the second run re-ran: {ran}"
-    for command in commands:
+    for command in workflows["all"]:
+        assert f"Skipping '{command}': nothing changed" in output, command
+    output = run_workflow(root, "checks")
+    assert not re.findall(r"Running command: (.*)", output)
+    for command in workflows["checks"]:
         assert f"Skipping '{command}': nothing changed" in output, command
 
 

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+import common
 import optional_task
 
 
@@ -39,7 +40,8 @@ def conll_file(path, n_sentences):
 def test_any_file_names_a_train_only_cap_a_test_split_and_no_pretraining(tmp_path, monkeypatch):
     commands = []
 
-    def fake_run(command, threads=0):  # records the command; `spacy train` would make its output directory
+    def fake_run(command, threads=0, log=None):  # records the command; `spacy train` makes its output directory
+        command = command[1:]  # without `python`
         commands.append(command)
         output = Path(command[command.index("--output") + 1])
         if command[:3] == ["-m", "spacy", "train"]:
@@ -49,7 +51,7 @@ def test_any_file_names_a_train_only_cap_a_test_split_and_no_pretraining(tmp_pat
             output.write_text(json.dumps({"ner": {"ents_f": 0.25 if "test" in output.name else 0.5}}))
         return 1.0
 
-    monkeypatch.setattr(optional_task, "run", fake_run)
+    monkeypatch.setattr(common, "run", fake_run)
     data = tmp_path / "my data"
     data.mkdir()
     args = [

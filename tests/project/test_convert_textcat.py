@@ -1,29 +1,25 @@
 """MR (fixed seeded split) and SST-5 -> DocBins with exclusive categories."""
 
-from pathlib import Path
-
 import pytest
 from spacy.tokens import DocBin
 from spacy.vocab import Vocab
 
 from convert_textcat import SST5_LABELS, convert_mr, convert_sst5, read_mr, split_items
 
-ASSETS = Path(__file__).resolve().parents[2] / "assets"
-
 
 def _texts(path):
     return [(doc.text, max(doc.cats, key=doc.cats.get)) for doc in DocBin().from_disk(path).get_docs(Vocab())]
 
 
-def test_mr_split_is_fixed_by_the_seed_and_covers_every_sentence_once(tmp_path):
-    counts = convert_mr(ASSETS / "mr-polarity", tmp_path / "a", seed=0)
+def test_mr_split_is_fixed_by_the_seed_and_covers_every_sentence_once(tmp_path, assets):
+    counts = convert_mr(assets / "mr-polarity", tmp_path / "a", seed=0)
     assert counts == {"train": 8530, "dev": 1066, "test": 1066}
-    convert_mr(ASSETS / "mr-polarity", tmp_path / "b", seed=0)
+    convert_mr(assets / "mr-polarity", tmp_path / "b", seed=0)
     for split in ("train", "dev", "test"):
         assert (tmp_path / "a" / f"{split}.spacy").read_bytes() == (tmp_path / "b" / f"{split}.spacy").read_bytes()
     splits = {s: _texts(tmp_path / "a" / f"{s}.spacy") for s in ("train", "dev", "test")}
     everything = sorted(splits["train"] + splits["dev"] + splits["test"])
-    original = sorted((" ".join(text.split()), label) for text, label in read_mr(ASSETS / "mr-polarity"))
+    original = sorted((" ".join(text.split()), label) for text, label in read_mr(assets / "mr-polarity"))
     assert [(" ".join(t.split()), label) for t, label in everything] == original
     # both classes in every split, roughly balanced
     for items in splits.values():
@@ -41,8 +37,8 @@ def test_a_different_seed_gives_a_different_split():
         split_items(items, 0, (0.8, 0.1, 0.2))
 
 
-def test_mr_docs_keep_the_gold_tokens_and_exclusive_cats(tmp_path):
-    convert_mr(ASSETS / "mr-polarity", tmp_path, seed=0, limit=20)
+def test_mr_docs_keep_the_gold_tokens_and_exclusive_cats(tmp_path, assets):
+    convert_mr(assets / "mr-polarity", tmp_path, seed=0, limit=20)
     docs = list(DocBin().from_disk(tmp_path / "dev.spacy").get_docs(Vocab()))
     assert len(docs) == 20
     for doc in docs:

@@ -8,8 +8,6 @@ from spacy.vocab import Vocab
 
 from convert_ner import convert, iob_spans, read_conll, read_wnut
 
-ASSETS = Path(__file__).resolve().parents[2] / "assets"
-
 
 def test_wnut_lone_tab_and_blank_lines_both_end_sentences():
     lines = ["a\tO", "b\tB-person", "\t", "c\tO", "", "d\tB-location", " \t ", "", "e\tO"]
@@ -65,8 +63,8 @@ def _count_b_tags(path: Path) -> int:
     return sum(1 for line in path.read_text(encoding="utf8").splitlines() if line.split("\t")[-1].startswith("B-"))
 
 
-def test_the_wnut_train_file_converts_with_every_sentence_and_entity(tmp_path):
-    source = ASSETS / "wnut17" / "wnut17train.conll"
+def test_the_wnut_train_file_converts_with_every_sentence_and_entity(tmp_path, assets):
+    source = assets / "wnut17" / "wnut17train.conll"
     output = tmp_path / "train.spacy"
     assert convert("wnut", source, output) == 3394  # 2,394 lone-tab and 1,000 blank separators
     docs = list(DocBin().from_disk(output).get_docs(Vocab()))
@@ -78,8 +76,8 @@ def test_the_wnut_train_file_converts_with_every_sentence_and_entity(tmp_path):
     assert all(sum(t.is_sent_start for t in doc) == 1 for doc in docs[:50])
 
 
-def test_limit_and_missing_file(tmp_path):
-    source = ASSETS / "wnut17" / "emerging.dev.conll"
+def test_limit_and_missing_file(tmp_path, assets):
+    source = assets / "wnut17" / "emerging.dev.conll"
     assert convert("wnut", source, tmp_path / "dev.spacy", limit=7) == 7
     with pytest.raises(FileNotFoundError, match="nope.conll"):
         convert("wnut", tmp_path / "nope.conll", tmp_path / "x.spacy")

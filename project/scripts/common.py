@@ -1,0 +1,164 @@
+"""What the project's scripts share: the table of tasks and variants, how a step runs a command (with
+capped math threads, timed, failing loudly), how a task is trained and evaluated, and how scripts end.
+
+Tasks: WNUT-17 (`ner`) and MR (`textcat`) always run; CoNLL-2003 and SST-5 only when their data is given
+(optional_task.py). Each task is trained in three variants with the configs
+`project/configs/<component>_{baseline,elmo}.cfg`: spaCy's own tok2vec, ELMo from the project's biLM and
+ELMo from the shipped one (or any model path). Files of a run NAME = <task>-<variant>: corpus/<task>/,
+training/NAME/ (model-best, timing.json), metrics/eval/NAME.json.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+# the pipes trained here: spaCy's score key for each, and what people call it (single-label textcat:
+# micro-averaged F equals accuracy)
+METRICS: dict[str, tuple[str, str]] = {"ner": ("ents_f", "entity F1"), "textcat": ("cats_micro_f", "accuracy")}
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    dataset: str
+    component: str  # the trained pipe, a key of METRICS
+    eval_split: str  # the split `spacy evaluate` scores: test, or dev where the data has no public test
+    required: bool  # in every run of the workflow; optional tasks appear when their data was given
+    files: tuple[str, ...] = ()  # optional tasks: the train and dev files' names in their data directory
+
+    @property
+    def metric(self) -> str:
+        return METRICS[self.component][0]
+
+    @property
+    def metric_label(self) -> str:
+        return METRICS[self.component][1]
+
+
+TASKS: dict[str, Task] = {
+    task.name: task
+    for task in (
+        Task("ner", "WNUT-17", "ner", "test", True),
+        Task("textcat", "MR", "textcat", "test", True),
+        Task("conll", "CoNLL-2003", "ner", "dev", False, ("train.txt", "valid.txt")),
+        Task("sst5", "SST-5", "textcat", "dev", False, ("train.txt", "dev.txt")),
+    )
+}
+VARIANTS: dict[str, str] = {
+    "baseline": "baseline (spaCy tok2vec)",
+    "elmo": "ELMo (project biLM, domain-adapted)",
+    "elmo_shipped": "ELMo (shipped model)",
+}
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def run(command: Sequence[str], threads: int = 0, log: Optional[Path] = None) -> float:
+    """Run `command` (a leading `python` is this interpreter, as weasel does) with its math libraries
+    (OpenMP, MKL, OpenBLAS, and through them PyTorch) capped at `threads` (0 = their defaults), its
+    output in `log` if given; its wall time in seconds. A failure exits with the command's status."""
+    command = list(command)
+    if command[0] in ("python", "python3"):
+        command[0] = sys.executable
+    env = dict(os.environ, **{name: str(threads) for name in THREAD_VARIABLES}) if threads > 0 else None
+    started = time.time()
+    if log is None:
+        returncode = subprocess.run(command, env=env).returncode
+    else:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("w", encoding="utf-8") as handle:
+            returncode = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, env=env).returncode
+    if returncode:
+        where = f" (see {log})" if log else ""
+        print(f"error: command failed ({returncode}): {' '.join(command)}{where}", file=sys.stderr)
+        raise SystemExit(returncode)
+    return time.time() - started
+
+
+def timed(output: Optional[Path], command: Sequence[str], threads: int = 0, log: Optional[Path] = None) -> float:
+    """`run`, and its wall time recorded in `output` (JSON) when given."""
+    wall = run(command, threads, log)
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        record = {"command": list(command[1:] if command[0] in ("python", "python3") else command)}
+        output.write_text(json.dumps({**record, "wall_time_s": round(wall, 2)}, indent=2) + "\n", encoding="utf8")
+    return wall
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The settings of every training and evaluation run (the project's vars.run)."""
+    parser.add_argument("--elmo", default="training/bilm-domain/model", help="the project's biLM (variant 'elmo')")
+    parser.add_argument("--pretrained-elmo", default="", help="variant 'elmo_shipped': '' = the shipped model")
+    parser.add_argument("--gpu-id", type=int, default=-1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=0, help="math threads per process (0 = their defaults)")
+    parser.add_argument("--max-steps", type=int, default=0)
+    parser.add_argument("--eval-frequency", type=int, default=200)
+    parser.add_argument("--configs", type=Path, default=Path("project/configs"))
+    parser.add_argument("--corpus", type=Path, default=Path("corpus"))
+    parser.add_argument("--training", type=Path, default=Path("training"))
+    parser.add_argument("--metrics", type=Path, default=Path("metrics"))
+
+
+def train(task: Task, variant: str, epochs: int, args: argparse.Namespace) -> float:
+    """`spacy train` one variant of a task into training/<task>-<variant> (with timing.json); its wall time."""
+    corpus = args.corpus / task.name
+    output = args.training / f"{task.name}-{variant}"
+    config = args.configs / f"{task.component}_{'baseline' if variant == 'baseline' else 'elmo'}.cfg"
+    command = ["python", "-m", "spacy", "train", str(config), "--output", str(output)]
+    command += ["--paths.train", str(corpus / "train.spacy"), "--paths.dev", str(corpus / "dev.spacy")]
+    if variant != "baseline":
+        command.append(f"--paths.elmo={args.elmo if variant == 'elmo' else args.pretrained_elmo}")
+    command += ["--gpu-id", str(args.gpu_id), "--system.seed", str(args.seed), "--training.max_epochs", str(epochs)]
+    command += ["--training.max_steps", str(args.max_steps), "--training.eval_frequency", str(args.eval_frequency)]
+    return timed(output / "timing.json", command, args.threads)
+
+
+def evaluate(run_name: str, data: Path, output: Path, args: argparse.Namespace, timing: Optional[Path] = None) -> None:
+    """`spacy evaluate --per-component` training/<run_name>/model-best on `data`, scores in `output`."""
+    model = args.training / run_name / "model-best"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    command = ["python", "-m", "spacy", "evaluate", str(model), str(data), "--output", str(output)]
+    timed(timing, command + ["--per-component", "--gpu-id", str(args.gpu_id)], args.threads)
+
+
+@contextmanager
+def exit_on(*errors: type[Exception]) -> Iterator[None]:
+    """A script's expected failures (default: missing and malformed input) end it with `error: ...`."""
+    expected = errors or (FileNotFoundError, ValueError)
+    try:
+        yield
+    except expected as err:
+        sys.exit(f"error: {err}")
+
+
+def convert_main(
+    doc: str, convert: Callable[[str, Path, Path, int], int], formats: Sequence[str], cap: str, unit: str, argv=None
+) -> None:
+    """The command line of a converter: SCRIPT FORMAT INPUT OUTPUT [--CAP N]; prints what it wrote."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("format", choices=list(formats))
+    parser.add_argument("input", type=Path)
+    parser.add_argument("output", type=Path)
+    parser.add_argument(f"--{cap}", type=int, default=0, help=f"stop at N {unit} (whole units; 0 = all)")
+    args = parser.parse_args(argv)
+    with exit_on():
+        count = convert(args.format, args.input, args.output, getattr(args, cap.replace("-", "_")))
+    print(f"wrote {count} {unit} to {args.output}")
+
+
+def finish_check(report: dict[str, Any], output: Path) -> None:
+    """How every check ends: `report` (with "summary" and "passed") written to `output`, the summary
+    printed, and exit status 1 if it failed (a step of `spacy project run` fails only by its status)."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf8")
+    print(report["summary"])
+    if not report["passed"]:
+        sys.exit(1)

@@ -1,0 +1,40 @@
+"""common.py: how the project's steps run commands, and how its scripts end."""
+
+import json
+import sys
+
+import pytest
+
+import common
+
+PRINT_THREADS = "import os; print(os.environ.get('OMP_NUM_THREADS'), os.environ.get('MKL_NUM_THREADS'))"
+
+
+@pytest.mark.slow
+def test_run_caps_the_math_threads_and_passes_a_failure_through(tmp_path):
+    log = tmp_path / "run.log"
+    assert common.run(["python", "-c", PRINT_THREADS], threads=3, log=log) >= 0
+    assert log.read_text().split() == ["3", "3"]
+    with pytest.raises(SystemExit) as failed:
+        common.run([sys.executable, "-c", "import sys; sys.exit(5)"])
+    assert failed.value.code == 5
+
+
+@pytest.mark.slow
+def test_timed_records_the_wall_time_of_a_command_that_succeeds(tmp_path):
+    output = tmp_path / "timing" / "ok.json"
+    common.timed(output, ["python", "-c", "pass"])
+    record = json.loads(output.read_text())
+    assert record["command"] == ["-c", "pass"] and record["wall_time_s"] >= 0
+    with pytest.raises(SystemExit):
+        common.timed(tmp_path / "failed.json", ["python", "-c", "import sys; sys.exit(1)"])
+    assert not (tmp_path / "failed.json").exists()
+
+
+def test_expected_failures_end_a_script_with_their_message():
+    with pytest.raises(SystemExit, match="^error: no such file$"):
+        with common.exit_on():
+            raise FileNotFoundError("no such file")
+    with pytest.raises(KeyError):
+        with common.exit_on(ValueError):
+            raise KeyError("not expected")
