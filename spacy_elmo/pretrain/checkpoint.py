@@ -12,7 +12,7 @@ damaged disk, costs one interval. `Checkpointer` is what a run saves and restore
 import hashlib
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -178,32 +178,25 @@ class TrainState:
         return dict(self.__dict__)
 
 
+@dataclass
 class Checkpointer:
     """The checkpoints of a run in `directory`: what one holds (the model, the optimizer, the loop's state,
     the sampler's generator and every process's torch generators, the config), pruning to the `keep`
     newest, and restoring all of it. `save` is collective: every process calls it at the same step."""
 
-    def __init__(
-        self,
-        directory: Path,
-        bilm: BiLM,
-        optimizer: torch.optim.Optimizer,
-        sampler_rng: torch.Generator,
-        place: Placement,
-        keep: int,
-        config_text: str,
-        log: Log,
-    ) -> None:
-        self.directory = directory
-        self.bilm = bilm
-        self.optimizer = optimizer
-        self.sampler_rng = sampler_rng
-        self.place = place
-        self.keep = keep
-        self.config_text = config_text
-        self.say = main_process_log(log, place.rank)
-        self.saved_step: Optional[int] = None
-        """The step of the newest checkpoint this run wrote or restored."""
+    directory: Path
+    bilm: BiLM
+    optimizer: torch.optim.Optimizer
+    sampler_rng: torch.Generator
+    place: Placement
+    keep: int
+    config_text: str
+    log: Log
+    saved_step: Optional[int] = field(default=None, init=False)
+    """The step of the newest checkpoint this run wrote or restored."""
+
+    def __post_init__(self) -> None:
+        self.say = main_process_log(self.log, self.place.rank)
 
     def save(self, state: TrainState) -> None:
         """Write a checkpoint (rank 0) with every rank's random state, then prune."""
