@@ -8,13 +8,14 @@ from typing import Callable
 
 import torch
 
+from spacy_elmo.bilm import _onednn
 from spacy_elmo.bilm.options import BiLMOptions
-from spacy_elmo.bilm.precision import FP32, HalfProducts, Products, check_precision, products_for
+from spacy_elmo.bilm.precision import FP32, Products, TorchHalf, check_precision, pack_for_onednn, products_for
 
 # A precision through torch's own products (what the CPU ran before oneDNN's packed ones): the baselines.
 TORCH_KERNELS: dict[str, Callable[[], Products]] = {
     "fp32-torch": lambda: FP32,
-    "bf16-torch": lambda: HalfProducts("bf16"),
+    "bf16-torch": lambda: Products("bf16", TorchHalf("bf16")),
 }
 
 
@@ -59,10 +60,8 @@ def best_time(fn: Callable[[], object], repeats: int, sync: Callable[[], None] =
 def matmul_rate(device: str = "cpu", precision: str = "fp32", n: int = 2048, repeats: int = 5) -> float:
     """Best-of-N GFLOP/s (for int8: GOP/s) of a square matrix product at a precision ("fp32", "bf16",
     "fp16", "int8"), on the kernels the biLM's products of that precision run on (on the CPU: oneDNN with
-    a packed weight for fp32 and bf16, `torch._int_mm` for int8); "fp32-torch" / "bf16-torch": torch's
+    a packed weight for fp32 and bf16, `_onednn.int_mm` for int8); "fp32-torch" / "bf16-torch": torch's
     own `@` (MKL for fp32 on the CPU). The ceiling the biLM is measured against."""
-    from spacy_elmo.bilm.precision import onednn_available, onednn_linear, pack_for_onednn
-
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     work: Callable[[], object]
     if precision == "int8":
@@ -70,21 +69,21 @@ def matmul_rate(device: str = "cpu", precision: str = "fp32", n: int = 2048, rep
         b8 = torch.randint(-127, 128, (n, n), device=device, dtype=torch.int8).t().contiguous().t()
 
         def work() -> object:
-            return torch._int_mm(a8, b8)
+            return _onednn.int_mm(a8, b8)
     else:
         name = precision.removesuffix("-torch")
         dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
         a = torch.randn(n, n, device=device, dtype=dtype)
         b = torch.randn(n, n, device=device, dtype=dtype)
         packed = None
-        if device == "cpu" and name in ("fp32", "bf16") and name == precision and onednn_available():
+        if device == "cpu" and name in ("fp32", "bf16") and name == precision and not _onednn.linear_unavailable(dtype):
             packed = pack_for_onednn(b.float(), dtype)
 
         if packed is not None:
             weight = packed
 
             def work() -> object:
-                return onednn_linear(a, weight, None)
+                return _onednn.linear(a, weight, None)
         else:
 
             def work() -> object:

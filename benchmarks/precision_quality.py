@@ -20,8 +20,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from common import describe_machine, emit, products_named  # noqa: E402
 from spacy_elmo import load_bilm_tf  # noqa: E402
-from spacy_elmo.io import resolve as loading  # noqa: E402
 from spacy_elmo.bilm.runner import BiLMRunner  # noqa: E402
+from spacy_elmo.io import resolve as loading  # noqa: E402
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "elmo-fixture"
 

@@ -104,14 +104,14 @@ class CharacterEncoder(nn.Module):
         pooled: list[torch.Tensor] = []
         for (width, _), kernel, source in zip(self.options.filters, kernels, self.conv_weights):
             windows = embedded.unfold(1, width, 1).transpose(2, 3).reshape(embedded.shape[0], -1, width * dim)
-            pooled.append(products.matmul(windows, kernel, source).amax(dim=1))
+            pooled.append(products.product(windows, kernel, source).amax(dim=1))
         # max then activation equals activation then max: both activations are monotonic
         x = self.activation(torch.cat(pooled, dim=1) + bias)
         for carry_w, carry_b, transform_w, transform_b in zip(
             self.highway_carry_w, self.highway_carry_b, self.highway_transform_w, self.highway_transform_b
         ):
             # bilm-tf's naming: the sigmoid "carry" gate scales the relu "transform" branch
-            gate = torch.sigmoid(products.addmm(carry_b, x, carry_w))
-            transformed = torch.relu(products.addmm(transform_b, x, transform_w))
+            gate = torch.sigmoid(products.product(x, carry_w, bias=carry_b))
+            transformed = torch.relu(products.product(x, transform_w, bias=transform_b))
             x = gate * transformed + (1.0 - gate) * x
-        return products.addmm(self.projection_b, x, self.projection_w)
+        return products.product(x, self.projection_w, bias=self.projection_b)

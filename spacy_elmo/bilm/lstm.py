@@ -189,7 +189,7 @@ class BiLSTMStack(nn.Module):
             c = nn.functional.pad(c, (0, 0, 0, missing))
         rows = inputs.shape[2]
         # All time steps' input products at once: (2, T*B, P) @ (2, P, 4C)
-        pre = products.baddbmm(bias, inputs.reshape(2, n_steps * rows, P), w_in).view(2, n_steps, rows, 4 * C)
+        pre = products.product(inputs.reshape(2, n_steps * rows, P), w_in, bias=bias).view(2, n_steps, rows, 4 * C)
         # One view a step: the backward of `unbind` stacks the steps' gradients once, where indexing
         # `pre[:, t]` in the loop would allocate and add a gradient the size of all of `pre` every step.
         pre_steps = pre.unbind(1)
@@ -205,9 +205,9 @@ class BiLSTMStack(nn.Module):
                 running = n
                 if max(n, MIN_GEMM_ROWS) < h.shape[1]:
                     h, c = h[:, : max(n, MIN_GEMM_ROWS)], c[:, : max(n, MIN_GEMM_ROWS)]
-            gates = products.baddbmm(pre_steps[t][:, : h.shape[1]], h, w_rec)
+            gates = products.product(h, w_rec, bias=pre_steps[t][:, : h.shape[1]])
             m, c = self.cell(gates, c, cell_clip)
-            h = products.bmm(m, w_proj)
+            h = products.product(m, w_proj)
             if proj_clip is not None:
                 h = h.clamp(-proj_clip, proj_clip)
             steps.append(h if n == h.shape[1] == n_rows else nn.functional.pad(h[:, :n], (0, 0, 0, n_rows - n)))

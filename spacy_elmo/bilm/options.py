@@ -1,52 +1,96 @@
-"""The biLM's configuration: the bilm-tf/AllenNLP `options.json` schema, validated.
+"""The biLM's configuration: the bilm-tf/AllenNLP `options.json` schema, validated once.
 
 Keeping the reference schema (rather than a new one) means an `options.json` from bilm-tf or AllenNLP
 loads unchanged, and an exported model's options load there. Keys this package does not use are kept
 in `extra` so that a round trip writes them back.
+
+`BiLMOptions` is the schema (a strict pydantic dataclass: nothing coerced, 128.9 is not 128, "false" is
+not a boolean, and only an integral float such as 4096.0 counts as an integer). `FILE_KEYS` says where
+each option is in options.json; `from_dict` reads it from there and reports every problem at once, each
+with its key, naming the file.
 """
 
 import copy
+import dataclasses
 import json
-import math
-from dataclasses import dataclass, field
+import typing
+from dataclasses import InitVar
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic.dataclasses import dataclass
 
 from .. import chars
-
-ACTIVATIONS = ("relu", "tanh")
 
 
 class OptionsError(ValueError):
     """An options.json that is missing a key or holds a value the biLM cannot use."""
 
 
-@dataclass
+def _integral(value: Any) -> Any:
+    """4096.0 -> 4096; anything else as it is (for the strict integer check)."""
+    return int(value) if type(value) is float and value.is_integer() else value
+
+
+def _not_float(value: Any) -> Any:
+    if isinstance(value, float):
+        raise ValueError("a float")  # 261.0 is not one of the choices 261, 262
+    return value
+
+
+def _pairs(value: Any) -> Any:
+    """[[width, n], ...] as JSON has it -> [(width, n), ...]; anything else as it is."""
+    return [tuple(pair) if isinstance(pair, list) else pair for pair in value] if isinstance(value, list) else value
+
+
+Integer = Annotated[int, BeforeValidator(_integral)]
+Activation = Literal["relu", "tanh"]
+ACTIVATIONS: tuple[str, ...] = typing.get_args(Activation)
+NumberOfCharacters = Annotated[Literal[261, 262], BeforeValidator(_not_float)]  # 261: without the "no token" id
+Filters = Annotated[
+    list[tuple[Annotated[Integer, Field(ge=1)], Annotated[Integer, Field(ge=1)]]],
+    Field(min_length=1),
+    BeforeValidator(_pairs),
+]
+Clip = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+
+
+@dataclass(config=ConfigDict(strict=True))
 class BiLMOptions:
-    """Dimensions and switches of a biLM, named as in bilm-tf's options.json."""
+    """Dimensions and switches of a biLM, named as in bilm-tf's options.json, and their schema."""
 
     # char_cnn
-    filters: list[tuple[int, int]]
-    char_embedding_dim: int = 16
-    n_highway: int = 2
-    activation: str = "relu"
-    n_characters: int = chars.N_CHARACTERS
-    max_characters_per_token: int = chars.MAX_CHARACTERS_PER_TOKEN
+    filters: Filters
+    char_embedding_dim: Annotated[Integer, Field(ge=1)] = 16
+    n_highway: Annotated[Integer, Field(ge=0)] = 2
+    activation: Activation = "relu"
+    n_characters: NumberOfCharacters = 262  # chars.N_CHARACTERS
+    max_characters_per_token: Annotated[Integer, Field(ge=3)] = chars.MAX_CHARACTERS_PER_TOKEN
     # lstm
-    lstm_dim: int = 4096
-    projection_dim: int = 512
-    n_layers: int = 2
-    cell_clip: Optional[float] = 3.0
-    proj_clip: Optional[float] = 3.0
+    lstm_dim: Annotated[Integer, Field(ge=1)] = 4096
+    projection_dim: Annotated[Integer, Field(ge=1)] = 512
+    n_layers: Annotated[Integer, Field(ge=1)] = 2
+    cell_clip: Optional[Clip] = 3.0  # None: no clipping
+    proj_clip: Optional[Clip] = 3.0
     use_skip_connections: bool = True
     # language-model head (pretraining); 0 = no softmax
-    n_tokens_vocab: int = 0
+    n_tokens_vocab: Annotated[Integer, Field(ge=0)] = 0
     # everything else from options.json, kept for round trips
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # bilm-tf's training dropout: checked and kept in `extra` (the biLM's own dropout is a pretraining setting)
+    dropout: InitVar[Optional[Annotated[float, Field(ge=0.0, lt=1.0, allow_inf_nan=False)]]] = None
 
-    def __post_init__(self) -> None:
-        self.filters = [(int(w), int(n)) for w, n in self.filters]
-        self.validate()
+    def __post_init__(self, dropout: Optional[float]) -> None:
+        if dropout is not None:
+            self.extra = {**self.extra, "dropout": dropout}
+
+    @model_validator(mode="after")
+    def _filters_fit_in_a_token(self) -> "BiLMOptions":
+        for width, _ in self.filters:
+            if width > self.max_characters_per_token:
+                raise ValueError(f"has width {width} > max_characters_per_token")
+        return self
 
     @property
     def n_filters(self) -> int:
@@ -61,70 +105,50 @@ class BiLMOptions:
     def n_output_layers(self) -> int:
         return self.n_layers + 1
 
-    def validate(self, source: str = "options") -> None:
-        def bad(key: str, why: str) -> OptionsError:
-            return OptionsError(f"{source}: option '{key}' {why}")
-
-        if not self.filters:
-            raise bad("char_cnn.filters", "is empty: the character CNN needs at least one [width, n_filters]")
-        for width, n in self.filters:
-            if width < 1 or n < 1:
-                raise bad("char_cnn.filters", f"has [{width}, {n}]: widths and filter counts must be >= 1")
-            if width > self.max_characters_per_token:
-                raise bad("char_cnn.filters", f"has width {width} > max_characters_per_token")
-        if self.activation not in ACTIVATIONS:
-            raise bad("char_cnn.activation", f"is {self.activation!r}; expected one of {ACTIVATIONS}")
-        for key, value, least in (
-            ("char_cnn.embedding.dim", self.char_embedding_dim, 1),
-            ("char_cnn.n_highway", self.n_highway, 0),
-            ("char_cnn.max_characters_per_token", self.max_characters_per_token, 3),
-            ("lstm.dim", self.lstm_dim, 1),
-            ("lstm.projection_dim", self.projection_dim, 1),
-            ("lstm.n_layers", self.n_layers, 1),
-            ("n_tokens_vocab", self.n_tokens_vocab, 0),
-        ):
-            if int(value) != value or value < least:
-                raise bad(key, f"is {value!r}; expected an integer >= {least}")
-        if self.n_characters not in (chars.N_CHARACTERS, chars.N_CHARACTERS - 1):
-            raise bad("char_cnn.n_characters", f"is {self.n_characters}; expected 261 or 262")
-        for key, clip in (("lstm.cell_clip", self.cell_clip), ("lstm.proj_clip", self.proj_clip)):
-            if clip is not None and clip < 0:
-                raise bad(key, f"is {clip}; a clip value must be >= 0 (leave it out for no clipping)")
-
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "options") -> "BiLMOptions":
-        """Parse an options.json dict, checking every key's type and range against bilm-tf's schema.
-
-        Nothing is coerced (128.9 is not 128, "false" is not a boolean); every problem is reported at
-        once, each with its key, in one `OptionsError` that names the source.
-        """
+        """Parse an options.json dict against the schema; every problem is reported at once, each with
+        its key, in one `OptionsError` that names the source."""
+        if not isinstance(data, dict):
+            raise OptionsError(f"{source}: expected a JSON object with 'char_cnn' and 'lstm' sections")
         data = copy.deepcopy(data)
-        read = _OptionReader(source)
-        cnn = read.section(data, "char_cnn")
-        lstm = read.section(data, "lstm")
-        embedding = read.section(cnn, "embedding", "char_cnn.embedding")
-        values: dict[str, Any] = dict(
-            char_embedding_dim=read.integer(embedding, "dim", "char_cnn.embedding.dim", least=1),
-            filters=read.filters(cnn, "filters", "char_cnn.filters"),
-            n_highway=read.integer(cnn, "n_highway", "char_cnn.n_highway", least=0),
-            activation=read.choice(cnn, "activation", "char_cnn.activation", ACTIVATIONS),
-            n_characters=read.choice(cnn, "n_characters", "char_cnn.n_characters", (261, 262)),
-            max_characters_per_token=read.integer(
-                cnn, "max_characters_per_token", "char_cnn.max_characters_per_token", least=3
-            ),
-            lstm_dim=read.integer(lstm, "dim", "lstm.dim", least=1),
-            projection_dim=read.integer(lstm, "projection_dim", "lstm.projection_dim", least=1),
-            n_layers=read.integer(lstm, "n_layers", "lstm.n_layers", least=1),
-            cell_clip=read.number(lstm, "cell_clip", "lstm.cell_clip", least=0.0, required=False),
-            proj_clip=read.number(lstm, "proj_clip", "lstm.proj_clip", least=0.0, required=False),
-            use_skip_connections=read.boolean(lstm, "use_skip_connections", "lstm.use_skip_connections", False),
-            n_tokens_vocab=read.integer(data, "n_tokens_vocab", "n_tokens_vocab", least=0, required=False) or 0,
-        )
-        if "dropout" in data:
-            data["dropout"] = read.number(data, "dropout", "dropout", least=0.0, below=1.0, keep=True)
-        read.raise_problems()
-        options = cls(**values, extra={"__char_cnn__": cnn or {}, "__lstm__": lstm or {}, **data})
-        options.validate(source)
+        problems: dict[str, str] = {}  # by key in options.json
+        sections: dict[str, Optional[dict[str, Any]]] = {"": data}
+        for path in SECTIONS:
+            parent_path, _, key = path.rpartition(".")
+            parent = sections[parent_path]
+            value = _MISSING if parent is None else parent.pop(key, _MISSING)
+            if value is _MISSING and parent is not None:
+                problems[path] = f"missing option '{path}' (a section of options.json)"
+            elif value is not _MISSING and not isinstance(value, dict):
+                problems[path] = (
+                    f"option '{path}' is {_shown(value)}; expected a JSON object (a section of options.json)"
+                )
+            sections[path] = value if isinstance(value, dict) else None
+        values: dict[str, Any] = {}
+        for name, path in FILE_KEYS.items():
+            section_path, _, key = path.rpartition(".")
+            section = sections[section_path]
+            if section is None:  # the section itself was missing or wrong: already reported
+                continue
+            if key in section:
+                values[name] = section[key] if name in KEPT_IN_EXTRA else section.pop(key)
+            elif name in ABSENT_IN_FILE:
+                values[name] = ABSENT_IN_FILE[name]
+            else:
+                problems[path] = f"missing option '{path}'"
+        if values.get("n_tokens_vocab", 0) is None:  # null: no softmax, as absent
+            values["n_tokens_vocab"] = 0
+        extra = {"__char_cnn__": sections["char_cnn"] or {}, "__lstm__": sections["lstm"] or {}, **data}
+        options: Optional[BiLMOptions] = None
+        try:
+            options = cls(**values, extra=extra)
+        except ValidationError as error:
+            problems.update(_problems(error, values))
+        if problems or options is None:
+            order = [*SECTIONS, *FILE_KEYS.values()]
+            _raise(source, [problems[key] for key in sorted(problems, key=order.index)])
+        assert options is not None
         return options
 
     def to_dict(self) -> dict[str, Any]:
@@ -175,117 +199,89 @@ class BiLMOptions:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
 
 
-class _OptionReader:
-    """Takes typed values out of an options.json dict, collecting every problem (with its key)."""
+# The options' names (BiLMOptions' attributes), in the schema's order: what a config may set.
+OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(BiLMOptions) if f.name != "extra")
 
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.problems: list[str] = []
-
-    def raise_problems(self) -> None:
-        if len(self.problems) == 1:
-            raise OptionsError(f"{self.source}: {self.problems[0]}")
-        if self.problems:
-            listed = "".join(f"\n  - {problem}" for problem in self.problems)
-            raise OptionsError(f"{self.source}: {len(self.problems)} problems in the options:{listed}")
-
-    def _take(self, section: Optional[dict[str, Any]], key: str, path: str, required: bool, keep: bool = False) -> Any:
-        if section is None:  # the section itself was missing or wrong: already reported
-            return _MISSING
-        if key not in section:
-            if required:
-                self.problems.append(f"missing option '{path}'")
-            return _MISSING
-        return section[key] if keep else section.pop(key)
-
-    def _bad(self, path: str, value: Any, expected: str) -> None:
-        self.problems.append(f"option '{path}' is {_shown(value)}; expected {expected}")
-
-    def section(self, data: Optional[dict[str, Any]], key: str, path: str = "") -> Optional[dict[str, Any]]:
-        if data is None:
-            return None
-        value = data.pop(key, _MISSING)
-        if value is _MISSING:
-            self.problems.append(f"missing option '{path or key}' (a section of options.json)")
-            return None
-        if not isinstance(value, dict):
-            self._bad(path or key, value, "a JSON object (a section of options.json)")
-            return None
-        return value
-
-    def integer(self, section: Optional[dict[str, Any]], key: str, path: str, least: int, required: bool = True) -> Any:
-        value = self._take(section, key, path, required)
-        if value is _MISSING or (value is None and not required):
-            return None
-        if not _is_integer(value) or value < least:
-            self._bad(path, value, f"an integer >= {least}")
-            return None
-        return int(value)
-
-    def number(
-        self,
-        section: Optional[dict[str, Any]],
-        key: str,
-        path: str,
-        least: float,
-        below: Optional[float] = None,
-        required: bool = True,
-        keep: bool = False,
-    ) -> Any:
-        """A number; null or absent (when not required) means "not set" (for clips: no clipping)."""
-        value = self._take(section, key, path, required, keep)
-        if value is _MISSING or value is None:
-            return None
-        in_range = _is_number(value) and value >= least and (below is None or value < below)
-        if not in_range or not math.isfinite(value):
-            upper = f" and < {below}" if below is not None else ""
-            self._bad(path, value, f"a number >= {least}{upper}" + (", or null" if not required else ""))
-            return None
-        return float(value)
-
-    def boolean(self, section: Optional[dict[str, Any]], key: str, path: str, default: bool) -> bool:
-        value = self._take(section, key, path, required=False)
-        if value is _MISSING:
-            return default
-        if not isinstance(value, bool):
-            self._bad(path, value, "true or false")
-            return default
-        return value
-
-    def choice(self, section: Optional[dict[str, Any]], key: str, path: str, allowed: tuple[Any, ...]) -> Any:
-        value = self._take(section, key, path, required=True)
-        if value is _MISSING:
-            return None
-        if isinstance(value, bool) or value not in allowed or type(value) is float:
-            self._bad(path, value, f"one of {', '.join(_shown(a) for a in allowed)}")
-            return None
-        return value
-
-    def filters(self, section: Optional[dict[str, Any]], key: str, path: str) -> list[tuple[int, int]]:
-        value = self._take(section, key, path, required=True)
-        if value is _MISSING:
-            return []
-        pairs = value if isinstance(value, list) else None
-        if not pairs or not all(
-            isinstance(p, list) and len(p) == 2 and all(_is_integer(x) and x >= 1 for x in p) for p in pairs
-        ):
-            self._bad(path, value, "a non-empty list of [width, n_filters] pairs of integers >= 1")
-            return []
-        return [(int(w), int(n)) for w, n in pairs]
-
+# Where each option is in options.json (bilm-tf's layout), its sections first.
+SECTIONS = ("char_cnn", "lstm", "char_cnn.embedding")
+FILE_KEYS = {
+    "char_embedding_dim": "char_cnn.embedding.dim",
+    "filters": "char_cnn.filters",
+    "n_highway": "char_cnn.n_highway",
+    "activation": "char_cnn.activation",
+    "n_characters": "char_cnn.n_characters",
+    "max_characters_per_token": "char_cnn.max_characters_per_token",
+    "lstm_dim": "lstm.dim",
+    "projection_dim": "lstm.projection_dim",
+    "n_layers": "lstm.n_layers",
+    "cell_clip": "lstm.cell_clip",
+    "proj_clip": "lstm.proj_clip",
+    "use_skip_connections": "lstm.use_skip_connections",
+    "n_tokens_vocab": "n_tokens_vocab",
+    "dropout": "dropout",
+}
+# What an option absent from options.json means: bilm-tf's defaults, which for the clips and the skip
+# connections are not BiLMOptions' own. Every other option is required there.
+ABSENT_IN_FILE: dict[str, Any] = {
+    "cell_clip": None,
+    "proj_clip": None,
+    "use_skip_connections": False,
+    "n_tokens_vocab": 0,
+    "dropout": None,
+}
+KEPT_IN_EXTRA = ("dropout",)  # checked, and written back where it was
 
 _MISSING = object()
+_HINTS = typing.get_type_hints(BiLMOptions, include_extras=True)
 
 
-def _is_integer(value: Any) -> bool:
-    """An int, or a float with no fractional part (4096.0); never a bool or a string."""
-    if isinstance(value, bool):
-        return False
-    return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+def _problems(error: ValidationError, values: dict[str, Any]) -> dict[str, str]:
+    """The schema's errors by key in options.json, one a key, each with the value the file holds."""
+    problems: dict[str, str] = {}
+    for detail in error.errors():
+        name = str(detail["loc"][0]) if detail["loc"] else "filters"  # the one check of several options
+        path = FILE_KEYS[name]
+        if detail["type"] == "missing" or path in problems:  # a missing key is reported by from_dict
+            continue
+        if not detail["loc"]:
+            problems[path] = f"option '{path}' {detail['ctx']['error']}"
+        else:
+            problems[path] = f"option '{path}' is {_shown(values[name])}; expected {_expected(name)}"
+    return problems
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+def _expected(name: str) -> str:
+    """What the schema accepts for an option, in words: "an integer >= 1", "true or false", ..."""
+    if name == "filters":
+        return "a non-empty list of [width, n_filters] pairs of integers >= 1"
+    hint = _HINTS[name]
+    hint = hint.type if isinstance(hint, InitVar) else hint
+    nullable = typing.get_origin(hint) is Union
+    if nullable:
+        hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
+    bounds: list[str] = []
+    if typing.get_origin(hint) is Annotated:
+        hint, *metadata = typing.get_args(hint)
+        for constraint in (c for m in metadata for c in getattr(m, "metadata", [m])):  # Field(...) or Ge, Lt
+            if hasattr(constraint, "ge"):
+                bounds.append(f">= {constraint.ge}")
+            elif hasattr(constraint, "lt"):
+                bounds.append(f"< {constraint.lt}")
+    if hint is bool:
+        return "true or false"
+    if typing.get_origin(hint) is Literal:
+        return "one of " + ", ".join(_shown(choice) for choice in typing.get_args(hint))
+    kind = "an integer" if hint is int else "a number"
+    return f"{kind} {' and '.join(bounds)}" + (", or null" if nullable else "")
+
+
+def _raise(source: str, problems: list[str]) -> None:
+    if not problems:
+        raise OptionsError(f"{source}: the options do not describe a biLM")
+    if len(problems) == 1:
+        raise OptionsError(f"{source}: {problems[0]}")
+    listed = "".join(f"\n  - {problem}" for problem in problems)
+    raise OptionsError(f"{source}: {len(problems)} problems in the options:{listed}")
 
 
 def _shown(value: Any) -> str:

@@ -2,7 +2,7 @@
 
 The biLM spends almost all its time in matrix products (character convolutions as products over
 unfolded windows, highway and projection layers, the LSTMs' input, recurrent and projection products).
-Every one of them goes through a `Products` object, so a precision is a choice of how to multiply:
+Every one of them is a call of `Products.product`, so a precision is a choice of how to multiply:
 
 - "fp32": float32 throughout (the default);
 - "bf16" / "fp16": operands rounded to 16 bits, accumulated in float32 by the library, results returned
@@ -14,21 +14,23 @@ Every one of them goes through a `Products` object, so a precision is a choice o
   exact, and the scales are per row and per column, so a token's result does not depend on the other
   rows of its batch, bit for bit. Results are float32.
 
-How: on the CPU at inference, fp32 and bf16 products run through oneDNN with each weight packed once
-(`PackedProducts`): on the development CPU (an AMD EPYC, where MKL takes its AVX2 path) its float32
-kernels ran 2-4x faster than torch's MKL products, and its bf16 ones up to 4x faster than torch's bf16
-matmul on a few rows. A row's result from oneDNN does not depend on how many rows share the product;
-a probe checks that for every weight when it is packed (a weight that fails keeps torch's product).
-Where gradients flow (pretraining, fine-tuning), on a GPU, or without oneDNN, torch's own products run
-(`FP32`: bit for bit what the biLM computed before this module; `HalfProducts`).
+A precision is one strategy: `prepare` turns a float32 weight into the form it multiplies by, once,
+and `multiply` computes with that form. On the CPU at inference, fp32 and bf16 run through oneDNN with
+each weight packed once (`OneDNN`; its private torch operators are in `_onednn.py`). A row's result
+from oneDNN does not depend on how many rows share the product: a probe checks that for every weight
+when it is packed. Where gradients flow (pretraining, fine-tuning), on a GPU, where oneDNN is missing,
+and for a weight oneDNN cannot pack or that fails its probe, torch's own products run (`TorchFloat`,
+`TorchHalf`). What each costs: benchmarks/RESULTS.md.
 
-Prepared weights live in the `Products` object (keyed by the parameter, rebuilt if the parameter
-changes), never in the model: saving a model saves its float32 weights whatever the precision.
+Prepared weights live in the `Products` object (kept for the parameter they came from, prepared again
+when it changes), never in the model: saving a model saves its float32 weights whatever the precision.
 """
 
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import torch
+
+from . import _onednn
 
 PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 HALF_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -52,138 +54,100 @@ def check_device(precision: str, device: torch.device) -> None:
         )
 
 
-class Products:
-    """float32 products: the torch calls the biLM has always made (fused bias included)."""
-
-    precision = "fp32"
-    # What made the numbers: two Products with the same `kernels` give the same bits (the token cache's key).
-    kernels = "torch"
-
-    def product(
-        self,
-        x: torch.Tensor,
-        w: torch.Tensor,
-        source: Optional[torch.Tensor] = None,
-        bias: Optional[torch.Tensor] = None,
-    ) -> torch.Tensor:
-        """[bias +] x (..., M, K) @ w (K, N), or batched x (D, M, K) @ w (D, K, N); `source`: the parameter
-        `w` was derived from (the key of prepared weights)."""
-        if bias is None:
-            return torch.bmm(x, w) if x.dim() == 3 and w.dim() == 3 else torch.matmul(x, w)
-        return torch.baddbmm(bias, x, w) if x.dim() == 3 else torch.addmm(bias, x, w)
-
-    def addmm(self, bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        """bias + x (M, K) @ w (K, N)."""
-        return self.product(x, w, bias=bias)
-
-    def baddbmm(self, bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        """bias + x (D, M, K) @ w (D, K, N), one product a direction D."""
-        return self.product(x, w, bias=bias)
-
-    def bmm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return self.product(x, w)
-
-    def matmul(self, x: torch.Tensor, w: torch.Tensor, source: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """x (..., K) @ w (K, N)."""
-        return self.product(x, w, source)
-
-
-class PreparedProducts(Products):
-    """Products with weights converted once and kept, keyed by the parameter they came from."""
-
-    def __init__(self) -> None:
-        self._prepared: dict[int, tuple[tuple, object]] = {}
-
-    def __getstate__(self) -> dict:
-        """Copied or pickled without its prepared weights: they are keyed by the source parameters'
-        identity, which a copy does not share, and oneDNN's packed tensors cannot be copied anyway."""
-        return {**self.__dict__, "_prepared": {}}
-
-    def prepare_weight(self, w: torch.Tensor) -> object:
-        raise NotImplementedError
-
-    def prepared(self, w: torch.Tensor, source: Optional[torch.Tensor] = None) -> object:
-        key_tensor = source if source is not None else w
-        key = (key_tensor.data_ptr(), key_tensor._version, key_tensor.device, tuple(w.shape))
-        cached = self._prepared.get(id(key_tensor))
-        if cached is None or cached[0] != key:
-            cached = (key, self.prepare_weight(w.detach()))
-            self._prepared[id(key_tensor)] = cached
-        return cached[1]
-
-
-class MatrixByMatrixProducts(PreparedProducts):
-    """Prepared products computed one (K, N) matrix at a time: a batched weight (D, K, N) is prepared as
-    D matrices and multiplied a direction at a time. Subclasses say how to prepare one matrix (None: it
-    cannot be) and how to multiply by it."""
-
-    def prepare_matrix(self, w: torch.Tensor) -> Optional[object]:
-        raise NotImplementedError
-
-    def multiply(
-        self, x: torch.Tensor, matrix: object, bias: Optional[torch.Tensor], out: Optional[torch.Tensor] = None
-    ) -> torch.Tensor:
-        """bias (N,) or (M, N) + x (M, K) @ the prepared matrix, float32 (M, N), into `out` if given."""
-        raise NotImplementedError
-
-    def prepare_weight(self, w: torch.Tensor) -> Optional[list[object]]:
-        matrices = [self.prepare_matrix(d) for d in w] if w.dim() == 3 else [self.prepare_matrix(w)]
-        return None if any(m is None for m in matrices) else matrices
-
-    def multiply_prepared(
-        self, x: torch.Tensor, w: torch.Tensor, matrices: list[object], bias: Optional[torch.Tensor]
-    ) -> torch.Tensor:
-        """`product` once the weight is prepared: x (D, M, K) by D matrices, or x (..., K) by one."""
-        if w.dim() == 3:
-            out = x.new_empty(len(matrices), x.shape[1], w.shape[2], dtype=torch.float32)
-            for d, matrix in enumerate(matrices):
-                # bias (D, M or 1, N), or one (1, ..., N) for every direction
-                self.multiply(x[d], matrix, None if bias is None else bias[min(d, bias.shape[0] - 1)], out[d])
-            return out
-        flat = x.reshape(-1, x.shape[-1])
-        return self.multiply(flat, matrices[0], bias).view(*x.shape[:-1], w.shape[1])
-
-
 def gradient_flows(x: torch.Tensor, w: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and (w.requires_grad or x.requires_grad)
 
 
-class HalfProducts(PreparedProducts):
+class Strategy:
+    """How one precision multiplies: [bias +] x @ w, float32 out, for a weight w (K, N), or for w (D, K, N)
+    and x (D, M, K), one matrix a direction D.
+
+    `prepare` gets the float32 weight and returns the form `multiply` takes, or None where this strategy
+    cannot multiply by it (the `Products` falls back to its next strategy). `kernels` names what makes
+    the numbers: two strategies with the same `kernels` give the same bits (the token cache's key)."""
+
+    kernels = ""
+    # prepare and multiply are torch operations that gradients flow through
+    differentiable = False
+    # the prepared weight is kept for the next call (else: prepared at every call)
+    keep = True
+
+    def runs_on(self, x: torch.Tensor, w: torch.Tensor) -> bool:
+        return True
+
+    def prepare(self, w: torch.Tensor) -> Optional[object]:
+        raise NotImplementedError
+
+    def multiply(self, x: torch.Tensor, prepared: object, bias: Optional[torch.Tensor]) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class TorchFloat(Strategy):
+    """float32 through torch's products, the bias fused into them."""
+
+    kernels = "torch"
+    differentiable = True
+    keep = False  # the weight is its own prepared form
+
+    def prepare(self, w: torch.Tensor) -> torch.Tensor:
+        return w
+
+    def multiply(self, x: torch.Tensor, prepared: object, bias: Optional[torch.Tensor]) -> torch.Tensor:
+        assert isinstance(prepared, torch.Tensor)
+        w = prepared
+        if bias is None:
+            return torch.bmm(x, w) if x.dim() == 3 and w.dim() == 3 else torch.matmul(x, w)
+        return torch.baddbmm(bias, x, w) if x.dim() == 3 else torch.addmm(bias, x, w)
+
+
+class TorchHalf(Strategy):
     """bf16 or fp16 operands, float32 results: torch's products on 16-bit copies of the weights."""
 
+    differentiable = True  # the cast is in the graph: fine-tuning reaches the float32 weights
+
     def __init__(self, precision: str) -> None:
-        super().__init__()
-        self.precision = precision
         self.kernels = precision
         self.dtype = HALF_DTYPES[precision]
 
-    def prepare_weight(self, w: torch.Tensor) -> torch.Tensor:
+    def prepare(self, w: torch.Tensor) -> torch.Tensor:
         return w.to(self.dtype)
 
-    def product(
-        self,
-        x: torch.Tensor,
-        w: torch.Tensor,
-        source: Optional[torch.Tensor] = None,
-        bias: Optional[torch.Tensor] = None,
-    ) -> torch.Tensor:
-        # cast in the graph when gradients flow (fine-tuning reaches the float32 weights), else once
-        low: object = w.to(self.dtype) if gradient_flows(x, w) else self.prepared(w, source)
-        assert isinstance(low, torch.Tensor)
+    def multiply(self, x: torch.Tensor, prepared: object, bias: Optional[torch.Tensor]) -> torch.Tensor:
+        assert isinstance(prepared, torch.Tensor)
         x = x.to(self.dtype)
         if bias is None:
-            return torch.matmul(x, low).float()
+            return torch.matmul(x, prepared).float()
         # the bias added inside the 16-bit product: one pass over the output less than adding it after
         fused = torch.addmm if x.dim() == 2 else torch.baddbmm
-        return fused(bias.to(self.dtype), x, low).float()
+        return fused(bias.to(self.dtype), x, prepared).float()
 
 
-def onednn_available() -> bool:
-    """Whether this torch build has oneDNN's packed linear operators (private ones: checked, not assumed)."""
-    ops = torch.ops.mkldnn
-    return torch.backends.mkldnn.is_available() and all(
-        hasattr(ops, name) for name in ("_reorder_linear_weight", "_linear_pointwise")
-    )
+# A strategy prepared matrix by matrix: one prepared matrix for a (K, N) weight, a list of D for (D, K, N).
+Matrices = Union[object, list[object]]
+MultiplyMatrix = Callable[[torch.Tensor, object, Optional[torch.Tensor], Optional[torch.Tensor]], torch.Tensor]
+
+
+def prepare_matrices(w: torch.Tensor, prepare_matrix: Callable[[torch.Tensor], Optional[object]]) -> Optional[Matrices]:
+    """w (K, N) prepared, or w (D, K, N) as a list of D prepared matrices; None if any matrix cannot be."""
+    if w.dim() != 3:
+        return prepare_matrix(w)
+    matrices = [prepare_matrix(d) for d in w]
+    return None if any(m is None for m in matrices) else matrices
+
+
+def multiply_matrices(
+    x: torch.Tensor, matrices: Matrices, bias: Optional[torch.Tensor], columns: int, multiply_matrix: MultiplyMatrix
+) -> torch.Tensor:
+    """x (D, M, K) by a list of D prepared matrices, or x (..., K) by one; `multiply_matrix(x (M, K),
+    matrix, bias (N,) or (M, N), out)` -> float32 (M, N) into `out` if given."""
+    if isinstance(matrices, list):
+        out = x.new_empty(len(matrices), x.shape[1], columns, dtype=torch.float32)
+        for d, matrix in enumerate(matrices):
+            # bias (D, M or 1, N), or one (1, ..., N) for every direction
+            multiply_matrix(x[d], matrix, None if bias is None else bias[min(d, bias.shape[0] - 1)], out[d])
+        return out
+    flat = x.reshape(-1, x.shape[-1])
+    return multiply_matrix(flat, matrices, bias, None).view(*x.shape[:-1], columns)
 
 
 # Rows of the probes that check a packed weight's batch independence: the fewest rows the biLM ever
@@ -191,64 +155,49 @@ def onednn_available() -> bool:
 PROBE_ROWS = (4, 37, 1031)
 
 
-def onednn_linear(x: torch.Tensor, packed: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
-    """x (M, K) @ w + bias (N,) through oneDNN; `packed`: the (N, K) weight as oneDNN packed it."""
-    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
-
-
 def pack_for_onednn(w: torch.Tensor, dtype: torch.dtype) -> Optional[torch.Tensor]:
-    """A (K, N) weight packed for `onednn_linear` in `dtype`, or None where a row's result would depend
-    on how many rows share the product (a probe of PROBE_ROWS rows tells)."""
-    packed = torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous().to(dtype), None)
+    """A (K, N) weight packed for `_onednn.linear` in `dtype`, or None where oneDNN cannot pack it or
+    where a row's result would depend on how many rows share the product (a probe of PROBE_ROWS rows)."""
+    try:
+        packed = _onednn.pack(w, dtype)
+    except RuntimeError:  # e.g. a dtype this CPU has no instructions for
+        return None
     generator = torch.Generator().manual_seed(0)
     probe = torch.randn(PROBE_ROWS[-1], w.shape[0], generator=generator).to(dtype)
-    longest = onednn_linear(probe, packed, None)
+    longest = _onednn.linear(probe, packed, None)
     for rows in PROBE_ROWS[:-1]:  # every row, those of a short product's tail block included
-        if not torch.equal(onednn_linear(probe[:rows], packed, None), longest[:rows]):
+        if not torch.equal(_onednn.linear(probe[:rows], packed, None), longest[:rows]):
             return None
     return packed
 
 
-class PackedProducts(MatrixByMatrixProducts):
-    """CPU inference through oneDNN, each weight packed once: its float32 kernels ran 2-4x faster than
-    MKL's on the development CPU (AMD, where MKL takes its AVX2 path) and its bf16 ones up to 4x faster
-    than torch's bf16 matmul at a few rows. Where gradients flow, on other devices, or where a weight's
-    probe failed, `fallback` computes the product."""
+class OneDNN(Strategy):
+    """fp32 or bf16 CPU inference through oneDNN, each weight packed once."""
 
-    def __init__(self, precision: str, fallback: Products) -> None:
-        super().__init__()
-        self.precision = precision
+    def __init__(self, precision: str) -> None:
         self.kernels = f"onednn-{precision}"
         self.dtype = torch.float32 if precision == "fp32" else HALF_DTYPES[precision]
-        self.fallback = fallback
 
-    def prepare_matrix(self, w: torch.Tensor) -> Optional[torch.Tensor]:
-        return pack_for_onednn(w, self.dtype)
+    def runs_on(self, x: torch.Tensor, w: torch.Tensor) -> bool:
+        return x.device.type == "cpu" and w.dtype == torch.float32
 
-    def product(
-        self,
-        x: torch.Tensor,
-        w: torch.Tensor,
-        source: Optional[torch.Tensor] = None,
-        bias: Optional[torch.Tensor] = None,
+    def prepare(self, w: torch.Tensor) -> Optional[Matrices]:
+        return prepare_matrices(w, lambda matrix: pack_for_onednn(matrix, self.dtype))
+
+    def multiply(self, x: torch.Tensor, prepared: object, bias: Optional[torch.Tensor]) -> torch.Tensor:
+        first = prepared[0] if isinstance(prepared, list) else prepared
+        assert isinstance(first, torch.Tensor)
+        return multiply_matrices(x, prepared, bias, first.shape[0], self.multiply_matrix)
+
+    def multiply_matrix(
+        self, x: torch.Tensor, matrix: object, bias: Optional[torch.Tensor], out: Optional[torch.Tensor]
     ) -> torch.Tensor:
-        if gradient_flows(x, w) or x.device.type != "cpu" or w.dtype != torch.float32:
-            return self.fallback.product(x, w, source, bias)
-        packed = self.prepared(w, source)
-        if packed is None:
-            return self.fallback.product(x, w, source, bias)
-        assert isinstance(packed, list)
-        return self.multiply_prepared(x, w, packed, bias)
-
-    def multiply(
-        self, x: torch.Tensor, matrix: object, bias: Optional[torch.Tensor], out: Optional[torch.Tensor] = None
-    ) -> torch.Tensor:
-        """A bias of one row is fused into oneDNN's product, a bias per row (the LSTM's input products)
-        added in float32 after it."""
+        """A bias of one row is fused into oneDNN's product, a bias per row (the LSTM's recurrent
+        products) added in float32 after it."""
         assert isinstance(matrix, torch.Tensor)
         one_row = bias is not None and bias.numel() == matrix.shape[0]
         fused = bias.reshape(-1).to(self.dtype).contiguous() if bias is not None and one_row else None
-        result = onednn_linear(x.to(self.dtype).contiguous(), matrix, fused)
+        result = _onednn.linear(x.to(self.dtype).contiguous(), matrix, fused)
         if bias is not None and not one_row:
             return torch.add(bias, result, out=out) if out is not None else bias + result
         return out.copy_(result) if out is not None else result.float()
@@ -264,8 +213,8 @@ class Int8Weight:
         self.rows = torch.round(w / self.scale).clamp(-INT8_MAX, INT8_MAX).to(torch.int8).t().contiguous()
 
 
-# Output columns a product computes at once: an (M, 16384) int32 block does not stay in cache, and
-# products as wide as the LSTMs' gates ran 2.7x faster in blocks of 2048 columns on the development CPU.
+# Output columns a product computes at once, so that an (M, 16384) int32 result is scaled while a block
+# of it is in cache (measurements: benchmarks/RESULTS.md, "precision.py smaller").
 INT8_COLUMN_BLOCK = 2048
 
 
@@ -283,19 +232,53 @@ def int8_product(
     for start in range(0, out.shape[1], INT8_COLUMN_BLOCK):
         columns = slice(start, start + INT8_COLUMN_BLOCK)
         block = out[:, columns]
-        block.copy_(torch._int_mm(quantized, weight.rows[columns].t()))
+        block.copy_(_onednn.int_mm(quantized, weight.rows[columns].t()))
         block.mul_(scale).mul_(weight.scale[columns])
         if bias is not None:
             block.add_(bias[..., columns])
     return out
 
 
-class Int8Products(MatrixByMatrixProducts):
-    precision = "int8"
+class Int8(Strategy):
+    """Dynamic int8 quantization (inference only: no gradient, and no strategy to fall back to)."""
+
     kernels = "int8"
 
-    def prepare_matrix(self, w: torch.Tensor) -> Int8Weight:
-        return Int8Weight(w)
+    def prepare(self, w: torch.Tensor) -> Optional[Matrices]:
+        return prepare_matrices(w, Int8Weight)
+
+    def multiply(self, x: torch.Tensor, prepared: object, bias: Optional[torch.Tensor]) -> torch.Tensor:
+        first = prepared[0] if isinstance(prepared, list) else prepared
+        assert isinstance(first, Int8Weight)
+        return multiply_matrices(x, prepared, bias, first.rows.shape[0], self.multiply_matrix)
+
+    @staticmethod
+    def multiply_matrix(
+        x: torch.Tensor, matrix: object, bias: Optional[torch.Tensor], out: Optional[torch.Tensor]
+    ) -> torch.Tensor:
+        assert isinstance(matrix, Int8Weight)
+        return int8_product(x, matrix, bias, out)
+
+
+class Products:
+    """The matrix products of one precision: `product` is what the biLM calls.
+
+    The first of `strategies` that can multiply does: a strategy that is not `differentiable` steps aside
+    where gradients flow, and one whose `prepare` returned None for a weight steps aside for that weight.
+    Prepared weights are kept here, for the parameter they came from."""
+
+    def __init__(self, precision: str, *strategies: Strategy) -> None:
+        self.precision = precision
+        self.strategies = strategies
+        # What makes the numbers: two Products with the same `kernels` give the same bits (the token cache's key).
+        self.kernels = strategies[0].kernels
+        # (kernels, id(parameter)) -> (the parameter, its state when prepared, the prepared weight)
+        self._prepared: dict[tuple[str, int], tuple[torch.Tensor, tuple, Optional[object]]] = {}
+
+    def __getstate__(self) -> dict:
+        """Copied or pickled without its prepared weights: they belong to the source parameters, which
+        a copy does not share, and oneDNN's packed tensors cannot be copied anyway."""
+        return {**self.__dict__, "_prepared": {}}
 
     def product(
         self,
@@ -304,29 +287,41 @@ class Int8Products(MatrixByMatrixProducts):
         source: Optional[torch.Tensor] = None,
         bias: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
-        if gradient_flows(x, w):
-            raise RuntimeError("precision 'int8' is for inference: its products have no gradient")
-        matrices = self.prepared(w, source)
-        assert isinstance(matrices, list)
-        return self.multiply_prepared(x, w, matrices, bias)
+        """[bias +] x (..., M, K) @ w (K, N), or batched x (D, M, K) @ w (D, K, N), float32; `source`: the
+        parameter `w` was derived from (what its prepared form is kept for), if `w` is not one itself."""
+        grad = gradient_flows(x, w)
+        for strategy in self.strategies:
+            if strategy.differentiable and (grad or not strategy.keep):
+                return strategy.multiply(x, strategy.prepare(w), bias)
+            if not grad and strategy.runs_on(x, w):
+                prepared = self._kept(strategy, w, source)
+                if prepared is not None:
+                    return strategy.multiply(x, prepared, bias)
+        raise RuntimeError(f"precision {self.precision!r} is for inference: its products have no gradient")
 
-    def multiply(
-        self, x: torch.Tensor, matrix: object, bias: Optional[torch.Tensor], out: Optional[torch.Tensor] = None
-    ) -> torch.Tensor:
-        assert isinstance(matrix, Int8Weight)
-        return int8_product(x, matrix, bias, out)
+    def _kept(self, strategy: Strategy, w: torch.Tensor, source: Optional[torch.Tensor]) -> Optional[object]:
+        """The strategy's prepared `w`, prepared again when its parameter changes (in place: a training
+        step, `load_state_dict`; or its storage). The entry holds the parameter, so its id stays its own."""
+        parameter = w if source is None else source
+        state = (parameter._version, parameter.data_ptr(), parameter.device, tuple(w.shape))
+        key = (strategy.kernels, id(parameter))
+        entry = self._prepared.get(key)
+        if entry is None or entry[1] != state:
+            entry = (parameter, state, strategy.prepare(w.detach()))
+            self._prepared[key] = entry
+        return entry[2]
 
 
-FP32 = Products()
-
-_MAKERS: dict[str, Callable[[], Products]] = {
-    "fp32": lambda: PackedProducts("fp32", FP32) if onednn_available() else FP32,
-    "bf16": lambda: PackedProducts("bf16", HalfProducts("bf16")) if onednn_available() else HalfProducts("bf16"),
-    "fp16": lambda: HalfProducts("fp16"),
-    "int8": Int8Products,
-}
+FP32 = Products("fp32", TorchFloat())
 
 
 def products_for(precision: str) -> Products:
     """A fresh `Products` for a precision (each keeps its own prepared weights)."""
-    return _MAKERS[check_precision(precision)]()
+    precision = check_precision(precision)
+    if precision == "int8":
+        return Products(precision, Int8())
+    torch_products: Strategy = TorchFloat() if precision == "fp32" else TorchHalf(precision)
+    dtype = HALF_DTYPES.get(precision, torch.float32)
+    if precision != "fp16" and _onednn.linear_unavailable(dtype) is None:
+        return Products(precision, OneDNN(precision), torch_products)
+    return Products(precision, torch_products)

@@ -90,3 +90,37 @@ def test_a_section_that_is_not_an_object(write_options):
 
     with pytest.raises(OptionsError, match=r"options.json: option 'lstm' is \[1, 2\]; expected a JSON object"):
         BiLMOptions.from_file(write_options(edit))
+
+
+def test_a_filter_wider_than_a_token_is_an_error_naming_the_file(write_options):
+    path = write_options(setter("char_cnn", "filters", [[1, 4], [60, 4]]))
+    with pytest.raises(OptionsError) as error:
+        BiLMOptions.from_file(path)
+    assert str(error.value) == f"{path}: option 'char_cnn.filters' has width 60 > max_characters_per_token"
+
+
+def test_bilm_tf_keys_round_trip_and_dropout_is_checked(write_options):
+    def edit(options):
+        options["dropout"] = 0.1
+        options["n_epochs"] = 10
+        options["lstm"]["some_key"] = [1, 2]
+
+    options = BiLMOptions.from_file(write_options(edit))
+    written = options.to_dict()
+    assert written["dropout"] == 0.1 and written["n_epochs"] == 10 and written["lstm"]["some_key"] == [1, 2]
+    with pytest.raises(OptionsError, match=r"option 'dropout' is 1.5; expected a number >= 0.0 and < 1.0"):
+        BiLMOptions.from_file(write_options(lambda options: options.__setitem__("dropout", 1.5)))
+
+
+def test_every_option_has_its_place_in_options_json():
+    from spacy_elmo.bilm.options import FILE_KEYS, OPTION_NAMES
+
+    assert set(OPTION_NAMES) <= set(FILE_KEYS)
+    assert "extra" not in OPTION_NAMES and "lstm_dim" in OPTION_NAMES
+
+
+def test_options_made_in_python_are_checked_by_the_same_schema():
+    with pytest.raises(ValueError, match="lstm_dim"):
+        BiLMOptions(filters=[(1, 4)], lstm_dim=0)
+    options = BiLMOptions(filters=[[1, 4], [2, 8.0]], lstm_dim=32.0)  # a config's lists, integral floats
+    assert options.filters == [(1, 4), (2, 8)] and isinstance(options.lstm_dim, int)

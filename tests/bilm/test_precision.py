@@ -7,18 +7,18 @@ import numpy
 import pytest
 import torch
 
-from spacy_elmo.io import resolve as loading
+from spacy_elmo.bilm import _onednn
 from spacy_elmo.bilm.precision import (
     FP32,
     PRECISIONS,
-    PackedProducts,
+    OneDNN,
     check_device,
     check_precision,
-    onednn_available,
     pack_for_onednn,
     products_for,
 )
 from spacy_elmo.bilm.runner import BiLMRunner
+from spacy_elmo.io import resolve as loading
 
 # max |layer - fp32 layer| / max |fp32 layer|, per layer (README "Speed and precision": measured
 # 0.007 for bf16 and 0.022 for int8 on the shipped model)
@@ -138,7 +138,14 @@ def test_each_precision_has_its_own_prepared_weights():
     assert products_for("fp32").precision == "fp32"
 
 
-needs_onednn = pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN linear operators")
+def onednn_skip(dtype: torch.dtype = torch.float32) -> pytest.MarkDecorator:
+    """Skip where oneDNN cannot run the products in `dtype` here, saying why (a torch version outside the
+    supported range, a build without oneDNN, a CPU without the instructions of oneDNN's bf16 products)."""
+    reason = _onednn.linear_unavailable(dtype)
+    return pytest.mark.skipif(reason is not None, reason=f"oneDNN's {dtype} products: {reason}")
+
+
+needs_onednn = onednn_skip(torch.float32)
 
 
 def ids_of(sentences):
@@ -147,13 +154,15 @@ def ids_of(sentences):
     return torch.from_numpy(chars.batch_to_ids(sentences))
 
 
-@needs_onednn
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize(
+    "precision",
+    [pytest.param("fp32", marks=onednn_skip(torch.float32)), pytest.param("bf16", marks=onednn_skip(torch.bfloat16))],
+)
 def test_cpu_inference_runs_packed_onednn_products(reference_bilm, all_sentences, precision):
     runner = BiLMRunner(reference_bilm, precision=precision)
-    assert isinstance(runner.products, PackedProducts) and runner.products.kernels == f"onednn-{precision}"
+    assert isinstance(runner.products.strategies[0], OneDNN) and runner.products.kernels == f"onednn-{precision}"
     runner.embed_sentences(all_sentences[:3])
-    prepared = [entry[1] for entry in runner.products._prepared.values()]
+    prepared = [entry[-1] for entry in runner.products._prepared.values()]
     options = reference_bilm.options
     # convolutions, highway carry and transform, token projection; LSTM input, recurrent, projection
     n_weights = len(options.filters) + 2 * options.n_highway + 1 + 3 * options.n_layers
@@ -198,11 +207,22 @@ def test_a_weight_that_fails_the_probe_keeps_torch_products(reference_bilm, all_
 
 
 @needs_onednn
+def test_a_weight_onednn_cannot_pack_keeps_torch_products(reference_bilm, all_sentences, monkeypatch):
+    def refuse(w, dtype):  # as bf16 on a CPU without the instructions oneDNN's bf16 path needs
+        raise RuntimeError("mkldnn_reorder_linear_weight: bf16 path needs the cpu support avx_ne_convert")
+
+    monkeypatch.setattr(_onednn, "pack", refuse)
+    ids = ids_of(all_sentences)
+    with torch.no_grad():
+        plain = reference_bilm(ids, products=FP32).layers
+        fallen_back = reference_bilm(ids, products=products_for("fp32")).layers
+    assert torch.equal(fallen_back, plain)
+
+
+@needs_onednn
 @pytest.mark.parametrize("differs", ["long products", "a short product's tail block"])
 def test_probe_refuses_a_kernel_whose_rows_depend_on_the_batch(monkeypatch, differs):
-    import spacy_elmo.bilm.precision as precision_module
-
-    real = precision_module.onednn_linear
+    real = _onednn.linear
 
     def row_count_dependent(x, packed, bias):  # another rounding for some shapes, as BLAS has below 4 rows
         out = real(x, packed, bias).clone()
@@ -214,7 +234,7 @@ def test_probe_refuses_a_kernel_whose_rows_depend_on_the_batch(monkeypatch, diff
 
     w = torch.randn(16, 24)
     assert isinstance(pack_for_onednn(w, torch.float32), torch.Tensor)
-    monkeypatch.setattr(precision_module, "onednn_linear", row_count_dependent)
+    monkeypatch.setattr(_onednn, "linear", row_count_dependent)
     assert pack_for_onednn(w, torch.float32) is None
 
 

@@ -1,0 +1,79 @@
+"""The private torch operators behind the biLM's CPU products, and the one check that allows them.
+
+oneDNN's packed linear product (`torch.ops.mkldnn._reorder_linear_weight` / `_linear_pointwise`) and
+torch's exact int8 product (`torch._int_mm`) are not public torch APIs: their names and signatures may
+change in any release. They run only on the torch versions in SUPPORTED_TORCH (pyproject.toml names
+the same range; tests/bilm/test_precision.py and test_onednn.py check them on the installed torch, and a
+new release joins the range once they pass on it). On any other torch:
+
+- `linear_unavailable` gives a reason, and `precision.products_for` picks torch's public products for
+  fp32 and bf16 (the same products that run where gradients flow);
+- `int_mm` computes the same int32 result through a public float64 product: every partial sum of int8 x
+  int8 products is an integer far below 2**53, so float64 holds it exactly, whatever the summation order.
+"""
+
+import re
+from typing import Optional
+
+import torch
+
+# torch versions (major, minor) the private operators run on: from the first, up to but not including the second.
+SUPPORTED_TORCH = ((2, 13), (2, 15))
+
+# A bf16 product through oneDNN needs one of these (oneDNN's own check: `_is_mkldnn_bf16_supported`).
+BF16_INSTRUCTIONS = "avx_ne_convert, or avx512bw, avx512vl and avx512dq"
+
+
+def torch_release(version: str) -> tuple[int, int]:
+    """(major, minor) of a torch version string such as "2.13.0+cpu" or "2.14.0a0+git1234"."""
+    match = re.match(r"(\d+)\.(\d+)", version)
+    if match is None:
+        raise ValueError(f"not a torch version: {version!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def supported_torch(version: str) -> bool:
+    lowest, first_unsupported = SUPPORTED_TORCH
+    return lowest <= torch_release(version) < first_unsupported
+
+
+def supported_range() -> str:
+    (low_major, low_minor), (high_major, high_minor) = SUPPORTED_TORCH
+    return f">={low_major}.{low_minor},<{high_major}.{high_minor}"
+
+
+# Whether this process may call the private operators (tests turn it off to check the public path).
+ALLOWED = supported_torch(torch.__version__)
+
+
+def linear_unavailable(dtype: torch.dtype) -> Optional[str]:
+    """Why oneDNN's packed linear product cannot run in `dtype` here, or None where it can."""
+    if not ALLOWED:
+        return f"torch {torch.__version__} is outside {supported_range()}, the versions its private operators run on"
+    if dtype not in (torch.float32, torch.bfloat16):
+        return f"the biLM runs no {dtype} products through oneDNN"
+    ops = torch.ops.mkldnn
+    names = ("_reorder_linear_weight", "_linear_pointwise")
+    if not torch.backends.mkldnn.is_available() or not all(hasattr(ops, name) for name in names):
+        return "this torch build has no oneDNN linear operators"
+    if dtype == torch.bfloat16 and not (hasattr(ops, "_is_mkldnn_bf16_supported") and ops._is_mkldnn_bf16_supported()):
+        return f"this CPU lacks the instructions oneDNN's bf16 products need ({BF16_INSTRUCTIONS})"
+    return None
+
+
+def pack(w: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A (K, N) float32 weight as oneDNN's packed (N, K) weight in `dtype`, for `linear`.
+    Only where `linear_unavailable(dtype)` is None."""
+    return torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous().to(dtype), None)
+
+
+def linear(x: torch.Tensor, packed: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """x (M, K) @ w + bias (N,), in the dtype of the packed weight; `packed`: a weight from `pack`."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+def int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The exact int32 product of int8 matrices a (M, K) and b (K, N)."""
+    if ALLOWED and hasattr(torch, "_int_mm"):
+        return torch._int_mm(a, b)
+    return torch.mm(a.double(), b.double()).to(torch.int32)

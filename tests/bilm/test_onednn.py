@@ -1,0 +1,102 @@
+"""The private torch operators run only on the supported torch range; elsewhere the public products give
+torch's bits (fp32, bf16) and the same bits (int8)."""
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from spacy_elmo.bilm import _onednn
+from spacy_elmo.bilm.precision import Products, TorchFloat, TorchHalf, products_for
+
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+
+
+@pytest.mark.parametrize(
+    "version,supported",
+    [
+        ("2.12.1", False),
+        ("2.13.0+cpu", True),
+        ("2.13.0", True),
+        ("2.14.1", True),
+        ("2.14.0a0+git1234abc", True),
+        ("2.15.0", False),
+        ("3.0.0", False),
+        ("1.13.1", False),
+    ],
+)
+def test_supported_torch_versions(version, supported):
+    assert _onednn.supported_torch(version) is supported
+
+
+def test_an_unparsable_version_is_an_error():
+    with pytest.raises(ValueError, match="not a torch version"):
+        _onednn.torch_release("nightly")
+
+
+def test_the_installed_torch_is_checked_and_pyproject_names_the_range():
+    assert _onednn.ALLOWED is _onednn.supported_torch(torch.__version__)
+    torch_lines = re.findall(r"#[^\n]*|\"torch[^\"]*\"", PYPROJECT.read_text(encoding="utf-8"))
+    assert any(_onednn.supported_range() in line for line in torch_lines), "pyproject.toml names the supported range"
+
+
+def test_outside_the_range_no_private_linear(monkeypatch):
+    monkeypatch.setattr(_onednn, "ALLOWED", False)
+    for dtype in (torch.float32, torch.bfloat16):
+        reason = _onednn.linear_unavailable(dtype)
+        assert reason is not None and torch.__version__ in reason and _onednn.supported_range() in reason
+    for precision, torch_strategy in (("fp32", TorchFloat), ("bf16", TorchHalf)):
+        products = products_for(precision)
+        assert len(products.strategies) == 1 and isinstance(products.strategies[0], torch_strategy)
+
+
+def test_a_cpu_without_bf16_instructions_is_named():
+    reason = _onednn.linear_unavailable(torch.bfloat16)
+    if _onednn.ALLOWED and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        assert reason is not None and "avx_ne_convert" in reason
+    else:
+        pytest.skip(f"this CPU runs oneDNN's bf16 products, or they are off: {reason}")
+
+
+def ids_of(sentences):
+    from spacy_elmo import chars
+
+    return torch.from_numpy(chars.batch_to_ids(sentences))
+
+
+SENTENCES = [["The", "cat", "sat", "."], ["Ünïcödé", "words", "here"], ["a"], "one two three four five six".split()]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_outside_the_range_fp32_and_bf16_are_torch_products_bit_for_bit(reference_bilm, monkeypatch, precision):
+    reference = Products(precision, TorchFloat() if precision == "fp32" else TorchHalf(precision))
+    ids = ids_of(SENTENCES)
+    monkeypatch.setattr(_onednn, "ALLOWED", False)
+    with torch.no_grad():
+        expected = reference_bilm(ids, products=reference).layers
+        got = reference_bilm(ids, products=products_for(precision)).layers
+    assert torch.equal(got, expected)
+
+
+def test_outside_the_range_int8_gives_the_same_bits(reference_bilm, monkeypatch):
+    ids = ids_of(SENTENCES)
+    with torch.no_grad():
+        inside = reference_bilm(ids, products=products_for("int8")).layers
+        monkeypatch.setattr(_onednn, "ALLOWED", False)
+        outside = reference_bilm(ids, products=products_for("int8")).layers
+    assert torch.equal(inside, outside)
+
+
+@pytest.mark.parametrize("shape", [(4, 16, 8), (37, 512, 2048), (5, 4096, 96)])
+def test_public_int_mm_is_exact(monkeypatch, shape):
+    m, k, n = shape
+    generator = torch.Generator().manual_seed(k)
+    a = torch.randint(-128, 128, (m, k), generator=generator, dtype=torch.int8)
+    b = torch.randint(-128, 128, (n, k), generator=generator, dtype=torch.int8).t()
+    a[0], b[:, 0] = -128, -128  # the largest products, summed over all of K
+    exact = (a.long() @ b.long()).to(torch.int32)
+    assert torch.equal(_onednn.int_mm(a, b), exact)
+    monkeypatch.setattr(_onednn, "ALLOWED", False)
+    public = _onednn.int_mm(a, b)
+    assert public.dtype == torch.int32 and torch.equal(public, exact)
