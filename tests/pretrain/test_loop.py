@@ -99,6 +99,7 @@ def test_sigterm_stops_after_the_step_with_a_checkpoint_and_resume_continues_exa
     assert a.keys() == b.keys() and all(numpy.array_equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.slow  # 120 bf16 training steps: about 30 s on a CPU without bf16 instructions
 def test_bf16_follows_the_fp32_loss_curve(trained_tiny, tiny_config, tmp_path):
     config = tiny_config(
         **{"training.max_steps": 120, "training.eval_every": 120, "training.mixed_precision": True},
