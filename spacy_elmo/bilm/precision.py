@@ -54,6 +54,18 @@ def check_device(precision: str, device: torch.device) -> None:
         )
 
 
+def slower_than_fp32_here(precision: str) -> Optional[str]:
+    """Why `precision` runs slower than fp32 on this CPU, or None: bf16 needs oneDNN's bf16 kernels and
+    int8 the AVX-512 integer products; without them torch's fallbacks are 8-220x slower than fp32
+    (benchmarks/RESULTS.md, the precision section)."""
+    if precision == "bf16":
+        return _onednn.linear_unavailable(torch.bfloat16)
+    capability = torch.backends.cpu.get_cpu_capability()
+    if precision == "int8" and not capability.startswith("AVX512"):
+        return f"this CPU's best torch kernels are {capability}, without AVX-512's int8 products"
+    return None
+
+
 def gradient_flows(x: torch.Tensor, w: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and (w.requires_grad or x.requires_grad)
 

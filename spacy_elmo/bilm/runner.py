@@ -15,6 +15,7 @@ and the Python API alike:
 
 import contextlib
 import os
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Callable, Optional
 
@@ -25,7 +26,7 @@ from .. import chars
 from .batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET, token_budget_batches
 from .bilm import BiLM
 from .lstm import BiLSTMStack, LSTMState
-from .precision import check_device, products_for
+from .precision import check_device, products_for, slower_than_fp32_here
 
 
 def is_out_of_memory(error: BaseException) -> bool:
@@ -119,6 +120,7 @@ class BiLMRunner(torch.nn.Module):
         self._pid = os.getpid()
         self._forked = False
         self._carried = CarriedState()
+        self._checked_cpu = False  # whether this precision's speed on this CPU was checked (once, then warned)
         if bilm is not None:
             self.set_bilm(bilm)
 
@@ -193,6 +195,15 @@ class BiLMRunner(torch.nn.Module):
         bilm = self.load()
         initial = self._carried.rows(bilm.lstm, char_ids.shape[0], char_ids.device) if self.stateful else None
         check_device(self.precision, char_ids.device)
+        if char_ids.device.type == "cpu" and not self._checked_cpu:
+            self._checked_cpu = True
+            reason = slower_than_fp32_here(self.precision)
+            if reason is not None:
+                warnings.warn(
+                    f"precision {self.precision!r} runs slower than 'fp32' on this CPU ({reason}); "
+                    "use precision 'fp32' here, or a CPU with bf16/int8 instructions or a GPU",
+                    stacklevel=2,
+                )
         with torch_threads(0 if self._forked else self.n_threads):
             output = bilm(char_ids, initial_state=initial, return_final_state=self.stateful, products=self.products)
         if self.stateful:

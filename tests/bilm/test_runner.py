@@ -2,6 +2,7 @@
 
 import json
 import random
+import warnings
 
 import numpy
 import pytest
@@ -135,3 +136,25 @@ def test_bf16_precision_close_to_fp32(reference_bilm, all_sentences):
         assert relative < 2e-2
     with pytest.raises(ValueError, match="precision"):
         BiLMRunner(reference_bilm, precision="fp8")
+
+
+def test_a_precision_slower_than_fp32_on_this_cpu_is_said_once(reference_bilm, monkeypatch):
+    import spacy_elmo.bilm.runner as runner_module
+
+    monkeypatch.setattr(runner_module, "slower_than_fp32_here", lambda precision: "no kernels for it")
+    runner = BiLMRunner(reference_bilm, precision="bf16")
+    with pytest.warns(UserWarning, match=r"precision 'bf16' runs slower than 'fp32' on this CPU \(no kernels for it\)"):
+        runner.embed_sentences([["a", "b"]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        runner.embed_sentences([["a", "b"]])  # said once per runner
+    monkeypatch.setattr(runner_module, "slower_than_fp32_here", lambda precision: None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        BiLMRunner(reference_bilm, precision="bf16").embed_sentences([["a", "b"]])
+
+
+def test_fp32_is_never_slower_than_itself():
+    from spacy_elmo.bilm.precision import slower_than_fp32_here
+
+    assert slower_than_fp32_here("fp32") is None
