@@ -46,11 +46,20 @@ def check_precision(precision: object, where: str = "precision") -> str:
     return str(precision)
 
 
+GPU_ONLY = ("fp16",)
+
+
 def check_device(precision: str, device: torch.device) -> None:
+    """Refuse a precision on a device it is not for (int8: CPUs; fp16: GPUs)."""
     if precision in CPU_ONLY and device.type != "cpu":
         raise ValueError(
             f"precision {precision!r} runs on the CPU only (PyTorch has no dynamic int8 products for "
             f"{device.type}); on a GPU use precision 'bf16'"
+        )
+    if precision in GPU_ONLY and device.type == "cpu":
+        raise ValueError(
+            f"precision {precision!r} is for GPUs (CPUs have no fp16 units: torch emulates its fp16 products "
+            "there, slower than fp32); on the CPU use precision 'bf16' or 'fp32'"
         )
 
 

@@ -43,10 +43,10 @@ def embed_cli(
 ) -> None:
     """Embed every line of INPUT_PATH into OUTPUT_PATH (dataset "i" = line i); with shards, into
     OUTPUT.shardI-of-N.hdf5 each, joined by `embed-merge`."""
-    settings = EmbedSettings(
-        model, layers, text_field, tokenizer, token_budget, dtype, device, precision, n_threads=threads
-    )
     try:
+        settings = EmbedSettings(
+            model, layers, text_field, tokenizer, token_budget, dtype, device, precision, n_threads=threads
+        )
         part = parse_shard(shard) if shard is not None else shard_from_env()
         with tqdm(unit=" lines", desc="embedding" if part is None else f"embedding shard {part[0]}/{part[1]}") as bar:
             written = embed_file(input_path, output_path, settings, workers=workers, progress=bar.update, shard=part)

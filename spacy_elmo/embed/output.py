@@ -22,6 +22,8 @@ from ..mix import REDUCTIONS, reduce_layers
 from ..text import detect_format, make_tokenizer, open_text, texts_from_jsonl
 from .shards import Shard, shard_path
 
+STORAGE_DTYPES = ("float32", "float16")
+
 
 @dataclass
 class EmbedSettings:
@@ -37,14 +39,24 @@ class EmbedSettings:
     n_threads: int = 0  # torch threads in this process (0: torch's setting); worker processes use 1
 
     def __post_init__(self) -> None:
-        """Refuse a bad precision before any file is read or written."""
+        """Refuse a bad setting, naming the option, before any file is read or written."""
+        import torch
+
         from ..bilm.precision import check_device, check_precision
 
         check_precision(self.precision, "--precision")
-        if not self.device.startswith("cpu"):
-            import torch
-
-            check_device(self.precision, torch.device(self.device.split(":")[0]))
+        check_device(self.precision, torch.device(self.device.split(":")[0]))
+        if self.layers not in REDUCTIONS:
+            raise ValueError(f"--layers must be one of {', '.join(REDUCTIONS)}, got {self.layers!r}")
+        if self.dtype not in STORAGE_DTYPES:
+            raise ValueError(f"--dtype must be one of {', '.join(STORAGE_DTYPES)}, got {self.dtype!r}")
+        for option, value, least in (
+            ("--batch-tokens", self.token_budget, 1),
+            ("--threads", self.n_threads, 0),
+            ("chunk_size", self.chunk_size, 1),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{option} must be an integer >= {least}, got {value!r}")
 
 
 def read_lines(path: Path, text_field: str = "text") -> Iterator[str]:
@@ -138,8 +150,8 @@ def embed_file(
 ) -> int:
     """Embed every line of `input_path` into `output_path` (with `shard`: that shard's lines into its own
     file, see `shard_path`); returns the number of lines written now."""
-    if settings.layers not in REDUCTIONS:
-        raise ValueError(f"layers must be one of {REDUCTIONS}, got {settings.layers!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"--workers must be an integer >= 1, got {workers!r}")
     if not input_path.exists():
         raise FileNotFoundError(f"input file not found: {input_path}")
     import h5py  # only here: the rest of the package does not need it

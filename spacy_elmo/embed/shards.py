@@ -57,7 +57,11 @@ def merge_shards(shard_files: Sequence[Path], output_path: Path) -> int:
     for path in shard_files:
         if not Path(path).exists():
             raise FileNotFoundError(f"shard file not found: {path}")
-        with h5py.File(path, "r") as handle:
+        try:
+            handle = h5py.File(path, "r")
+        except OSError as err:
+            raise ShardError(f"{path}: not a readable HDF5 file ({err}); run its shard again to rewrite it") from None
+        with handle:
             if "shard" not in handle.attrs:
                 raise ShardError(f"{path}: not a shard file (written without --shard)")
             index, count = json.loads(handle.attrs["shard"])

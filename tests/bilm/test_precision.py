@@ -125,6 +125,12 @@ def test_bad_precision_names_the_allowed_ones(make_bilm, bad):
     assert repr(bad) in str(error.value)
 
 
+def test_fp16_is_gpu_only():
+    check_device("fp16", torch.device("cuda"))
+    with pytest.raises(ValueError, match="precision 'fp16' is for GPUs.*use precision 'bf16' or 'fp32'"):
+        check_device("fp16", torch.device("cpu"))
+
+
 def test_int8_is_cpu_only():
     check_device("int8", torch.device("cpu"))
     with pytest.raises(ValueError, match="CPU only.*bf16"):

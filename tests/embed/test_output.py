@@ -118,3 +118,46 @@ def test_embed_refuses_a_bad_precision_before_reading_anything(fixture_dir, tmp_
         EmbedSettings(model=str(fixture_dir), precision="int4")
     with pytest.raises(ValueError, match="CPU only"):
         EmbedSettings(model=str(fixture_dir), precision="int8", device="cuda:0")
+
+
+@pytest.mark.parametrize(
+    "setting,value,message",
+    [
+        ("n_threads", -1, "--threads must be an integer >= 0, got -1"),
+        ("token_budget", 0, "--batch-tokens must be an integer >= 1, got 0"),
+        ("token_budget", "2", "--batch-tokens must be an integer >= 1, got '2'"),
+        ("dtype", "float64", "--dtype must be one of float32, float16, got 'float64'"),
+        ("layers", "bottom", "--layers must be one of all, top, average, got 'bottom'"),
+        ("precision", "fp16", "precision 'fp16' is for GPUs .* on the CPU use precision 'bf16' or 'fp32'"),
+    ],
+)
+def test_a_bad_setting_names_the_option(fixture_dir, setting, value, message):
+    with pytest.raises(ValueError, match=message):
+        EmbedSettings(model=str(fixture_dir), **{setting: value})
+
+
+def test_bad_cli_values_are_one_line_errors_not_tracebacks(fixture_dir, text_file, tmp_path):
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import elmo_cli
+
+    for option, value, said in (
+        ("--precision", "fp8", "--precision must be one of"),
+        ("--threads", "-1", "--threads must be an integer >= 0"),
+        ("--workers", "0", "--workers must be an integer >= 1"),
+    ):
+        out = tmp_path / f"{option[2:]}.hdf5"
+        result = CliRunner().invoke(elmo_cli, ["embed", str(fixture_dir), str(text_file), str(out), option, value])
+        assert result.exit_code == 1 and said in result.output, result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit)
+        assert not out.exists(), "nothing is written for a refused setting"
+
+
+def test_merging_a_file_that_is_not_hdf5_names_it(tmp_path):
+    from spacy_elmo.embed import ShardError, merge_shards
+
+    for name, content in (("truncated.hdf5", b"\x89HDF\r\n\x1a\n" + b"\0" * 20), ("text.hdf5", b"not hdf5")):
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(ShardError, match=rf"{name}: not a readable HDF5 file"):
+            merge_shards([tmp_path / name], tmp_path / "merged.hdf5")
+    assert not (tmp_path / "merged.hdf5").exists()

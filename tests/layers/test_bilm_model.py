@@ -1,5 +1,7 @@
 """The biLM layer runs through the one runner: its out-of-memory split serves the pipe too."""
 
+import re
+
 import numpy
 import pytest
 import spacy
@@ -93,3 +95,22 @@ def test_a_bad_precision_names_the_option_and_the_allowed_values():
         fixture_nlp("float8")
     with pytest.raises(ValueError, match="mixed_precision"):
         spacy.blank("en").add_pipe("elmo", config={"model": {"precision": "bf16", "mixed_precision": True}})
+
+
+@pytest.mark.parametrize(
+    "setting,value,said",
+    [
+        ("n_threads", "2", "n_threads must be an integer >= 0 (0 = torch's own setting), got '2'"),
+        ("n_threads", -1, "n_threads must be an integer >= 0"),
+        ("token_budget", 0, "token_budget must be an integer >= 1, got 0"),
+    ],
+)
+def test_a_bad_run_setting_names_itself(setting, value, said):
+    with pytest.raises(ValueError, match=re.escape(said)):
+        spacy.blank("en").add_pipe("elmo", config={"model": {setting: value}})
+
+
+def test_fp16_on_the_cpu_is_refused_before_any_doc_is_processed():
+    nlp = fixture_nlp("fp16")
+    with pytest.raises(ValueError, match="precision 'fp16' is for GPUs"):
+        nlp("No fp16 products on a CPU.")

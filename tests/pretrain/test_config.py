@@ -100,3 +100,15 @@ def test_an_unknown_or_misused_optimizer_is_refused_naming_the_key():
     assert "training.optimizer.learn_rate is -1" in problem(**{"training.optimizer.learn_rate": -1})
     # thinc's Adam.v1 makes a thinc optimizer, for `spacy train`: not one pretraining can use
     assert "training.optimizer is" in problem(**{"training.optimizer.@optimizers": "Adam.v1"})
+
+
+@pytest.mark.parametrize(
+    "value,said",
+    [(-1, "greater than or equal to 0"), (1.5, "valid integer"), ("2", "valid integer")],
+)
+def test_training_threads_must_be_a_whole_count(value, said):
+    config = load_config(text='[paths]\ntrain = "x"', overrides={"training.n_threads": value})
+    with pytest.raises(
+        PretrainConfigError, match=rf"my.cfg: training.n_threads is {value!r}; input should be .*{said}"
+    ):
+        PretrainSettings.from_config(config, "my.cfg")
