@@ -17,6 +17,8 @@ from typing import Callable, Optional
 
 import numpy
 
+from ..io.atomic import atomic_path
+from ..io.resolve import resolve_model
 from ..launch_env import launch_env
 from ..mix import REDUCTIONS, reduce_layers
 from ..text import detect_format, make_tokenizer, open_text, texts_from_jsonl
@@ -158,6 +160,27 @@ def embed_file(
 
     if shard is not None:
         output_path = shard_path(output_path, shard)
+    # the model first: a model that does not load leaves no output behind
+    if workers <= 1:
+        _init_worker(settings, threads=None)
+    else:
+        resolve_model(settings.model, option="MODEL")  # the workers load it
+    described = {
+        "model": settings.model,
+        "layers": settings.layers,
+        "tokenizer": settings.tokenizer,
+        "dtype": settings.dtype,
+        "precision": settings.precision,
+    }
+    current = json.dumps(described)
+    if not output_path.exists():
+        # a new output appears whole, header included, so a run killed at any point before its first
+        # chunk leaves nothing or a file that the next run resumes
+        with atomic_path(output_path) as tmp, h5py.File(tmp, "w") as new:
+            new.attrs["settings"] = current
+            if shard is not None:
+                new.attrs["shard"] = json.dumps(list(shard))
+            new.attrs["complete"] = False
     try:
         handle = h5py.File(output_path, "a")
     except OSError as err:
@@ -165,14 +188,6 @@ def embed_file(
     written = 0
     with handle:
         previous = handle.attrs.get("settings")
-        described = {
-            "model": settings.model,
-            "layers": settings.layers,
-            "tokenizer": settings.tokenizer,
-            "dtype": settings.dtype,
-        }
-        described["precision"] = settings.precision
-        current = json.dumps(described)
         if previous is not None and previous != current:
             raise ValueError(
                 f"{output_path} was started with other settings ({previous}); "
@@ -188,7 +203,6 @@ def embed_file(
         results: Iterable[list[tuple[int, numpy.ndarray]]]
         pool: Optional[ProcessPoolExecutor] = None
         if workers <= 1:
-            _init_worker(settings, threads=None)
             results = map(_embed_chunk, chunks)
         else:
             pool = ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(settings, 1))

@@ -161,3 +161,41 @@ def test_merging_a_file_that_is_not_hdf5_names_it(tmp_path):
         with pytest.raises(ShardError, match=rf"{name}: not a readable HDF5 file"):
             merge_shards([tmp_path / name], tmp_path / "merged.hdf5")
     assert not (tmp_path / "merged.hdf5").exists()
+
+
+def test_a_model_that_does_not_load_leaves_no_output(text_file, tmp_path):
+    out = tmp_path / "out.hdf5"
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        embed_file(text_file, out, EmbedSettings(model=str(tmp_path / "nowhere")))
+    assert not out.exists()
+
+
+KILLED_BEFORE_THE_FIRST_CHUNK = r"""
+import os, signal, sys
+from pathlib import Path
+import spacy_elmo.embed.output as output
+from spacy_elmo.embed import EmbedSettings, embed_file
+
+def die(chunk):
+    os.kill(os.getpid(), signal.SIGKILL)  # after the model loaded and the output was created
+
+output._embed_chunk = die
+embed_file(Path(sys.argv[1]), Path(sys.argv[2]), EmbedSettings(model=sys.argv[3], chunk_size=2))
+"""
+
+
+@pytest.mark.slow
+def test_killed_before_the_first_chunk_a_rerun_finishes_the_job(fixture_dir, text_file, tmp_path):
+    out = tmp_path / "out.hdf5"
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_BEFORE_THE_FIRST_CHUNK, str(text_file), str(out), str(fixture_dir)],
+        capture_output=True,
+        timeout=300,
+    )
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    with h5py.File(out, "r") as handle:  # a valid, resumable file: header, no lines
+        assert handle.attrs["complete"] == False and not list(handle.keys())  # noqa: E712
+    assert embed_file(text_file, out, EmbedSettings(model=str(fixture_dir), chunk_size=2)) == len(LINES)
+    embed_file(text_file, tmp_path / "whole.hdf5", EmbedSettings(model=str(fixture_dir), chunk_size=2))
+    again, whole = read_all(out), read_all(tmp_path / "whole.hdf5")
+    assert again.keys() == whole.keys() and all(numpy.array_equal(again[k], whole[k]) for k in whole)
