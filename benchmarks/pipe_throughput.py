@@ -141,7 +141,7 @@ def main() -> None:
                     "docs": len(texts),
                     "lstm_dim": options.lstm_dim,
                     "projection_dim": options.projection_dim,
-                    "token_budget": bilm_model.layer_settings(nlp.get_pipe("elmo").model).token_budget,
+                    "token_budget": bilm_model.get_runner(nlp.get_pipe("elmo").model).token_budget,
                 },
                 args.output,
             )

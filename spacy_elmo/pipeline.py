@@ -174,7 +174,7 @@ class Elmo(TrainablePipe):
     @property
     def stateful(self) -> bool:
         """Whether LSTM state is carried from batch to batch (the model's setting)."""
-        return bilm_model.layer_settings(self.model).stateful
+        return bilm_model.get_runner(self.model).stateful
 
     def listener_dims(self) -> tuple[int, int]:
         """(width, n_layers) of the biLM's outputs, loading it if need be: what a listener is built for."""

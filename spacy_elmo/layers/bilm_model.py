@@ -11,9 +11,10 @@ saved pipeline is loaded (then the configured path is never read: it may not exi
 is deployed). A pipe added with `nlp.add_pipe("elmo")` and used at once, with no `nlp.initialize()`,
 loads on its first batch, before any doc is processed; a bad path fails there, naming it.
 
-The layer's settings (`BiLMLayerSettings`) are arguments of `spacy-elmo.BiLM.v1` and nothing else: they
-are kept in a frozen object that thinc does not serialize, so the config a pipeline is loaded with
-decides them, never a saved copy.
+The settings are arguments of `spacy-elmo.BiLM.v1` and nothing else: the runner holds how the biLM
+runs, and a frozen `BiLMLayerSettings` in the attrs (which thinc cannot serialize, so never saves) the
+windows and fine-tuning; the shim saves only weights. The config a pipeline is loaded with decides them,
+never a saved copy.
 """
 
 import copy
@@ -45,16 +46,13 @@ PATH_OPTION = f"{ARCHITECTURE} model.path"
 
 @dataclass(frozen=True)
 class BiLMLayerSettings:
-    """What `spacy-elmo.BiLM.v1` was built with (see its docstring for each)."""
+    """The layer's own part of what `spacy-elmo.BiLM.v1` was built with (see its docstring for each); the
+    weights path is the runner's loader's, and how the biLM runs (token budget, state, threads, precision)
+    the runner's settings."""
 
-    path: str
     window_size: int
     window_context: int
-    token_budget: int
-    stateful: bool
     fine_tune: bool
-    n_threads: int
-    precision: str
 
 
 def layer_settings(model: Model) -> BiLMLayerSettings:
@@ -248,9 +246,7 @@ def BiLM_v1(
             f"{ARCHITECTURE}: fine_tune = true needs gradients, and precision 'int8' has none; fine-tune with "
             "precision 'fp32' or 'bf16', or keep the biLM frozen (fine_tune = false) to use int8"
         )
-    settings = BiLMLayerSettings(
-        path, window_size, window_context, token_budget, stateful, fine_tune, n_threads, precision
-    )
+    settings = BiLMLayerSettings(window_size, window_context, fine_tune)
     runner = BiLMRunner(
         load=functools.partial(load_for_pipe, path),
         precision=precision,

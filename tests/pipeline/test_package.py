@@ -41,16 +41,21 @@ print(json.dumps({
 """
 
 
-def test_package_installs_and_loads_without_pickle(tmp_path):
+def elmo_ner_pipeline():
+    """elmo + an ner listening to it, initialized on 8 WNUT-17 docs (the fixture biLM)."""
     torch.set_num_threads(1)
     config = load_config(
         FIXTURES / "spacy" / "ner_textcat.cfg", overrides={"paths.elmo": str(FIXTURES / "elmo-fixture")}
     )
     config["nlp"]["pipeline"] = ["elmo", "ner"]
     nlp = load_model_from_config(config, auto_fill=True)
-    docs = DocBin().from_disk(FIXTURES / "spacy" / "train" / "wnut17.spacy").get_docs(nlp.vocab)
-    examples = [Example(nlp.make_doc(d.text), d) for d in list(docs)[:8]]
-    nlp.initialize(lambda: examples)
+    docs = list(DocBin().from_disk(FIXTURES / "spacy" / "train" / "wnut17.spacy").get_docs(nlp.vocab))[:8]
+    nlp.initialize(lambda: [Example(nlp.make_doc(d.text), d) for d in docs])
+    return nlp
+
+
+def test_package_installs_and_loads_without_pickle(tmp_path):
+    nlp = elmo_ner_pipeline()
     nlp.meta["name"] = "elmo_package_test"
     nlp.meta["version"] = "0.0.1"
     expected = list(nlp.pipe(TEXTS))
@@ -81,14 +86,7 @@ def test_package_installs_and_loads_without_pickle(tmp_path):
 
 def test_standalone_ner_after_replace_listeners_loads_in_a_fresh_process(tmp_path):
     """replace_listeners + removing the elmo pipe leaves an ner that owns its biLM, loadable alone."""
-    torch.set_num_threads(1)
-    config = load_config(
-        FIXTURES / "spacy" / "ner_textcat.cfg", overrides={"paths.elmo": str(FIXTURES / "elmo-fixture")}
-    )
-    config["nlp"]["pipeline"] = ["elmo", "ner"]
-    nlp = load_model_from_config(config, auto_fill=True)
-    docs = list(DocBin().from_disk(FIXTURES / "spacy" / "train" / "wnut17.spacy").get_docs(nlp.vocab))[:8]
-    nlp.initialize(lambda: [Example(nlp.make_doc(d.text), d) for d in docs])
+    nlp = elmo_ner_pipeline()
     texts = ["New York is big", "Saw Justin Bieber in London"]
     expected = [[[e.start, e.end, e.label_] for e in d.ents] for d in nlp.pipe(texts)]
     nlp.replace_listeners("elmo", "ner", ["model.tok2vec"])

@@ -13,7 +13,7 @@ from fixture_paths import ELMO_FIXTURE
 from spacy_elmo.bilm.runner import BiLMRunner
 from spacy_elmo.io.arrays import WeightsError
 from spacy_elmo.io.native import save_native
-from spacy_elmo.layers.bilm_model import get_runner, layer_settings
+from spacy_elmo.layers.bilm_model import get_runner
 from spacy_elmo.pipeline import Elmo
 
 N_LAYERS, WIDTH = 3, 32  # the fixture: 2 LSTM layers + the token layer; projection_dim 16
@@ -280,8 +280,6 @@ def test_loading_keeps_the_settings_of_the_loading_config(nlp, tmp_path):
     model = {"token_budget": 256, "stateful": True, "n_threads": 1}
     loaded = spacy.load(tmp_path / "pipeline", config={"components": {"elmo": {"model": model}}})
     elmo = loaded.get_pipe("elmo")
-    settings = layer_settings(elmo.model)
-    assert (settings.token_budget, settings.stateful, settings.n_threads) == (256, True, 1)
     runner = get_runner(elmo.model)
     assert (runner.token_budget, runner.stateful, runner.n_threads) == (256, True, 1)
     assert elmo.stateful is True
