@@ -174,13 +174,10 @@ def embed_file(
     }
     current = json.dumps(described)
     if not output_path.exists():
-        # a new output appears whole, header included, so a run killed at any point before its first
-        # chunk leaves nothing or a file that the next run resumes
-        with atomic_path(output_path) as tmp, h5py.File(tmp, "w") as new:
-            new.attrs["settings"] = current
-            if shard is not None:
-                new.attrs["shard"] = json.dumps(list(shard))
-            new.attrs["complete"] = False
+        # a new output appears whole (an empty, valid HDF5 file), so a run killed at any point before its
+        # first chunk leaves nothing or a file that the next run opens and fills
+        with atomic_path(output_path) as tmp:
+            h5py.File(tmp, "w").close()
     try:
         handle = h5py.File(output_path, "a")
     except OSError as err:
