@@ -1,6 +1,5 @@
 """`spacy elmo verify`: load a model with every check and say what it is (digest, options, shapes)."""
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any, Optional
@@ -8,19 +7,9 @@ from typing import Any, Optional
 import typer
 
 from ..bilm.bilm import BiLM
-from ..io.arrays import bilm_arrays
-from ..io.hdf5 import load_bilm_tf
-from ..io.native import inspect_native
-from ..io.resolve import resolve_model
+from ..io.arrays import MAX_ABS_WEIGHT, bilm_arrays, weight_range
+from ..io.resolve import load_model
 from . import elmo_cli
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def describe(bilm: BiLM) -> dict[str, Any]:
@@ -62,34 +51,48 @@ def verify_cli(
         ..., help="A native model directory, a bilm-tf/AllenNLP directory or .hdf5 file, or a shipped name"
     ),
     options: Optional[Path] = typer.Option(None, "--options", help="options.json, if not beside the .hdf5"),
+    sha256: Optional[str] = typer.Option(
+        None, "--sha256", help="refuse the model unless its digest is this one (as `verify` prints it)"
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of text"),
 ) -> None:
-    """Check a model (every array against its options; a native model against its recorded digest) and
-    print its digest, options and shapes. Exit status 1 if it does not load."""
+    """Check a model (every array against its options and for damaged values; a native model against its
+    recorded digest; the digest against --sha256) and print its digest, options and shapes. Exit status 1
+    if it does not load."""
     try:
-        source = resolve_model(model, options)
-        if source.kind == "native":
-            bilm, digest = inspect_native(source.path)
-            digest_of = "recorded in the file and checked"
-        else:
-            bilm = load_bilm_tf(source.options_file, source.weight_file, source.vocab_file)
-            digest, digest_of = file_sha256(source.weight_file), f"of {source.weight_file.name}"
+        loaded = load_model(model, options, sha256=sha256)
     except (FileNotFoundError, ValueError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None
+    largest, holder = weight_range(bilm_arrays(loaded.bilm))
+    checked = [
+        "every array's name and shape against the options",
+        f"every weight finite and within +-{MAX_ABS_WEIGHT:g}",
+        *(["the digest recorded in the file"] if loaded.source.kind == "native" else []),
+        *(["the pinned digest (--sha256)"] if sha256 else []),
+    ]
     report = {
-        "model": str(source.path),
-        "format": source.kind,
-        "sha256": digest,
-        "sha256_of": digest_of,
-        **describe(bilm),
+        "model": str(loaded.source.path),
+        "format": loaded.source.kind,
+        "sha256": loaded.sha256,
+        "sha256_of": loaded.sha256_of,
+        "content_sha256": loaded.content_sha256,
+        "converted_from": loaded.converted_from,
+        "max_abs_weight": {"value": largest, "array": holder},
+        "checked": checked,
+        **describe(loaded.bilm),
     }
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         return
     lstm, cnn, params = report["lstm"], report["char_cnn"], report["parameters"]
     typer.echo(f"model    {report['model']} ({report['format']})")
-    typer.echo(f"sha256   {digest} ({digest_of})")
+    typer.echo(f"sha256   {loaded.sha256} ({loaded.sha256_of})")
+    if loaded.converted_from:
+        source = loaded.converted_from
+        typer.echo(
+            f"source   converted from {source.get('format')} {source.get('file')}, sha256 {source.get('sha256')}"
+        )
     typer.echo(f"layers   {report['layers']} x {report['output_dim']} (token layer + {lstm['n_layers']} LSTM layers)")
     typer.echo(
         f"lstm     dim {lstm['dim']} -> projection {lstm['projection_dim']}, clips {lstm['cell_clip']}/"
@@ -104,4 +107,6 @@ def verify_cli(
         f"params   {params['total']:,} (token encoder {params['token_encoder']:,}, lstm {params['lstm']:,}, "
         f"softmax {params['softmax']:,}{f' over {vocab:,} words' if vocab else ''}) in {report['n_arrays']} arrays"
     )
+    typer.echo(f"weights  largest |w| {largest:.4g} (in {holder})")
+    typer.echo("checked  " + "; ".join(checked))
     typer.echo("ok")

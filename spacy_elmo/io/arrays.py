@@ -26,6 +26,10 @@ from ..bilm.options import BiLMOptions
 PathLike = Union[str, Path]
 RAW_CHARACTERS = 261
 SOFTMAX_ARRAYS = ("softmax/W", "softmax/b")
+# No trained ELMo comes near this magnitude (the released and shipped models stay under ~50), while one
+# flipped high exponent bit turns any weight above ~1e-30 into something beyond it (near 1e37 for a
+# typical weight): the cheapest check a checksum-free format allows.
+MAX_ABS_WEIGHT = 1e4
 
 
 class WeightsError(ValueError):
@@ -85,6 +89,36 @@ def check_accounted_for(names: Iterable[str], options: BiLMOptions, source: str)
     raise WeightsError(f"{source}: {len(extra)} weight array(s) that the options do not account for ({shown}): {hint}")
 
 
+def check_values(name: str, array: numpy.ndarray, source: str) -> float:
+    """Refuse NaN, infinite and absurdly large weights, naming the array and where; returns max |w|."""
+    if array.size == 0:
+        return 0.0
+    finite = numpy.isfinite(array)
+    if not finite.all():
+        where = tuple(int(i) for i in numpy.argwhere(~finite)[0])
+        raise WeightsError(
+            f"{source}: dataset '{name}' holds a NaN or infinite value at {where} (a damaged file or a diverged model)"
+        )
+    magnitude = numpy.abs(array)
+    largest = float(magnitude.max())
+    if largest > MAX_ABS_WEIGHT:
+        where = tuple(int(i) for i in numpy.unravel_index(int(magnitude.argmax()), array.shape))
+        raise WeightsError(
+            f"{source}: dataset '{name}' holds {array[where]:.6g} at {where}, beyond the {MAX_ABS_WEIGHT:g} that no "
+            "trained ELMo reaches: the file is damaged (a flipped bit?); copy or download it again"
+        )
+    return largest
+
+
+def weight_range(arrays: Iterable[tuple[str, numpy.ndarray]]) -> tuple[float, str]:
+    """The largest |weight| over the arrays and the array that holds it."""
+    largest, holder = 0.0, ""
+    for name, value in arrays:
+        if value.size and float(numpy.abs(value).max()) > largest:
+            largest, holder = float(numpy.abs(value).max()), name
+    return largest, holder
+
+
 def bilm_arrays(bilm: BiLM) -> Iterator[tuple[str, numpy.ndarray]]:
     """The model's weights as reference-layout arrays, in the reference orientation."""
     o = bilm.options
@@ -121,7 +155,7 @@ def build_bilm(
     source: str = "weights",
     vocab: Optional[list[str]] = None,
 ) -> BiLM:
-    """A BiLM from reference-layout arrays, every name and shape checked against the options."""
+    """A BiLM from reference-layout arrays, every name, shape and value checked (`check_values`)."""
     options = BiLMOptions.from_dict(options.to_dict(), source=source)
     check_accounted_for(arrays, options, source)
     shapes = expected_shapes(options)
@@ -147,6 +181,8 @@ def build_bilm(
         raise WeightsError(
             f"{source}: vocabulary has {len(vocab)} words but the softmax has {options.n_tokens_vocab} rows"
         )
+    for name in sorted(arrays):
+        check_values(name, arrays[name], source)
     bilm = BiLM(options, with_softmax=with_softmax)
     load_arrays(bilm, arrays)
     bilm.vocab = list(vocab) if vocab is not None else None

@@ -8,10 +8,10 @@ error the temporary is removed and the target is left as it was.
 """
 
 import contextlib
+import glob
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Union
@@ -23,6 +23,38 @@ TEMPORARY_SUFFIX = re.compile(r"\.tmp(\d+)$")
 def temporary_sibling(path: Path) -> Path:
     """Where `path` is written before it is renamed into place."""
     return path.with_name(f"{path.name}.tmp{os.getpid()}")
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def remove_stale_temporaries(path: PathLike) -> list[Path]:
+    """Remove what a killed writer of `path` left behind: `<name>.tmp<pid>` siblings (files or
+    directories) whose process is gone. A live writer's temporary is kept. Returns what was removed."""
+    target = Path(path)
+    removed: list[Path] = []
+    if not target.parent.exists():
+        return removed
+    for sibling in target.parent.glob(f"{glob.escape(target.name)}.tmp*"):
+        match = TEMPORARY_SUFFIX.search(sibling.name)
+        if match is None or sibling.name != f"{target.name}{match.group(0)}" or _alive(int(match.group(1))):
+            continue
+        if sibling.is_dir():
+            shutil.rmtree(sibling, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                sibling.unlink()
+        removed.append(sibling)
+    return removed
 
 
 def fsync_path(path: Path) -> None:
@@ -76,7 +108,9 @@ def atomic_directory(path: PathLike) -> Iterator[Path]:
     and this one is discarded: the two hold the same content by construction."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp", dir=target.parent))
+    tmp = temporary_sibling(target)
+    shutil.rmtree(tmp, ignore_errors=True)  # left by a dead process that had this pid
+    tmp.mkdir()
     try:
         yield tmp
         for child in tmp.iterdir():

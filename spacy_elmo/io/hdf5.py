@@ -41,8 +41,6 @@ def _read_dataset(handle: "h5py.File", name: str, shape: tuple[int, ...], path: 
         raise WeightsError(f"{path}: dataset '{name}' cannot be read (truncated or corrupt file?): {err}") from None
     if not numpy.issubdtype(data.dtype, numpy.floating):
         raise WeightsError(f"{path}: dataset '{name}' has dtype {data.dtype}, expected floating point")
-    if not numpy.all(numpy.isfinite(data)):
-        raise WeightsError(f"{path}: dataset '{name}' holds NaN or infinite values")
     return data.astype(numpy.float32, copy=False)
 
 
@@ -86,11 +84,16 @@ def save_bilm_tf(
     options_file: PathLike,
     weight_file: PathLike,
     vocab_file: Optional[PathLike] = None,
+    converted_from: Optional[dict[str, str]] = None,
 ) -> None:
-    """Write options.json + HDF5 in the reference layout (+ softmax and vocabulary when the model has them)."""
+    """Write options.json + HDF5 in the reference layout (+ softmax and vocabulary when the model has them);
+    `converted_from` (format, file, sha256 of the source) goes into the file's attributes, which bilm-tf
+    and AllenNLP ignore."""
     with atomic_path(weight_file) as tmp, _open_hdf5(tmp, "w") as handle:
         for name, value in bilm_arrays(bilm):
             handle.create_dataset(name, data=value, dtype="float32")
+        for key, recorded in (converted_from or {}).items():
+            handle.attrs[f"spacy_elmo_source_{key}"] = str(recorded)
     atomic_write_text(options_file, json.dumps(bilm.options.to_dict(), indent=2) + "\n")
     if vocab_file is not None and bilm.vocab is not None:
         write_vocab(bilm.vocab, vocab_file)

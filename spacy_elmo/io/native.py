@@ -6,11 +6,14 @@ those of the bilm-tf layout (`arrays.py`), so the two formats hold the very same
 A SHA-256 digest of the options, the vocabulary and every stored array is written with them and
 checked on load, so a flipped bit is an error naming the file instead of silently different vectors;
 a file without a valid digest field is refused.
+A model converted from another format records where it came from (`converted_from`: the source's format,
+file name and SHA-256), inside what the digest covers; files without that record keep the digest they had.
 A native model on disk is a directory: `options.json` (readable) and `model.msgpack`.
 """
 
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -27,6 +30,7 @@ ALLOWED_DTYPES = ("float32", "float16", "int32", "int64")
 MODEL_FILE = "model.msgpack"
 OPTIONS_FILE = "options.json"
 DIGEST_KEY = "sha256"
+SOURCE_KEY = "converted_from"
 
 
 def encode_array(array: numpy.ndarray) -> dict[str, Any]:
@@ -49,9 +53,17 @@ def decode_array(value: dict[str, Any], name: str = "array", source: str = "mode
     return numpy.frombuffer(data, dtype=dtype).reshape(shape).copy()
 
 
-def payload_digest(options: dict[str, Any], weights: dict[str, dict[str, Any]], vocab: Optional[list[str]]) -> str:
-    """SHA-256 of what a model file stores: the options, the vocabulary and each encoded array."""
+def payload_digest(
+    options: dict[str, Any],
+    weights: dict[str, dict[str, Any]],
+    vocab: Optional[list[str]],
+    converted_from: Optional[dict[str, Any]] = None,
+) -> str:
+    """SHA-256 of what a model file stores: the options, the vocabulary, each encoded array and, when
+    recorded, the source it was converted from."""
     digest = hashlib.sha256()
+    if converted_from is not None:
+        digest.update(json.dumps({SOURCE_KEY: converted_from}, sort_keys=True).encode("utf-8"))
     digest.update(json.dumps(options, sort_keys=True).encode("utf-8"))
     digest.update(json.dumps(vocab, ensure_ascii=False).encode("utf-8", "surrogatepass"))
     for name in sorted(weights):
@@ -63,10 +75,15 @@ def payload_digest(options: dict[str, Any], weights: dict[str, dict[str, Any]], 
     return digest.hexdigest()
 
 
-def bilm_to_bytes(bilm: BiLM, softmax_dtype: str = "float32", keep_softmax: bool = True) -> bytes:
+def bilm_to_bytes(
+    bilm: BiLM,
+    softmax_dtype: str = "float32",
+    keep_softmax: bool = True,
+    converted_from: Optional[dict[str, Any]] = None,
+) -> bytes:
     """The model file's bytes. `softmax_dtype="float16"` halves the language-model head (it serves only
     perplexity and fine-tuning, and is the largest array of a small model); `keep_softmax=False` drops it
-    and the vocabulary (an embedding-only model)."""
+    and the vocabulary (an embedding-only model); `converted_from` records the source of a conversion."""
     weights = {}
     for name, value in bilm_arrays(bilm):
         if name in SOFTMAX_ARRAYS:
@@ -83,8 +100,10 @@ def bilm_to_bytes(bilm: BiLM, softmax_dtype: str = "float32", keep_softmax: bool
         "options": options,
         "weights": weights,
         "vocab": vocab,
-        DIGEST_KEY: payload_digest(options, weights, vocab),
+        DIGEST_KEY: payload_digest(options, weights, vocab, converted_from),
     }
+    if converted_from is not None:
+        payload[SOURCE_KEY] = converted_from
     return srsly.msgpack_dumps(payload)
 
 
@@ -104,7 +123,10 @@ def _checked_payload(data: bytes, source: str) -> dict[str, Any]:
             f"{source}: the model file records no valid SHA-256 digest ({DIGEST_KEY!r} is {recorded!r}); its "
             "contents cannot be checked (a damaged file, or one not written by spacy-elmo): export the model again"
         )
-    actual = payload_digest(payload["options"], payload["weights"], payload.get("vocab"))
+    converted_from = payload.get(SOURCE_KEY)
+    if converted_from is not None and not isinstance(converted_from, dict):
+        raise WeightsError(f"{source}: the model file is corrupt: {SOURCE_KEY!r} is {converted_from!r}")
+    actual = payload_digest(payload["options"], payload["weights"], payload.get("vocab"), converted_from)
     if actual != recorded:
         raise WeightsError(
             f"{source}: the model file is corrupt: its contents have SHA-256 {actual}, but it was written "
@@ -124,24 +146,36 @@ def bilm_from_bytes(data: bytes, source: str = "model bytes") -> BiLM:
     return _bilm_from_payload(_checked_payload(data, source), source)
 
 
-def inspect_native(directory: Union[str, Path]) -> tuple[BiLM, str]:
-    """The model and its digest (recorded in the file and checked)."""
+@dataclass(frozen=True)
+class NativeModel:
+    """A loaded native model, its digest (recorded in the file and checked) and, for a converted model,
+    the format, file name and SHA-256 of what it was converted from."""
+
+    bilm: BiLM
+    sha256: str
+    converted_from: Optional[dict[str, Any]]
+
+
+def inspect_native(directory: Union[str, Path]) -> NativeModel:
     path = Path(directory) / MODEL_FILE
     if not path.exists():
         raise FileNotFoundError(f"no native spacy-elmo model at {directory} (missing {MODEL_FILE})")
     payload = _checked_payload(path.read_bytes(), str(path))
     _check_readable_copy(Path(directory), payload["options"])
-    return _bilm_from_payload(payload, str(path)), payload[DIGEST_KEY]
+    return NativeModel(_bilm_from_payload(payload, str(path)), payload[DIGEST_KEY], payload.get(SOURCE_KEY))
 
 
 def save_native(
-    bilm: BiLM, directory: Union[str, Path], softmax_dtype: str = "float32", keep_softmax: bool = True
+    bilm: BiLM,
+    directory: Union[str, Path],
+    softmax_dtype: str = "float32",
+    keep_softmax: bool = True,
+    converted_from: Optional[dict[str, Any]] = None,
 ) -> Path:
     """Write a native model directory (each file atomically, see `io/atomic.py`); see `bilm_to_bytes`."""
     directory = Path(directory)
-    atomic_write_bytes(
-        directory / MODEL_FILE, bilm_to_bytes(bilm, softmax_dtype=softmax_dtype, keep_softmax=keep_softmax)
-    )
+    data = bilm_to_bytes(bilm, softmax_dtype=softmax_dtype, keep_softmax=keep_softmax, converted_from=converted_from)
+    atomic_write_bytes(directory / MODEL_FILE, data)
     options = bilm.options.to_dict()
     if not keep_softmax:
         options.pop("n_tokens_vocab", None)
@@ -150,7 +184,7 @@ def save_native(
 
 
 def load_native(directory: Union[str, Path]) -> BiLM:
-    return inspect_native(directory)[0]
+    return inspect_native(directory).bilm
 
 
 def _check_readable_copy(directory: Path, stored: dict[str, Any]) -> None:

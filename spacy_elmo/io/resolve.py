@@ -1,17 +1,23 @@
 """Find and load a biLM from whatever the user points at: a native directory, a bilm-tf/AllenNLP
 directory or HDF5 file, or the name of a model shipped in the package ("" is the shipped default).
 
-`resolve_model` is the one place that turns such a path into files, and `load_bilm` loads them.
+`resolve_model` is the one place that turns such a path into files, and `load_model` loads them with
+every check: each array's shape and values (`arrays.py`), a native file's recorded digest, and the digest
+a user pinned. `load_model` also says what was loaded, by content: `sha256` is what `verify` prints and a
+pin is compared with (a native model's recorded digest, or the SHA-256 of a bilm-tf .hdf5 file, as
+`sha256sum` prints it), `content_sha256` covers everything that shapes the vectors (for bilm-tf: the .hdf5
+and options.json), which is what `embed` outputs are bound to.
 Every error names the path and says what was expected there.
 """
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from ..bilm.bilm import BiLM
+from .digest import check_pin, combined_sha256, file_sha256, parse_pin
 from .hdf5 import load_bilm_tf
-from .native import MODEL_FILE, OPTIONS_FILE, is_native, load_native
+from .native import MODEL_FILE, OPTIONS_FILE, inspect_native, is_native
 
 PathLike = Union[str, Path]
 SHIPPED_MODELS_DIR = Path(__file__).parent.parent / "models"
@@ -82,9 +88,60 @@ def resolve_model(path: PathLike, options_file: Optional[PathLike] = None, optio
     return ModelSource("bilm-tf", target, options, weight_file, vocab if vocab.exists() else None)
 
 
-def load_bilm(path: PathLike, options_file: Optional[PathLike] = None, option: str = "") -> BiLM:
-    """Load a biLM from anything `resolve_model` accepts."""
+@dataclass(frozen=True)
+class LoadedModel:
+    """A biLM and what it was loaded from (see the module docstring for the two digests)."""
+
+    bilm: BiLM
+    source: ModelSource
+    sha256: str
+    sha256_of: str
+    content_sha256: str
+    converted_from: Optional[dict[str, Any]] = None
+
+    def describe(self) -> dict[str, Any]:
+        """What an output records of its model."""
+        return {
+            "path": str(self.source.path),
+            "format": self.source.kind,
+            "sha256": self.sha256,
+            "content_sha256": self.content_sha256,
+        }
+
+
+def load_model(
+    path: PathLike,
+    options_file: Optional[PathLike] = None,
+    option: str = "",
+    sha256: Optional[str] = None,
+    sha256_option: str = "--sha256",
+) -> LoadedModel:
+    """Load a biLM from anything `resolve_model` accepts, with every check; `sha256` pins its digest."""
+    parse_pin(sha256, sha256_option)  # a malformed pin is refused before any file is read
     source = resolve_model(path, options_file, option)
     if source.kind == "native":
-        return load_native(source.path)
-    return load_bilm_tf(source.options_file, source.weight_file, source.vocab_file)
+        native = inspect_native(source.path)
+        check_pin(native.sha256, sha256, str(source.weight_file), sha256_option)
+        return LoadedModel(
+            native.bilm,
+            source,
+            native.sha256,
+            "recorded in the file and checked",
+            native.sha256,
+            native.converted_from,
+        )
+    if not source.weight_file.exists():
+        raise FileNotFoundError(f"weight file not found: {source.weight_file}")
+    weights_sha256 = file_sha256(source.weight_file)
+    check_pin(weights_sha256, sha256, str(source.weight_file), sha256_option)
+    bilm = load_bilm_tf(source.options_file, source.weight_file, source.vocab_file)
+    options_sha256 = file_sha256(source.options_file)
+    content = combined_sha256({"weights": weights_sha256, "options": options_sha256})
+    return LoadedModel(bilm, source, weights_sha256, f"of {source.weight_file.name}", content)
+
+
+def load_bilm(
+    path: PathLike, options_file: Optional[PathLike] = None, option: str = "", sha256: Optional[str] = None
+) -> BiLM:
+    """Load a biLM from anything `resolve_model` accepts (`load_model` without the description)."""
+    return load_model(path, options_file, option, sha256).bilm

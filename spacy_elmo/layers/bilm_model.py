@@ -30,18 +30,26 @@ from thinc.api import ArgsKwargs, Model, PyTorchShim, get_torch_default_device, 
 from thinc.types import Floats3d
 
 from .. import chars
-from ..bilm.batching import DEFAULT_TOKEN_BUDGET, token_budget_batches
+from ..bilm.batching import (
+    DEFAULT_TOKEN_BUDGET,
+    DEFAULT_WINDOW_CONTEXT,
+    DEFAULT_WINDOW_SIZE,
+    check_window,
+    token_budget_batches,
+)
 from ..bilm.bilm import BiLM
 from ..bilm.options import BiLMOptions
 from ..bilm.precision import check_precision
 from ..bilm.runner import BiLMRunner, token_slice
+from ..io.digest import parse_pin
 from ..io.native import bilm_from_bytes, bilm_to_bytes
-from ..io.resolve import load_bilm
-from .segments import DEFAULT_WINDOW_CONTEXT, DEFAULT_WINDOW_SIZE, check_window, segment_docs
+from ..io.resolve import load_model
+from .segments import segment_docs
 
 BILM_LAYER_NAME = "elmo-bilm"
 ARCHITECTURE = "spacy-elmo.BiLM.v1"
 PATH_OPTION = f"{ARCHITECTURE} model.path"
+SHA256_OPTION = f"{ARCHITECTURE} model.sha256"
 
 
 @dataclass(frozen=True)
@@ -80,9 +88,9 @@ def prepare_for_pipe(bilm: BiLM) -> BiLM:
     return bilm.to(get_torch_default_device())
 
 
-def load_for_pipe(path: str) -> BiLM:
+def load_for_pipe(path: str, sha256: Optional[str] = None) -> BiLM:
     """The runner's loader (a module-level function, so the runner stays picklable)."""
-    return prepare_for_pipe(load_bilm(path, option=PATH_OPTION))
+    return prepare_for_pipe(load_model(path, option=PATH_OPTION, sha256=sha256, sha256_option=SHA256_OPTION).bilm)
 
 
 def serialize_runner(runner: BiLMRunner) -> bytes:
@@ -213,6 +221,7 @@ def BiLM_v1(
     fine_tune: bool = False,
     n_threads: int = 0,
     precision: str = "fp32",
+    sha256: Optional[str] = None,
 ) -> Model[list[Doc], list[Floats3d]]:
     """The biLM layer: docs -> one (L+1, n_tokens, 2P) array of layer outputs per doc.
 
@@ -232,7 +241,10 @@ def BiLM_v1(
         only, inference only: dynamic quantization, weights quantized once when loaded, never saved so)
         or "fp16" (GPU). Outputs are float32 whatever the precision; `spacy_elmo.bilm.precision` says
         how each is computed, benchmarks/RESULTS.md what each costs.
+    sha256: pin the weights: loading refuses a model whose digest (as `spacy elmo verify` prints it: a
+        native model's recorded digest, or the SHA-256 of a bilm-tf .hdf5 file) is not this one.
     """
+    parse_pin(sha256, SHA256_OPTION)
     check_window(window_size, window_context)
     check_precision(precision, f"{ARCHITECTURE} precision")
     if isinstance(n_threads, bool) or not isinstance(n_threads, int) or n_threads < 0:
@@ -248,7 +260,7 @@ def BiLM_v1(
         )
     settings = BiLMLayerSettings(window_size, window_context, fine_tune)
     runner = BiLMRunner(
-        load=functools.partial(load_for_pipe, path),
+        load=functools.partial(load_for_pipe, path, sha256),
         precision=precision,
         token_budget=token_budget,
         stateful=stateful,
