@@ -5,6 +5,11 @@ that over the budget; a row longer than the budget gets a batch of its own (noth
 Sorted by length (the default), rows of similar length share a batch and little is padding; unsorted,
 the given order is kept (stateful embedding, where row i continues row i of the previous batch).
 Used by the pipe, `embed` and the pretraining's evaluation batches.
+
+Windows: a sequence longer than `window_size` tokens is cut into overlapping windows, each of which
+answers for its central part and reads `window_context` extra tokens on each side (`windows`); the pipe
+(`layers/segments.py`) and `BiLMRunner.embed_windowed` cut with the same function, so a text gets the
+same vectors from both.
 """
 
 from collections.abc import Sequence
@@ -12,6 +17,8 @@ from typing import Optional
 
 DEFAULT_TOKEN_BUDGET = 4096
 DEFAULT_MAX_BATCH_SIZE = 1024
+DEFAULT_WINDOW_SIZE = 128
+DEFAULT_WINDOW_CONTEXT = 16
 
 
 def token_budget_batches(
@@ -40,3 +47,26 @@ def token_budget_batches(
     if current:
         batches.append(current)
     return batches
+
+
+def check_window(window_size: int, window_context: int) -> None:
+    if window_size < 1:
+        raise ValueError(f"window_size must be >= 1, got {window_size}")
+    if window_context < 0 or 2 * window_context >= window_size:
+        raise ValueError(
+            f"window_context must be >= 0 and less than half of window_size ({window_size}), got {window_context}"
+        )
+
+
+def windows(n: int, window_size: int, window_context: int) -> list[tuple]:
+    """(start, end, keep_start, keep_end) over range(n): keeps tile [0, n), each window <= window_size."""
+    if n <= window_size:
+        return [(0, n, 0, n)] if n else []
+    stride = window_size - 2 * window_context
+    out = []
+    for keep_start in range(0, n, stride):
+        keep_end = min(keep_start + stride, n)
+        start = max(keep_start - window_context, 0)
+        end = min(keep_end + window_context, n)
+        out.append((start, end, keep_start - start, keep_end - start))
+    return out

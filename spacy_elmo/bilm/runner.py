@@ -23,7 +23,7 @@ import numpy
 import torch
 
 from .. import chars
-from .batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET, token_budget_batches
+from .batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET, token_budget_batches, windows
 from .bilm import BiLM
 from .lstm import BiLSTMStack, LSTMState
 from .precision import check_device, products_for, slower_than_fp32_here
@@ -228,13 +228,41 @@ class BiLMRunner(torch.nn.Module):
 
     def embed_sentences(self, sentences: Sequence[Sequence[str]]) -> list[numpy.ndarray]:
         """Any number of sentences, in length-sorted batches under the token budget (stateless only)."""
+        return self.embed_windowed(sentences, window_size=None)
+
+    def embed_windowed(
+        self,
+        sentences: Sequence[Sequence[str]],
+        window_size: Optional[int],
+        window_context: int = 0,
+    ) -> list[numpy.ndarray]:
+        """`embed_sentences`, with every sentence longer than `window_size` tokens cut into the pipe's
+        overlapping windows (`batching.windows`) and stitched back, so memory is bounded by the window
+        and the token budget, not by the longest sentence. Sentences that fit are run exactly as
+        `embed_sentences` runs them (the same batches, so the same bits)."""
         if self.stateful:
             raise ValueError("stateful embedding keeps the caller's batches: call embed_batch per batch")
+        # pieces: (sentence index, start, end, keep_start, keep_end)
+        pieces: list[tuple[int, int, int, int, int]] = []
+        for index, sentence in enumerate(sentences):
+            n = len(sentence)
+            if window_size is None or n <= window_size:
+                pieces.append((index, 0, n, 0, n))
+            else:
+                pieces.extend((index, *cut) for cut in windows(n, window_size, window_context))
         results: list[Optional[numpy.ndarray]] = [None] * len(sentences)
-        lengths = [len(s) + 2 for s in sentences]
+        lengths = [end - start + 2 for _, start, end, _, _ in pieces]
         for batch in token_budget_batches(lengths, self.token_budget, self.max_batch_size):
-            for index, array in zip(batch, self.embed_batch([sentences[i] for i in batch])):
-                results[index] = array
+            words = [sentences[pieces[i][0]][pieces[i][1] : pieces[i][2]] for i in batch]
+            for i, array in zip(batch, self.embed_batch(words)):
+                index, start, end, keep_start, keep_end = pieces[i]
+                if keep_start == 0 and end - start == len(sentences[index]):
+                    results[index] = array  # the whole sentence in one piece
+                    continue
+                if results[index] is None:
+                    shape = (array.shape[0], len(sentences[index]), array.shape[2])
+                    results[index] = numpy.empty(shape, dtype=array.dtype)
+                results[index][:, start + keep_start : start + keep_end] = array[:, keep_start:keep_end]  # type: ignore[index]
         return results  # type: ignore[return-value]
 
     @torch.no_grad()

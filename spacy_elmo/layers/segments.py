@@ -4,7 +4,8 @@ The biLM was trained on sentences framed by `<S>` and `</S>`, so a doc is cut in
 it has sentence boundaries, and into windows when it has none (or when a sentence is longer than a
 window). Windows overlap: a window of `window_size` tokens keeps only its central part and reads
 `window_context` extra tokens on each side, so a token near a cut still sees that much context on
-both sides (an LSTM's useful context is short; 16 tokens costs 33% more work at the default size).
+both sides (an LSTM's useful context is short; 16 tokens costs 33% more work at the default size);
+the cut itself (`windows`, `check_window`) is the biLM's, in `spacy_elmo.bilm.batching`.
 Whitespace tokens (spaCy's `is_space`) are left out of what the biLM reads, as AllenNLP's spaCy
 tokenizer does, so their neighbours see the text as the model was trained on; their vectors are zero.
 
@@ -18,8 +19,7 @@ from dataclasses import dataclass
 import numpy
 from spacy.tokens import Doc
 
-DEFAULT_WINDOW_SIZE = 128
-DEFAULT_WINDOW_CONTEXT = 16
+from ..bilm.batching import windows
 
 
 @dataclass
@@ -38,29 +38,6 @@ class Segment:
     @property
     def words(self) -> int:
         return len(self.positions)
-
-
-def check_window(window_size: int, window_context: int) -> None:
-    if window_size < 1:
-        raise ValueError(f"window_size must be >= 1, got {window_size}")
-    if window_context < 0 or 2 * window_context >= window_size:
-        raise ValueError(
-            f"window_context must be >= 0 and less than half of window_size ({window_size}), got {window_context}"
-        )
-
-
-def windows(n: int, window_size: int, window_context: int) -> list[tuple]:
-    """(start, end, keep_start, keep_end) over range(n): keeps tile [0, n), each window <= window_size."""
-    if n <= window_size:
-        return [(0, n, 0, n)] if n else []
-    stride = window_size - 2 * window_context
-    out = []
-    for keep_start in range(0, n, stride):
-        keep_end = min(keep_start + stride, n)
-        start = max(keep_start - window_context, 0)
-        end = min(keep_end + window_context, n)
-        out.append((start, end, keep_start - start, keep_end - start))
-    return out
 
 
 def sentence_spans(doc: Doc) -> list[tuple]:

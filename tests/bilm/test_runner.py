@@ -158,3 +158,19 @@ def test_fp32_is_never_slower_than_itself():
     from spacy_elmo.bilm.precision import slower_than_fp32_here
 
     assert slower_than_fp32_here("fp32") is None
+
+
+def test_windowed_sentences_are_stitched_from_their_windows(reference_bilm, all_sentences):
+    """Each window answers for its central part; sentences that fit are run as `embed_sentences` runs them."""
+    from spacy_elmo.bilm.batching import windows
+
+    long = [w for s in all_sentences for w in s][:50]
+    short = [s[:10] for s in all_sentences[:4]]
+    runner = BiLMRunner(reference_bilm, token_budget=60)
+    got = runner.embed_windowed([long, *short, []], window_size=10, window_context=2)
+    assert got[0].shape[1] == 50 and got[-1].shape[1] == 0
+    for start, end, keep_start, keep_end in windows(50, 10, 2):
+        alone = BiLMRunner(reference_bilm).embed_batch([long[start:end]])[0]
+        assert numpy.array_equal(got[0][:, start + keep_start : start + keep_end], alone[:, keep_start:keep_end])
+    for a, b in zip(got[1:5], BiLMRunner(reference_bilm, token_budget=60).embed_sentences(short)):
+        assert numpy.array_equal(a, b)

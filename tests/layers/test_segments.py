@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from spacy.tokens import Doc
 
-from spacy_elmo.layers.segments import check_window, segment_docs, windows
+from spacy_elmo.bilm.batching import check_window, windows
+from spacy_elmo.layers.segments import segment_docs
 
 
 @given(n=st.integers(0, 700), size=st.integers(1, 64), context=st.integers(0, 31))

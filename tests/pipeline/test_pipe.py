@@ -298,3 +298,14 @@ def test_model_paths(kind, tmp_path, reference_bilm, nlp):
         path = save_native(reference_bilm, tmp_path / "native")
     doc = elmo_nlp(model={"path": str(path)})("Every kind of model path")
     numpy.testing.assert_allclose(doc._.elmo_layers, nlp("Every kind of model path")._.elmo_layers, atol=1e-6)
+
+
+def test_embed_windows_a_long_sentence_as_the_pipe_does(embedder):
+    """`embed` (through `BiLMRunner.embed_windowed`) and the pipe cut a long text the same way."""
+    nlp = elmo_nlp(model={"window_size": 12, "window_context": 3})
+    words = [f"w{i}" for i in range(40)]
+    doc = nlp(Doc(nlp.vocab, words=words))
+    windowed = BiLMRunner(embedder.load()).embed_windowed([words, words[:5]], 12, 3)
+    numpy.testing.assert_allclose(windowed[0], doc._.elmo_layers, atol=1e-6, rtol=1e-5)
+    assert windowed[0].shape == (N_LAYERS, 40, WIDTH)
+    assert numpy.array_equal(windowed[1], BiLMRunner(embedder.load()).embed_sentences([words[:5]])[0])
