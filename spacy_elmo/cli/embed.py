@@ -6,6 +6,7 @@ from typing import Optional
 import typer
 from tqdm import tqdm
 
+from ..bilm.batching import DEFAULT_WINDOW_CONTEXT, DEFAULT_WINDOW_SIZE
 from ..embed import (
     EmbedSettings,
     embed_file,
@@ -22,7 +23,7 @@ from . import elmo_cli
 def embed_cli(
     model: str = typer.Argument(..., help="A native or bilm-tf/AllenNLP model, or a shipped model name"),
     input_path: Path = typer.Argument(..., help="Text (one sentence a line; .gz ok) or JSONL file"),
-    output_path: Path = typer.Argument(..., help="HDF5 output; an existing one is resumed"),
+    output_path: Path = typer.Argument(..., help="HDF5 output; a run killed before it finished is resumed by a re-run"),
     layers: str = typer.Option("all", "--layers", help=f"one of {', '.join(REDUCTIONS)}"),
     text_field: str = typer.Option("text", "--text-field", help="JSONL field holding the text"),
     tokenizer: str = typer.Option("whitespace", "--tokenizer", help="'whitespace' or a spaCy language code"),
@@ -34,6 +35,16 @@ def embed_cli(
     ),
     workers: int = typer.Option(1, "--workers", help="worker processes (CPU)"),
     threads: int = typer.Option(0, "--threads", help="torch threads (0: torch's default); each worker uses 1"),
+    window_size: int = typer.Option(
+        DEFAULT_WINDOW_SIZE, "--window-size", help="longer lines are cut into overlapping windows of this many tokens"
+    ),
+    window_context: int = typer.Option(
+        DEFAULT_WINDOW_CONTEXT, "--window-context", help="tokens of context each window reads on each side"
+    ),
+    chunk_lines: int = typer.Option(256, "--chunk-lines", help="lines per chunk: the work kept if the run is killed"),
+    sha256: Optional[str] = typer.Option(
+        None, "--sha256", help="refuse the model unless its digest is this one (as `spacy elmo verify` prints it)"
+    ),
     shard: Optional[str] = typer.Option(
         None,
         "--shard",
@@ -42,10 +53,24 @@ def embed_cli(
     ),
 ) -> None:
     """Embed every line of INPUT_PATH into OUTPUT_PATH (dataset "i" = line i); with shards, into
-    OUTPUT.shardI-of-N.hdf5 each, joined by `embed-merge`."""
+    OUTPUT.shardI-of-N.hdf5 each, joined by `embed-merge`. If the run is stopped or killed, run the same
+    command again: it does only what is left. The output is bound to the model, the input and the settings
+    that change the numbers; a re-run with any of them changed is refused, naming what differs."""
     try:
         settings = EmbedSettings(
-            model, layers, text_field, tokenizer, token_budget, dtype, device, precision, n_threads=threads
+            model,
+            layers,
+            text_field,
+            tokenizer,
+            token_budget,
+            dtype,
+            device,
+            precision,
+            chunk_size=chunk_lines,
+            n_threads=threads,
+            window_size=window_size,
+            window_context=window_context,
+            sha256=sha256,
         )
         part = parse_shard(shard) if shard is not None else shard_from_env()
         with tqdm(unit=" lines", desc="embedding" if part is None else f"embedding shard {part[0]}/{part[1]}") as bar:
@@ -53,7 +78,8 @@ def embed_cli(
     except (FileNotFoundError, ValueError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None
-    typer.echo(f"wrote {written} lines to {output_path if part is None else shard_path(output_path, part)}")
+    target = output_path if part is None else shard_path(output_path, part)
+    typer.echo(f"embedded {written} lines now; {target} is finished")
 
 
 @elmo_cli.command("embed-merge")

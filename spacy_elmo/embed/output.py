@@ -2,27 +2,33 @@
 
 Every input line (or JSONL record) is one sentence; its vectors go to the dataset named by its line
 index ("0", "1", ...): all layers (L+1, n_tokens, 2P), the top layer or the average (n_tokens, 2P).
-The input is streamed in chunks; each finished chunk is flushed, so an interrupted run started again
-skips the lines already written. Worker processes (CPU) each load the model once and embed whole chunks.
+Lines longer than the window are cut into overlapping windows as the pipe cuts docs, so memory stays
+bounded whatever the line length. The input is streamed in chunks of lines; each finished chunk is kept
+(`store.py`), so a run killed at any point and started again does only what is left, and the output
+appears whole only when it is finished. Worker processes (CPU) each load the model once and embed whole
+chunks. The output is bound to the model and input by content and to every setting that changes the
+numbers: a re-run with anything else is refused, naming what differs.
 
 With a shard (`shards.py`), only that shard's lines are embedded, into the shard's own file.
 """
 
-import json
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy
 
-from ..io.atomic import atomic_path
-from ..io.resolve import resolve_model
+from ..bilm.batching import DEFAULT_WINDOW_CONTEXT, DEFAULT_WINDOW_SIZE, check_window
+from ..io.digest import file_sha256, parse_pin
+from ..io.resolve import LoadedModel, load_model
 from ..launch_env import launch_env
 from ..mix import REDUCTIONS, reduce_layers
 from ..text import detect_format, make_tokenizer, open_text, texts_from_jsonl
 from .shards import Shard, shard_path
+from .store import PartialRun, finished_output
 
 STORAGE_DTYPES = ("float32", "float16")
 
@@ -37,8 +43,11 @@ class EmbedSettings:
     dtype: str = "float32"
     device: str = "cpu"
     precision: str = "fp32"
-    chunk_size: int = 256
+    chunk_size: int = 256  # lines per chunk: the unit of work kept across a kill
     n_threads: int = 0  # torch threads in this process (0: torch's setting); worker processes use 1
+    window_size: int = DEFAULT_WINDOW_SIZE
+    window_context: int = DEFAULT_WINDOW_CONTEXT
+    sha256: Optional[str] = None  # the model's pinned digest
 
     def __post_init__(self) -> None:
         """Refuse a bad setting, naming the option, before any file is read or written."""
@@ -55,10 +64,32 @@ class EmbedSettings:
         for option, value, least in (
             ("--batch-tokens", self.token_budget, 1),
             ("--threads", self.n_threads, 0),
-            ("chunk_size", self.chunk_size, 1),
+            ("--chunk-lines", self.chunk_size, 1),
+            ("--window-size", self.window_size, 1),
+            ("--window-context", self.window_context, 0),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ValueError(f"{option} must be an integer >= {least}, got {value!r}")
+        try:
+            check_window(self.window_size, self.window_context)
+        except ValueError as err:
+            raise ValueError(f"--window-size/--window-context: {err}") from None
+        parse_pin(self.sha256, "--sha256")
+
+    def numbers(self) -> dict[str, Any]:
+        """The settings that change what is written (a resumed or merged output must agree on them all);
+        the batch size, threads and workers do not (every sentence's vectors are independent of them)."""
+        return {
+            "layers": self.layers,
+            "text_field": self.text_field,
+            "tokenizer": self.tokenizer,
+            "dtype": self.dtype,
+            "precision": self.precision,
+            "device": self.device.split(":")[0],
+            "window_size": self.window_size,
+            "window_context": self.window_context,
+            "chunk_lines": self.chunk_size,
+        }
 
 
 def read_lines(path: Path, text_field: str = "text") -> Iterator[str]:
@@ -89,19 +120,20 @@ def device_for_rank(device: str, environ: Optional[Mapping[str, str]] = None) ->
     return device
 
 
-def _init_worker(settings: EmbedSettings, threads: Optional[int]) -> None:
-    """Load the model for this process; `threads` is set only in worker processes (None in-process,
-    so that calling `embed_file` never changes the caller's torch thread count)."""
+def _init_worker(settings: EmbedSettings, threads: Optional[int], loaded: Optional[LoadedModel] = None) -> None:
+    """Load the model for this process (or take the one the caller loaded); `threads` is set only in
+    worker processes (None in-process, so that calling `embed_file` never changes the caller's torch
+    thread count)."""
     import torch
 
     from ..bilm.runner import BiLMRunner
-    from ..io.resolve import load_bilm
 
     if threads is not None:
         torch.set_num_threads(threads)
-    bilm = load_bilm(settings.model).to(device_for_rank(settings.device))
+    if loaded is None:
+        loaded = load_model(settings.model, option="MODEL", sha256=settings.sha256)
     _worker_state["runner"] = BiLMRunner(
-        bilm,
+        loaded.bilm.to(device_for_rank(settings.device)),
         token_budget=settings.token_budget,
         precision=settings.precision,
         token_cache_size=16384,
@@ -114,32 +146,43 @@ def _init_worker(settings: EmbedSettings, threads: Optional[int]) -> None:
 def _embed_chunk(chunk: Sequence[tuple[int, str]]) -> list[tuple[int, numpy.ndarray]]:
     settings: EmbedSettings = _worker_state["settings"]
     tokenized = [_worker_state["tokenize"](text) for _, text in chunk]
-    arrays = _worker_state["runner"].embed_sentences(tokenized)
+    arrays = _worker_state["runner"].embed_windowed(tokenized, settings.window_size, settings.window_context)
     return [(index, reduce_layers(a, settings.layers).astype(settings.dtype)) for (index, _), a in zip(chunk, arrays)]
 
 
 class _LineCounter:
     def __init__(self) -> None:
         self.n_lines = 0
+        self.names: list[str] = []  # the lines this output holds, in order
 
 
 def _chunks(
-    lines: Iterator[str], done: set, size: int, shard: Optional[Shard] = None, counter: Optional[_LineCounter] = None
-) -> Iterator[list[tuple[int, str]]]:
+    lines: Iterator[str], size: int, shard: Optional[Shard], counter: _LineCounter
+) -> Iterator[tuple[int, list[tuple[int, str]]]]:
+    """(k, chunk k's (line index, text) pairs), for every chunk of this output's lines."""
     chunk: list[tuple[int, str]] = []
+    k = 0
     for index, text in enumerate(lines):
-        if counter is not None:
-            counter.n_lines = index + 1
+        counter.n_lines = index + 1
         if shard is not None and index % shard[1] != shard[0]:
             continue
-        if str(index) in done:
-            continue
+        counter.names.append(str(index))
         chunk.append((index, text))
         if len(chunk) >= size:
-            yield chunk
-            chunk = []
+            yield k, chunk
+            chunk, k = [], k + 1
     if chunk:
-        yield chunk
+        yield k, chunk
+
+
+def binding(loaded: LoadedModel, input_path: Path, settings: EmbedSettings, shard: Optional[Shard]) -> dict[str, Any]:
+    """What an output is bound to: the model and the input by content, and the settings that change it."""
+    return {
+        "model": loaded.describe(),
+        "input": {"path": str(input_path), "sha256": file_sha256(input_path)},
+        "settings": settings.numbers(),
+        "shard": list(shard) if shard is not None else None,
+    }
 
 
 def embed_file(
@@ -151,70 +194,59 @@ def embed_file(
     shard: Optional[Shard] = None,
 ) -> int:
     """Embed every line of `input_path` into `output_path` (with `shard`: that shard's lines into its own
-    file, see `shard_path`); returns the number of lines written now."""
+    file, see `shard_path`); returns the number of lines embedded now (0 when the output was finished)."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"--workers must be an integer >= 1, got {workers!r}")
     if not input_path.exists():
         raise FileNotFoundError(f"input file not found: {input_path}")
-    import h5py  # only here: the rest of the package does not need it
-
     if shard is not None:
         output_path = shard_path(output_path, shard)
-    # the model first: a model that does not load leaves no output behind
-    if workers <= 1:
-        _init_worker(settings, threads=None)
-    else:
-        resolve_model(settings.model, option="MODEL")  # the workers load it
-    described = {
-        "model": settings.model,
-        "layers": settings.layers,
-        "tokenizer": settings.tokenizer,
-        "dtype": settings.dtype,
-        "precision": settings.precision,
-    }
-    current = json.dumps(described)
-    if not output_path.exists():
-        # a new output appears whole (an empty, valid HDF5 file), so a run killed at any point before its
-        # first chunk leaves nothing or a file that the next run opens and fills
-        with atomic_path(output_path) as tmp:
-            h5py.File(tmp, "w").close()
-    try:
-        handle = h5py.File(output_path, "a")
-    except OSError as err:
-        raise ValueError(f"{output_path}: cannot open for writing or resuming (corrupt HDF5?): {err}") from None
+    # the model first (every check, the pinned digest): a model that does not load leaves nothing behind
+    loaded = load_model(settings.model, option="MODEL", sha256=settings.sha256)
+    bound = binding(loaded, input_path, settings, shard)
+    if finished_output(output_path, bound):
+        return 0
+    run = PartialRun(output_path, bound)
+    run.open()
+    done = run.finished_chunks()
+    counter = _LineCounter()
+    lines = _chunks(read_lines(input_path, settings.text_field), settings.chunk_size, shard, counter)
+    todo = ((k, chunk) for k, chunk in lines if k not in done)
     written = 0
-    with handle:
-        previous = handle.attrs.get("settings")
-        if previous is not None and previous != current:
-            raise ValueError(
-                f"{output_path} was started with other settings ({previous}); "
-                "use a new output file or the same settings"
-            )
-        handle.attrs["settings"] = current
-        if shard is not None:
-            handle.attrs["shard"] = json.dumps(list(shard))
-        handle.attrs["complete"] = False
-        done = set(handle.keys())
-        counter = _LineCounter()
-        chunks = _chunks(read_lines(input_path, settings.text_field), done, settings.chunk_size, shard, counter)
-        results: Iterable[list[tuple[int, numpy.ndarray]]]
-        pool: Optional[ProcessPoolExecutor] = None
-        if workers <= 1:
-            results = map(_embed_chunk, chunks)
-        else:
-            pool = ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(settings, 1))
-            results = pool.map(_embed_chunk, chunks)
-        try:
-            for chunk_result in results:
-                for index, array in chunk_result:
-                    handle.create_dataset(str(index), data=array)
-                handle.flush()
-                written += len(chunk_result)
-                if progress is not None:
-                    progress(len(chunk_result))
-        finally:
-            if pool is not None:
-                pool.shutdown(cancel_futures=True)
-        handle.attrs["n_input_lines"] = counter.n_lines
-        handle.attrs["complete"] = True
+    results: Iterable[tuple[int, list[tuple[int, numpy.ndarray]]]]
+    pool: Optional[ProcessPoolExecutor] = None
+    if workers <= 1:
+        _init_worker(settings, threads=None, loaded=loaded)
+        results = ((k, _embed_chunk(chunk)) for k, chunk in todo)
+    else:
+        del loaded  # each worker loads its own
+        pool = ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(settings, 1))
+        results = _pooled(pool, todo, in_flight=2 * workers)
+    try:
+        for k, chunk_result in results:
+            run.write_chunk(k, chunk_result)
+            written += len(chunk_result)
+            if progress is not None:
+                progress(len(chunk_result))
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    n_chunks = -(-len(counter.names) // settings.chunk_size)
+    run.publish(n_chunks, counter.names, counter.n_lines)
     return written
+
+
+def _pooled(
+    pool: ProcessPoolExecutor, todo: Iterator[tuple[int, list[tuple[int, str]]]], in_flight: int
+) -> Iterator[tuple[int, list[tuple[int, numpy.ndarray]]]]:
+    """Chunks embedded by the pool, in order, with at most `in_flight` submitted and not yet written
+    (`pool.map` would read the whole input ahead)."""
+    pending: deque = deque()
+    for k, chunk in todo:
+        pending.append((k, pool.submit(_embed_chunk, chunk)))
+        if len(pending) >= in_flight:
+            k_done, future = pending.popleft()
+            yield k_done, future.result()
+    while pending:
+        k_done, future = pending.popleft()
+        yield k_done, future.result()

@@ -1,21 +1,26 @@
 """Sharded `embed`: a corpus too large for one machine (or one process) cut into shards.
 
 Shard i of n takes the lines whose index is i modulo n (deterministic, balanced, and known while
-streaming), writes its own file (`out.shard{i}-of-{n}.hdf5`, resumable like any output) and records
-when it is complete; `merge_shards` joins complete shards into one file with the layout of a single
-run, checking that every line is there exactly once.
+streaming) and writes its own file (`out.shard{i}-of-{n}.hdf5`, resumable like any output, published
+only when finished). `merge_shards` joins the shards into the very file one run would have written,
+after checking that they are bound to the same model, input and settings, undamaged, and that every line
+is there exactly once.
 """
 
-import json
-from collections.abc import Mapping, Sequence
+import contextlib
+import hashlib
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
-from ..io.atomic import atomic_path
+import numpy
+
+from ..io.atomic import remove_stale_temporaries
 from ..launch_env import launch_env
+from .store import INFORMATIONAL, OutputError, add_dataset, differences, partial_dir, read_binding, write_finished
 
 
-class ShardError(ValueError):
+class ShardError(OutputError):
     """Shard files that do not make up one whole run: missing, duplicated, incomplete or mismatched."""
 
 
@@ -45,60 +50,98 @@ def shard_path(output_path: Path, shard: Shard) -> Path:
 
 
 def merge_shards(shard_files: Sequence[Path], output_path: Path) -> int:
-    """Join complete shard files into one file with the layout of a single run (dataset "i" = line i);
-    returns the number of lines. Every shard 0..n-1 must be there once, complete, with the same settings
-    and input, and every line of the input exactly once; a ShardError names what is not."""
+    """Join finished shard files into one file with the layout of a single run (dataset "i" = line i,
+    written in line order, so the result is the file one run would have written); returns the number of
+    lines. Every shard 0..n-1 must be there once, finished, bound to the same model, input and settings,
+    undamaged (its recorded content digest is checked as it is copied), and every input line must be
+    there exactly once; a ShardError names what is not, and then nothing is written."""
     import h5py
 
     if not shard_files:
         raise ShardError("no shard files given")
+    remove_stale_temporaries(output_path)
     shards: dict[int, Path] = {}
-    described: dict[str, object] = {}
-    for path in shard_files:
-        if not Path(path).exists():
-            raise FileNotFoundError(f"shard file not found: {path}")
-        try:
-            handle = h5py.File(path, "r")
-        except OSError as err:
-            raise ShardError(f"{path}: not a readable HDF5 file ({err}); run its shard again to rewrite it") from None
-        with handle:
-            if "shard" not in handle.attrs:
-                raise ShardError(f"{path}: not a shard file (written without --shard)")
-            index, count = json.loads(handle.attrs["shard"])
-            if not handle.attrs.get("complete", False):
-                raise ShardError(f"{path}: shard {index} of {count} is incomplete: run it again to resume it")
-            for key, value in (
-                ("count", count),
-                ("settings", handle.attrs["settings"]),
-                ("n_input_lines", int(handle.attrs["n_input_lines"])),
-            ):
-                if described.setdefault(key, value) != value:
-                    raise ShardError(f"{path}: its {key} ({value}) differs from the other shards' ({described[key]})")
+    first: Optional[tuple[Path, dict[str, Any], int]] = None
+    for path in map(Path, shard_files):
+        if not path.exists():
+            raise FileNotFoundError(f"shard file not found: {path}{_unfinished_hint(path)}")
+        binding, n_lines = _shard_binding(path)
+        index, count = binding["shard"]
+        if first is None:
+            first = (path, binding, n_lines)
+        else:
+            differ = differences(first[1], binding, ignore=(*INFORMATIONAL, "shard"))
+            if first[1]["shard"][1] != count:
+                differ.insert(0, f"shard count: {first[1]['shard'][1]} in {first[0]}, {count} here")
+            if first[2] != n_lines:
+                differ.insert(0, f"input lines: {first[2]} in {first[0]}, {n_lines} here")
+            if differ:
+                raise ShardError(f"{path}: does not belong with {first[0]}: {'; '.join(differ)}")
         if index in shards:
             raise ShardError(f"shard {index} of {count} given twice: {shards[index]} and {path}")
-        shards[index] = Path(path)
-    count = int(described["count"])  # type: ignore[call-overload]
+        shards[index] = path
+    assert first is not None
+    _, binding, n_lines = first
+    count = binding["shard"][1]
     missing = [i for i in range(count) if i not in shards]
     if missing:
-        expected = ", ".join(str(shard_path(output_path, (i, count))) for i in missing)
+        expected = ", ".join(
+            str(shard_path(output_path, (i, count))) + _unfinished_hint(shard_path(output_path, (i, count)))
+            for i in missing
+        )
         raise ShardError(f"missing shard(s) {missing} of {count}: expected {expected}")
-    n_lines = int(described["n_input_lines"])  # type: ignore[call-overload]
-    with atomic_path(output_path) as tmp, h5py.File(tmp, "w") as out:
-        out.attrs["settings"] = described["settings"]
-        seen: set = set()
-        for index in range(count):
-            with h5py.File(shards[index], "r") as handle:
-                names = set(handle.keys())
-                expected_lines = {str(i) for i in range(index, n_lines, count)}
-                if names != expected_lines:
-                    absent = sorted(expected_lines - names, key=int)[:10]
-                    strays = sorted(names - expected_lines)[:10]
-                    raise ShardError(
-                        f"{shards[index]}: lines missing {absent} / not of this shard {strays}; run the shard again"
-                    )
-                for name in sorted(names, key=int):
-                    handle.copy(handle[name], out, name=name)
-                seen |= names
-        out.attrs["n_input_lines"] = n_lines
-        out.attrs["complete"] = True
-    return len(seen)
+    merged = {**binding, "shard": None}
+    with contextlib.ExitStack() as stack:
+        handles = [stack.enter_context(h5py.File(shards[i], "r")) for i in range(count)]
+        for index, handle in enumerate(handles):
+            names, expected_names = set(handle.keys()), {str(i) for i in range(index, n_lines, count)}
+            if names != expected_names:
+                absent = sorted(expected_names - names, key=int)[:10]
+                strays = sorted(names - expected_names)[:10]
+                raise ShardError(
+                    f"{shards[index]}: lines missing {absent} / not of this shard {strays}; run the shard again"
+                )
+        write_finished(output_path, merged, _interleaved(handles, [shards[i] for i in range(count)], n_lines), n_lines)
+    return n_lines
+
+
+def _unfinished_hint(path: Path) -> str:
+    return (
+        f" (its unfinished work is in {partial_dir(path)}: run that shard again to finish it)"
+        if partial_dir(path).exists()
+        else ""
+    )
+
+
+def _shard_binding(path: Path) -> tuple[dict[str, Any], int]:
+    import h5py
+
+    try:
+        binding = read_binding(path, what="shard")
+        with h5py.File(path, "r") as handle:
+            n_lines = int(handle.attrs["n_input_lines"])
+    except OutputError as err:
+        raise ShardError(str(err)) from None
+    except (OSError, KeyError, ValueError) as err:
+        raise ShardError(f"{path}: damaged ({err}); run its shard again to rewrite it") from None
+    if binding.get("shard") is None:
+        raise ShardError(f"{path}: not a shard file (written without --shard)")
+    return binding, n_lines
+
+
+def _interleaved(handles: list, paths: list[Path], n_lines: int) -> Iterator[tuple[str, numpy.ndarray]]:
+    """Line i from shard i % n, each shard's content digest checked once its last line is read."""
+    count = len(handles)
+    digests = [hashlib.sha256() for _ in handles]
+    for line in range(n_lines):
+        index = line % count
+        array = handles[index][str(line)][...]
+        add_dataset(digests[index], str(line), array)
+        yield str(line), array
+    for handle, path, digest in zip(handles, paths, digests):
+        recorded = handle.attrs.get("content_sha256")
+        if digest.hexdigest() != recorded:
+            raise ShardError(
+                f"{path}: its datasets have SHA-256 {digest.hexdigest()}, but it was written with {recorded}: "
+                "the shard was damaged or edited after it was written; delete it and run that shard again"
+            )

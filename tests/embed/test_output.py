@@ -8,8 +8,12 @@ import h5py
 import numpy
 import pytest
 
+from kills import at_call, at_nth_dataset, run_killed, sha256_of
 from spacy_elmo.bilm.runner import BiLMRunner
-from spacy_elmo.embed import EmbedSettings, embed_file
+from spacy_elmo.embed import EmbedSettings, embed_file, output
+from spacy_elmo.embed.store import OutputError, PartialRun, dataset_digest, partial_dir
+from spacy_elmo.io.native import save_native
+from spacy_elmo.io.resolve import load_model
 
 LINES = ["The cat sat on the mat .", "", "Ünïcödé 日本語 👍🏽 text", "x" * 300, "a b c d e f g h i j k"]
 
@@ -49,16 +53,15 @@ def test_top_and_average(fixture_dir, text_file, tmp_path, layers, reduce):
         numpy.testing.assert_allclose(small[key], reduce(full[key]), atol=1e-6)
 
 
-def test_resume_skips_written_lines(fixture_dir, text_file, tmp_path):
+def test_a_rerun_embeds_only_the_chunks_not_yet_finished(fixture_dir, text_file, tmp_path):
     out = tmp_path / "out.hdf5"
     settings = EmbedSettings(model=str(fixture_dir), chunk_size=2)
-    first = text_file.with_name("first.txt")
-    first.write_text("\n".join(LINES[:3]) + "\n", encoding="utf-8")
-    assert embed_file(first, out, settings) == 3  # an interrupted run: the first 3 lines
-    assert embed_file(text_file, out, settings) == 2  # resumed: only the rest
+    run_killed(lambda: embed_file(text_file, out, settings), at_call(PartialRun, "write_chunk", after=True, n=1))
+    assert not out.exists() and partial_dir(out).is_dir()
+    assert embed_file(text_file, out, settings) == len(LINES) - 2  # chunk 0 (lines 0 and 1) was kept
     assert sorted(read_all(out), key=int) == [str(i) for i in range(len(LINES))]
-    with pytest.raises(ValueError, match="other settings"):
-        embed_file(text_file, out, EmbedSettings(model=str(fixture_dir), layers="top"))
+    assert not partial_dir(out).exists()
+    assert embed_file(text_file, out, settings) == 0  # finished: nothing to do
 
 
 def test_jsonl_and_errors(fixture_dir, tmp_path):
@@ -110,7 +113,7 @@ def test_embed_at_a_precision_is_the_runners(reference_bilm, fixture_dir, text_f
         assert data[str(i)].dtype == numpy.float32
         assert numpy.array_equal(data[str(i)], array)
     with h5py.File(out, "r") as handle:
-        assert json.loads(handle.attrs["settings"])["precision"] == precision
+        assert json.loads(handle.attrs["binding"])["settings"]["precision"] == precision
 
 
 def test_embed_refuses_a_bad_precision_before_reading_anything(fixture_dir, tmp_path):
@@ -170,32 +173,98 @@ def test_a_model_that_does_not_load_leaves_no_output(text_file, tmp_path):
     assert not out.exists()
 
 
-KILLED_BEFORE_THE_FIRST_CHUNK = r"""
-import os, signal, sys
-from pathlib import Path
-import spacy_elmo.embed.output as output
-from spacy_elmo.embed import EmbedSettings, embed_file
+def cli_embed(fixture_dir, text_file, out, *options):
+    from typer.testing import CliRunner
 
-def die(chunk):
-    os.kill(os.getpid(), signal.SIGKILL)  # after the model loaded and the output was created
+    from spacy_elmo.cli import elmo_cli
 
-output._embed_chunk = die
-embed_file(Path(sys.argv[1]), Path(sys.argv[2]), EmbedSettings(model=sys.argv[3], chunk_size=2))
-"""
+    args = ["embed", str(fixture_dir), str(text_file), str(out), "--chunk-lines", "2", *options]
+    return CliRunner().invoke(elmo_cli, args)
+
+
+N_CHUNK_DATASETS = len(LINES)  # every line is written once into its chunk file, then once into the output
+
+KILL_POINTS = {
+    "before the model loads": at_call(output, "load_model"),
+    "before the first chunk": at_call(output, "_embed_chunk"),
+    "while writing the first chunk": at_nth_dataset(1),
+    "between chunks": at_call(PartialRun, "write_chunk", after=True, n=2),
+    "while assembling the output": at_nth_dataset(N_CHUNK_DATASETS + 2),
+    "after publishing, before tidying up": at_call(PartialRun, "discard"),
+}
 
 
 @pytest.mark.slow
-def test_killed_before_the_first_chunk_a_rerun_finishes_the_job(fixture_dir, text_file, tmp_path):
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_killed_at_any_point_a_rerun_gives_the_uninterrupted_file(fixture_dir, text_file, tmp_path, point):
+    """SIGKILL, then the README's recipe (run the same command again): the very bytes of a run never killed."""
+    whole = tmp_path / "whole.hdf5"
+    assert cli_embed(fixture_dir, text_file, whole).exit_code == 0
     out = tmp_path / "out.hdf5"
-    killed = subprocess.run(
-        [sys.executable, "-c", KILLED_BEFORE_THE_FIRST_CHUNK, str(text_file), str(out), str(fixture_dir)],
-        capture_output=True,
-        timeout=300,
-    )
-    assert killed.returncode == -9, killed.stderr[-2000:]
-    with h5py.File(out, "r") as handle:  # a valid, resumable file without lines
-        assert not handle.attrs.get("complete", False) and not list(handle.keys())
-    assert embed_file(text_file, out, EmbedSettings(model=str(fixture_dir), chunk_size=2)) == len(LINES)
-    embed_file(text_file, tmp_path / "whole.hdf5", EmbedSettings(model=str(fixture_dir), chunk_size=2))
-    again, whole = read_all(out), read_all(tmp_path / "whole.hdf5")
-    assert again.keys() == whole.keys() and all(numpy.array_equal(again[k], whole[k]) for k in whole)
+    run_killed(lambda: cli_embed(fixture_dir, text_file, out), KILL_POINTS[point])
+    if point == "before the model loads":
+        assert not out.exists() and not partial_dir(out).exists()
+    elif point == "after publishing, before tidying up":
+        assert out.exists() and partial_dir(out).exists()
+    else:
+        assert not out.exists(), "an output only ever appears whole"
+    again = cli_embed(fixture_dir, text_file, out)
+    assert again.exit_code == 0, again.output
+    assert sha256_of(out) == sha256_of(whole)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["input.txt", "out.hdf5", "whole.hdf5"]
+
+
+def test_a_resumed_run_refuses_changed_settings_or_input_naming_them(fixture_dir, text_file, tmp_path):
+    out = tmp_path / "out.hdf5"
+    settings = EmbedSettings(model=str(fixture_dir), chunk_size=2)
+    run_killed(lambda: embed_file(text_file, out, settings), at_call(PartialRun, "write_chunk", after=True, n=1))
+    kept = sorted(p.name for p in partial_dir(out).iterdir())
+    with pytest.raises(OutputError, match=r"settings\.layers: 'all' then, 'top' now\. Run it again as it was started"):
+        embed_file(text_file, out, EmbedSettings(model=str(fixture_dir), chunk_size=2, layers="top"))
+    with pytest.raises(OutputError, match=r"settings\.window_size: 128 then, 64 now"):
+        embed_file(text_file, out, EmbedSettings(model=str(fixture_dir), chunk_size=2, window_size=64))
+    old = sha256_of(text_file)
+    text_file.write_text("An edited first line .\n" + "\n".join(LINES[1:]) + "\n", encoding="utf-8")
+    with pytest.raises(OutputError, match=rf"input\.sha256: '{old}' then, '{sha256_of(text_file)}' now"):
+        embed_file(text_file, out, settings)
+    assert sorted(p.name for p in partial_dir(out).iterdir()) == kept and not out.exists()  # nothing lost
+
+
+def test_a_finished_output_refuses_a_run_with_another_model(reference_bilm, fixture_dir, text_file, tmp_path):
+    out = tmp_path / "out.hdf5"
+    embed_file(text_file, out, EmbedSettings(model=str(fixture_dir)))
+    before = sha256_of(out)
+    model = tmp_path / "model"
+    save_native(reference_bilm, model)  # the same weights, another format: another digest
+    with pytest.raises(OutputError, match=r"already holds a finished output of another model.*model\.sha256"):
+        embed_file(text_file, out, EmbedSettings(model=str(model)))
+    assert sha256_of(out) == before
+
+
+def test_an_output_records_the_model_input_and_settings_by_content(fixture_dir, text_file, tmp_path):
+    out = tmp_path / "out.hdf5"
+    embed_file(text_file, out, EmbedSettings(model=str(fixture_dir), layers="top"))
+    weights = fixture_dir / "lm_weights.hdf5"
+    with h5py.File(out, "r") as handle:
+        attrs = dict(handle.attrs)
+        binding = json.loads(attrs["binding"])
+        datasets = [(name, handle[name][...]) for name in sorted(handle.keys(), key=int)]
+    assert attrs["format"] == "spacy-elmo.embed.v2" and attrs["complete"] and attrs["n_input_lines"] == len(LINES)
+    assert binding["input"]["sha256"] == sha256_of(text_file)
+    assert binding["model"]["sha256"] == sha256_of(weights)
+    assert binding["settings"]["layers"] == "top" and binding["shard"] is None
+    assert attrs["content_sha256"] == dataset_digest(datasets)
+
+
+def test_a_long_line_is_windowed_within_bounded_memory(fixture_dir, tmp_path):
+    """A line longer than the window gets the pipe's windows; short lines are untouched by that."""
+    words = [f"w{i % 50}" for i in range(300)]
+    path = tmp_path / "long.txt"
+    path.write_text(" ".join(words) + "\nshort line\n", encoding="utf-8")
+    out = tmp_path / "out.hdf5"
+    embed_file(path, out, EmbedSettings(model=str(fixture_dir), window_size=40, window_context=5))
+    runner = BiLMRunner(load_model(str(fixture_dir)).bilm)
+    expected = runner.embed_windowed([words, ["short", "line"]], 40, 5)
+    data = read_all(out)
+    assert data["0"].shape == (3, 300, 32)
+    assert numpy.array_equal(data["0"], expected[0]) and numpy.array_equal(data["1"], expected[1])

@@ -1,5 +1,6 @@
 """`embed --shard I/N` across processes and `embed-merge`: the same file as one run, every line once."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -10,14 +11,16 @@ import numpy
 import pytest
 
 from fixture_paths import ELMO_FIXTURE
-from spacy_elmo.embed import EmbedSettings, ShardError, embed_file, merge_shards, shard_path
+from kills import at_call, at_nth_dataset, run_killed, sha256_of
+from spacy_elmo.embed import EmbedSettings, ShardError, embed_file, merge_shards, output, shard_path
+from spacy_elmo.embed.store import PartialRun, partial_dir
 
 LINES = [f"line {i} of the corpus , with {'more ' * (i % 4)}words ." for i in range(11)] + ["", "last"]
 
 
 def read_all(path):
     with h5py.File(path, "r") as handle:
-        return {key: handle[key][...] for key in handle.keys()}, handle.attrs["settings"]
+        return {key: handle[key][...] for key in handle.keys()}, json.loads(handle.attrs["binding"])["settings"]
 
 
 def cli(*args, env=None):
@@ -59,6 +62,7 @@ def test_three_shard_processes_merged_equal_one_run_bit_for_bit(corpus, tmp_path
     merged, merged_settings = read_all(out)
     expected, expected_settings = read_all(single)
     assert merged_settings == expected_settings
+    assert sha256_of(out) == sha256_of(single)  # the very file one run writes
     assert sorted(merged, key=int) == [str(i) for i in range(len(LINES))] == sorted(expected, key=int)
     for key, array in expected.items():
         assert merged[key].dtype == array.dtype and numpy.array_equal(merged[key], array), key
@@ -76,27 +80,120 @@ def test_missing_duplicated_and_incomplete_shards_are_named(corpus, tmp_path):
     shutil.copy(files[2], copy)
     with pytest.raises(ShardError, match=rf"shard 2 of 3 given twice: {files[2]} and {copy}"):
         merge_shards([*files, copy], out)
-    with h5py.File(files[1], "a") as handle:
-        handle.attrs["complete"] = False
-    with pytest.raises(ShardError, match=rf"{files[1]}: shard 1 of 3 is incomplete: run it again to resume it"):
+    partial_dir(files[1]).mkdir()  # shard 1 killed before it finished: no file, its work beside it
+    files[1].unlink()
+    with pytest.raises(FileNotFoundError, match=rf"{files[1]} \(its unfinished work is in .*: run that shard again"):
         merge_shards(files, out)
     assert not out.exists()
 
 
-def test_an_interrupted_shard_resumes(corpus, tmp_path):
-    out = tmp_path / "out.hdf5"
-    settings = EmbedSettings(model=str(ELMO_FIXTURE), chunk_size=1)
-    first_part = tmp_path / "first.txt"
-    first_part.write_text("\n".join(LINES[:5]) + "\n", encoding="utf-8")
-    assert embed_file(first_part, out, settings, shard=(1, 2)) == 2  # lines 1 and 3, then stopped
-    assert embed_file(corpus, out, settings, shard=(1, 2)) == 4  # resumed: lines 5, 7, 9, 11 only
-    embed_file(corpus, out, settings, shard=(0, 2))
-    assert merge_shards([shard_path(out, (i, 2)) for i in range(2)], out) == len(LINES)
+SHARD_KILL_POINTS = {
+    "before the model loads": at_call(output, "load_model"),
+    "while writing the first chunk": at_nth_dataset(1),
+    "between chunks": at_call(PartialRun, "write_chunk", after=True, n=2),
+    "while assembling the shard": at_nth_dataset(8),  # shard 1 of 2 holds 6 lines
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", SHARD_KILL_POINTS)
+def test_a_killed_shard_rerun_then_merged_is_the_single_run(corpus, tmp_path, point):
+    settings = EmbedSettings(model=str(ELMO_FIXTURE), chunk_size=2)
     single = tmp_path / "single.hdf5"
     embed_file(corpus, single, settings)
-    merged, _ = read_all(out)
-    expected, _ = read_all(single)
-    assert all(numpy.array_equal(merged[k], expected[k]) for k in expected) and merged.keys() == expected.keys()
+    out = tmp_path / "out.hdf5"
+    run_killed(lambda: embed_file(corpus, out, settings, shard=(1, 2)), SHARD_KILL_POINTS[point])
+    assert not shard_path(out, (1, 2)).exists()
+    embed_file(corpus, out, settings, shard=(0, 2))
+    with pytest.raises(FileNotFoundError, match="missing|not found"):
+        merge_shards([shard_path(out, (i, 2)) for i in range(2)], out)
+    embed_file(corpus, out, settings, shard=(1, 2))  # the same command again
+    assert merge_shards([shard_path(out, (i, 2)) for i in range(2)], out) == len(LINES)
+    assert sha256_of(out) == sha256_of(single)
+
+
+@pytest.mark.slow
+def test_a_merge_killed_while_writing_leaves_nothing_and_runs_again(corpus, tmp_path):
+    settings = EmbedSettings(model=str(ELMO_FIXTURE))
+    single = tmp_path / "single.hdf5"
+    embed_file(corpus, single, settings)
+    out = tmp_path / "out.hdf5"
+    files = [shard_path(out, (i, 2)) for i in range(2)]
+    for i in range(2):
+        embed_file(corpus, out, settings, shard=(i, 2))
+    run_killed(lambda: merge_shards(files, out), at_nth_dataset(5))
+    assert not out.exists()
+    assert merge_shards(files, out) == len(LINES)
+    assert sha256_of(out) == sha256_of(single)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["corpus.txt", "single.hdf5", "out.hdf5", *(f.name for f in files)]
+    )
+
+
+@pytest.fixture
+def two_shards(corpus, tmp_path):
+    out = tmp_path / "out.hdf5"
+    settings = EmbedSettings(model=str(ELMO_FIXTURE))
+    for i in range(2):
+        embed_file(corpus, out, settings, shard=(i, 2))
+    return out, [shard_path(out, (i, 2)) for i in range(2)]
+
+
+def test_merge_refuses_a_shard_of_a_model_changed_in_place(corpus, tmp_path):
+    model = tmp_path / "model"
+    shutil.copytree(ELMO_FIXTURE, model)
+    out = tmp_path / "out.hdf5"
+    embed_file(corpus, out, EmbedSettings(model=str(model)), shard=(0, 2))
+    with h5py.File(model / "lm_weights.hdf5", "a") as handle:  # updated in place: same path, other weights
+        name = next(n for n in _datasets(handle) if handle[n].dtype.kind == "f")
+        handle[name][...] = handle[name][...] * 0.5
+    embed_file(corpus, out, EmbedSettings(model=str(model)), shard=(1, 2))
+    with pytest.raises(
+        ShardError, match=r"out\.shard1-of-2\.hdf5: does not belong with .*model\.sha256: '[0-9a-f]{64}' then"
+    ):
+        merge_shards([shard_path(out, (i, 2)) for i in range(2)], out)
+    assert not out.exists()
+
+
+def test_merge_refuses_a_shard_of_an_edited_input(corpus, tmp_path):
+    out = tmp_path / "out.hdf5"
+    settings = EmbedSettings(model=str(ELMO_FIXTURE))
+    embed_file(corpus, out, settings, shard=(0, 2))
+    corpus.write_text("\n".join(["an edited line", *LINES[1:]]) + "\n", encoding="utf-8")
+    embed_file(corpus, out, settings, shard=(1, 2))
+    with pytest.raises(ShardError, match=r"does not belong with .*input\.sha256"):
+        merge_shards([shard_path(out, (i, 2)) for i in range(2)], out)
+    assert not out.exists()
+
+
+def test_merge_refuses_a_shard_with_a_flipped_bit(two_shards):
+    out, files = two_shards
+    with h5py.File(files[1], "r") as handle:
+        offset = handle["3"].id.get_offset()  # line 3's data, stored contiguously
+    with open(files[1], "r+b") as raw:
+        raw.seek(offset + 5)
+        byte = raw.read(1)
+        raw.seek(offset + 5)
+        raw.write(bytes([byte[0] ^ 0x10]))
+    with pytest.raises(
+        ShardError, match=rf"{files[1]}: its datasets have SHA-256 .* damaged or edited after it was written"
+    ):
+        merge_shards(files, out)
+    assert not out.exists() and not list(out.parent.glob("out.hdf5.tmp*"))
+
+
+def test_merge_refuses_a_shard_of_other_settings(corpus, tmp_path):
+    out = tmp_path / "out.hdf5"
+    embed_file(corpus, out, EmbedSettings(model=str(ELMO_FIXTURE)), shard=(0, 2))
+    embed_file(corpus, out, EmbedSettings(model=str(ELMO_FIXTURE), layers="top"), shard=(1, 2))
+    with pytest.raises(ShardError, match=r"settings\.layers: 'all' then, 'top' now"):
+        merge_shards([shard_path(out, (i, 2)) for i in range(2)], out)
+
+
+def _datasets(handle):
+    names = []
+    handle.visititems(lambda name, item: names.append(name) if isinstance(item, h5py.Dataset) else None)
+    return names
 
 
 def test_shard_spec_errors():
@@ -131,8 +228,8 @@ def test_a_killed_shard_process_resumes_and_merges(tmp_path):
             break
     process.communicate(timeout=60)
     assert process.returncode == -signal.SIGKILL, "the shard finished before it could be killed: make it longer"
-    with h5py.File(shard, "r") as handle:
-        assert not handle.attrs["complete"] and 0 < len(handle.keys()) < 8000
+    assert not shard.exists()
+    assert 0 < len(list(partial_dir(shard).glob("chunk-*.hdf5"))) < 8000 // 256 + 1
     finish(cli("embed", ELMO_FIXTURE, corpus, out, "--shard", "0/2"))  # resumed
     finish(cli("embed", ELMO_FIXTURE, corpus, out, "--shard", "1/2"))
     finish(cli("embed-merge", out, shard, shard_path(out, (1, 2))))

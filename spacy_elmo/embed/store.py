@@ -1,0 +1,231 @@
+"""Where an `embed` run keeps its work, so that a process killed at any instant loses nothing.
+
+An output file (a shard's too) only ever appears whole. While a run is under way its work lives beside
+it, in `<output>.partial/`: `binding.json` first (what the output is bound to: the model and the input by
+content, and every setting that changes the numbers), then one `chunk-<k>.hdf5` per finished chunk, each
+published by an atomic rename. A re-run compares the binding and refuses, naming what differs; otherwise
+it skips the finished chunks and embeds the rest. Once every chunk is there, the output is assembled from
+them in line order into a temporary file and renamed into place, then the partial directory is removed:
+killed before the rename, the re-run assembles again; after it, the re-run finds the finished output and
+only tidies up. The assembly is deterministic, so an interrupted and resumed run gives the same bytes as
+an uninterrupted one.
+
+A finished file records its binding and `content_sha256`, a digest of every dataset (name, dtype, shape
+and bytes, in line order), so a merge refuses a shard damaged after it was written.
+"""
+
+import contextlib
+import hashlib
+import json
+import re
+import shutil
+import warnings
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy
+
+from ..io.atomic import TEMPORARY_SUFFIX, atomic_directory, atomic_path, remove_stale_temporaries
+
+FORMAT = "spacy-elmo.embed.v2"
+BINDING_FILE = "binding.json"
+_CHUNK_FILE = re.compile(r"^chunk-(\d{9})\.hdf5$")
+# recorded for people to read, not compared: a model or input moved or renamed is the same content
+INFORMATIONAL = ("model.path", "input.path")
+
+
+class OutputError(ValueError):
+    """An output, a partial run or a shard that does not belong with the run asked for, or is damaged."""
+
+
+def partial_dir(output: Path) -> Path:
+    return output.with_name(f"{output.name}.partial")
+
+
+def chunk_file(directory: Path, k: int) -> Path:
+    return directory / f"chunk-{k:09d}.hdf5"
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        flat: dict[str, Any] = {}
+        for key, inner in value.items():
+            flat.update(_flatten(inner, f"{prefix}{key}."))
+        return flat
+    return {prefix[:-1]: value}
+
+
+def differences(recorded: dict[str, Any], current: dict[str, Any], ignore: Iterable[str] = INFORMATIONAL) -> list[str]:
+    """'key: recorded then, current now' for every compared key that differs."""
+    then, now = _flatten(recorded), _flatten(current)
+    skipped = set(ignore)
+    return [
+        f"{key}: {then.get(key, '(absent)')!r} then, {now.get(key, '(absent)')!r} now"
+        for key in sorted(set(then) | set(now))
+        if key not in skipped and then.get(key) != now.get(key)
+    ]
+
+
+def add_dataset(digest: "hashlib._Hash", name: str, array: numpy.ndarray) -> None:
+    array = numpy.ascontiguousarray(array)
+    digest.update(json.dumps([name, array.dtype.str, list(array.shape)]).encode("utf-8"))
+    digest.update(array.tobytes())
+
+
+def dataset_digest(items: Iterable[tuple[str, numpy.ndarray]]) -> str:
+    """SHA-256 over datasets in the order given: each one's name, dtype, shape and bytes."""
+    digest = hashlib.sha256()
+    for name, array in items:
+        add_dataset(digest, name, array)
+    return digest.hexdigest()
+
+
+def line_names(names: Iterable[str]) -> list[str]:
+    return sorted(names, key=int)
+
+
+def write_finished(
+    path: Path, binding: dict[str, Any], datasets: Iterable[tuple[str, numpy.ndarray]], n_input_lines: int
+) -> str:
+    """Publish a finished output atomically: the datasets in the order given, the binding, the number of
+    input lines and the content digest (returned)."""
+    import h5py
+
+    digest = hashlib.sha256()
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as handle:
+        for name, array in datasets:
+            handle.create_dataset(name, data=array)
+            add_dataset(digest, name, array)
+        handle.attrs["format"] = FORMAT
+        handle.attrs["binding"] = json.dumps(binding, sort_keys=True)
+        handle.attrs["n_input_lines"] = n_input_lines
+        handle.attrs["content_sha256"] = digest.hexdigest()
+        handle.attrs["complete"] = True
+    return digest.hexdigest()
+
+
+def read_binding(path: Path, what: str = "output") -> dict[str, Any]:
+    """The binding of a finished output, or an OutputError saying why it is not one."""
+    import h5py
+
+    try:
+        handle = h5py.File(path, "r")
+    except OSError as err:
+        raise OutputError(f"{path}: not a readable HDF5 file ({err}); delete it and run again") from None
+    with handle:
+        if handle.attrs.get("format") != FORMAT or "binding" not in handle.attrs:
+            raise OutputError(
+                f"{path}: not a finished spacy-elmo {what} of this version (no {FORMAT!r} binding); "
+                "delete it or choose another output name"
+            )
+        try:
+            return json.loads(handle.attrs["binding"])
+        except (TypeError, ValueError):
+            raise OutputError(f"{path}: its recorded binding is damaged; delete it and run again") from None
+
+
+class PartialRun:
+    """The `<output>.partial/` directory of one output: its binding and its finished chunks."""
+
+    def __init__(self, output: Path, binding: dict[str, Any]) -> None:
+        self.output = output
+        self.directory = partial_dir(output)
+        self.binding = binding
+
+    def open(self) -> None:
+        """Create the directory (with its binding) or check the binding of the one there."""
+        remove_stale_temporaries(self.output)
+        if not self.directory.exists():
+            with atomic_directory(self.directory) as tmp:
+                (tmp / BINDING_FILE).write_text(json.dumps(self.binding, indent=2, sort_keys=True), encoding="utf-8")
+            return
+        for child in self.directory.iterdir():  # chunks a killed run was writing
+            match = TEMPORARY_SUFFIX.search(child.name)
+            if match:
+                remove_stale_temporaries(child.with_name(child.name[: match.start()]))
+        binding_path = self.directory / BINDING_FILE
+        try:
+            recorded = json.loads(binding_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise OutputError(
+                f"{binding_path}: unreadable ({err}); delete {self.directory} to start this output again"
+            ) from None
+        differ = differences(recorded, self.binding)
+        if differ:
+            raise OutputError(
+                f"{self.output} was started (in {self.directory}) with another model, input or settings: "
+                f"{'; '.join(differ)}. Run it again as it was started, or delete {self.directory} to start over"
+            )
+
+    def finished_chunks(self) -> set[int]:
+        """The chunks already written; a chunk file that cannot be read (damaged on disk) is removed, and
+        embedded again."""
+        import h5py
+
+        done = set()
+        for path in sorted(self.directory.iterdir()):
+            match = _CHUNK_FILE.match(path.name)
+            if not match:
+                continue
+            try:
+                with h5py.File(path, "r") as handle:
+                    ok = handle.attrs.get("complete", False)
+            except OSError:
+                ok = False
+            if ok:
+                done.add(int(match.group(1)))
+            else:
+                warnings.warn(f"{path}: unreadable chunk removed; it is embedded again", stacklevel=2)
+                path.unlink()
+        return done
+
+    def write_chunk(self, k: int, items: list[tuple[int, numpy.ndarray]]) -> None:
+        import h5py
+
+        with atomic_path(chunk_file(self.directory, k)) as tmp, h5py.File(tmp, "w") as handle:
+            for index, array in items:
+                handle.create_dataset(str(index), data=array)
+            handle.attrs["complete"] = True
+
+    def _datasets(self, n_chunks: int, expected: list[str]) -> Iterator[tuple[str, numpy.ndarray]]:
+        import h5py
+
+        position = 0
+        for k in range(n_chunks):
+            path = chunk_file(self.directory, k)
+            with h5py.File(path, "r") as handle:
+                for name in line_names(handle.keys()):
+                    if position >= len(expected) or name != expected[position]:
+                        want = expected[position] if position < len(expected) else "none"
+                        raise OutputError(f"{path}: holds line {name} where line {want} belongs; delete it and re-run")
+                    position += 1
+                    yield name, handle[name][...]
+        if position != len(expected):
+            raise OutputError(f"{self.directory}: {len(expected) - position} lines missing; run it again")
+
+    def publish(self, n_chunks: int, expected: list[str], n_input_lines: int) -> None:
+        """Assemble the output from the chunks, publish it, then remove the partial directory."""
+        write_finished(self.output, self.binding, self._datasets(n_chunks, expected), n_input_lines)
+        self.discard()
+
+    def discard(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(self.directory)
+
+
+def finished_output(output: Path, binding: dict[str, Any]) -> Optional[bool]:
+    """None when `output` does not exist; True when it is a finished output bound to `binding` (and any
+    partial directory left by a kill after publishing is removed); otherwise an OutputError naming what
+    differs."""
+    if not output.exists():
+        return None
+    recorded = read_binding(output)
+    differ = differences(recorded, binding)
+    if differ:
+        raise OutputError(
+            f"{output} already holds a finished output of another model, input or settings: {'; '.join(differ)}. "
+            "Choose another output name, or delete it to embed again"
+        )
+    PartialRun(output, binding).discard()
+    return True
