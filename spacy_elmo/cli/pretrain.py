@@ -29,6 +29,12 @@ def pretrain_cli(
     ),
     output_dir: Path = typer.Argument(..., help="Output directory: model/, checkpoints/, metrics.jsonl"),
     resume: bool = typer.Option(False, "--resume", help="Continue from the newest readable checkpoint in OUTPUT_DIR"),
+    accept_changed_data: bool = typer.Option(
+        False,
+        "--accept-changed-data",
+        help="With --resume: continue although the training or dev data changed since the checkpoint "
+        "(logged, and recorded in metrics.jsonl); without it such a resume is refused",
+    ),
     init_from: Optional[str] = typer.Option(
         None,
         "--init-from",
@@ -50,7 +56,15 @@ def pretrain_cli(
         overrides = parse_config_overrides(ctx.args)
         path = resolve_config_path(config_path)
         config = load_config(path, overrides)
-        pretrain(config, output_dir, resume=resume, init_from=init_from, log=lambda m: typer.echo(m), source=str(path))
+        pretrain(
+            config,
+            output_dir,
+            resume=resume,
+            init_from=init_from,
+            log=lambda m: typer.echo(m),
+            source=str(path),
+            accept_changed_data=accept_changed_data,
+        )
     except (FileNotFoundError, PretrainConfigError, CorpusError, VocabError, ValueError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None

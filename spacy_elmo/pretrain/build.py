@@ -1,13 +1,22 @@
 """Pretraining a biLM language model: a run built from its config in steps, then trained (loop.py).
 
 `pretrain` reads the config (config.py: every problem reported before any work), places the process
-(device, process group), looks for the checkpoint to resume, prepares the data, restores the model from
-the checkpoint or starts one (new, or `--init-from` weights), assembles the loop and runs it.
+(device, process group), looks for the checkpoint to resume, checks the data against it, prepares the
+data, restores the model from the checkpoint or starts one (new, or `--init-from` weights), assembles the
+loop and runs it.
+
+Content binding: every checkpoint records the SHA-256 of each training and dev file (corpus.py
+`file_digests`). On resume they are compared with the data's now, before anything is written (no corpus
+cache entry, config.cfg, metrics or checkpoint): a difference is a `ResumeDataError` naming the data, the
+file and both digests, unless `accept_changed_data` (`--accept-changed-data`) is given; then each change is
+logged as a warning and recorded in metrics.jsonl ({"type": "data_changed", ...}), and the checkpoints
+from there on record the new digests. The dev data is not compared when the config changed `corpus.dev`
+(an allowed, logged change). A checkpoint written before digests were recorded resumes with a warning.
 
 Output directory:
   model/          the trained biLM, native format (softmax and vocabulary included)
   checkpoints/    step_XXXXXXXX.ckpt (see checkpoint.py); the newest that reads is resumed
-  metrics.jsonl   one JSON object a line: {"type": "train" | "eval", "step", "tokens", ...}
+  metrics.jsonl   one JSON object a line: {"type": "train" | "eval" | "data_changed", "step", ...}
   config.cfg      the resolved config of the run
 
 Distribution: started by `torchrun`, each process trains on its contiguous share of every global
@@ -17,7 +26,7 @@ checkpoints, metrics and the model.
 """
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -34,7 +43,7 @@ from ..launch_env import launch_env
 from .batches import WindowBatcher
 from .checkpoint import Checkpointer, CheckpointError, TrainState, latest_checkpoint
 from .config import PretrainConfigError, PretrainSettings, resume_changes
-from .corpus import TokenStream, build_vocab, prepare_corpus
+from .corpus import TokenStream, build_vocab, file_digests, prepare_corpus
 from .distributed import Placement, barrier, data_parallel, end_distributed, init_distributed, process_group_exists
 from .loop import LanguageModelLoss, Optimization, StepSettings, TrainingLoop, TrainResult
 from .metrics_log import Log, TrainingLog, main_process_log
@@ -50,48 +59,87 @@ def pretrain(
     init_from: Optional[str] = None,
     log: Log = print,
     source: str = "the pretraining config",
+    accept_changed_data: bool = False,
 ) -> TrainResult:
     """Train (or continue training) a biLM language model as the config says; see the module doc.
-    `source` names the config in its errors (the CLI gives the config file)."""
+    `source` names the config in its errors (the CLI gives the config file). `accept_changed_data`: resume
+    although the training or dev data differ from the checkpoint's (logged and recorded)."""
     settings = PretrainSettings.from_config(config, source)
     threads = torch.get_num_threads()
     owns_process_group = launch_env().distributed and not process_group_exists()
     try:
         if settings.training.n_threads:
             torch.set_num_threads(settings.training.n_threads)
-        return build_loop(config, settings, Path(output_dir), resume, init_from, log).run()
+        return build_loop(config, settings, Path(output_dir), resume, init_from, log, accept_changed_data).run()
     finally:
         torch.set_num_threads(threads)
         if owns_process_group:
             end_distributed()
 
 
+ACCEPT_CHANGED_DATA = "--accept-changed-data"
+DATA_ROLES = {"train": "training data", "dev": "dev data"}
+DataDigests = dict[str, list[list[str]]]
+"""{"train": [[path, sha256], ...], "dev": [...]}: what a checkpoint records of the data (no "dev": none)."""
+
+
+class ResumeDataError(ValueError):
+    """Resuming on training or dev data whose content differs from what the checkpoint recorded."""
+
+
+@dataclass(frozen=True)
+class DataChange:
+    """A data file whose content differs from the checkpoint's record (None: absent on that side)."""
+
+    role: str  # "train" or "dev"
+    path: str
+    recorded: Optional[str]  # its SHA-256 in the checkpoint
+    current: Optional[str]  # its SHA-256 now
+
+    def describe(self) -> str:
+        was = f"SHA-256 {self.recorded} in the checkpoint" if self.recorded else "not in the checkpoint's data"
+        now = f"{self.current} now" if self.current else "no longer in the data"
+        return f"{DATA_ROLES[self.role]} {self.path}: {was}, {now}"
+
+
 @dataclass
 class ResumePoint:
-    """The checkpoint a resumed run continues from, and the (allowed) settings it changes."""
+    """The checkpoint a resumed run continues from, the (allowed) settings it changes and the data changes
+    accepted with `--accept-changed-data`."""
 
     path: Path
     payload: dict[str, Any]
     changes: dict[str, tuple[Any, Any]]
+    data_changes: list[DataChange] = field(default_factory=list)
 
 
 @dataclass
 class RunData:
-    """The training stream and, on rank 0 with a dev corpus, the dev stream."""
+    """The training stream and, on rank 0 with a dev corpus, the dev stream; the digests of their files."""
 
     train: TokenStream
     dev: Optional[TokenStream]
+    digests: DataDigests
 
 
 def build_loop(
-    config: Config, settings: PretrainSettings, output_dir: Path, resume: bool, init_from: Optional[str], log: Log
+    config: Config,
+    settings: PretrainSettings,
+    output_dir: Path,
+    resume: bool,
+    init_from: Optional[str],
+    log: Log,
+    accept_changed_data: bool = False,
 ) -> TrainingLoop:
     """The run the config describes, ready to `run()`. Joins the process group under torchrun; only rank 0
-    logs."""
+    logs. On resume, the data is checked against the checkpoint before anything is written."""
     place = place_process(settings.training.device)
     say = main_process_log(log, place.rank)
     found = find_resume_point(config, output_dir / "checkpoints", say) if resume else None
-    data = prepare_data(settings, output_dir, place, say)
+    digests = data_digests(settings)  # every process: each must refuse changed data on its own
+    if found is not None:
+        found.data_changes = check_resume_data(found, digests, accept_changed_data, say)
+    data = prepare_data(settings, output_dir, place, say, digests)
     bilm, vocab = restore_or_start_model(settings, data.train, found, init_from or settings.paths.init_from, say)
     loop = assemble_loop(config, settings, bilm, vocab, data, place, found, output_dir, log)
     write_run_config(config, output_dir, found, place, say)
@@ -139,7 +187,55 @@ def find_resume_point(config: Config, checkpoint_dir: Path, say: Log) -> Optiona
     return ResumePoint(path, payload, changes)
 
 
-def prepare_data(settings: PretrainSettings, output_dir: Path, place: Placement, say: Log) -> RunData:
+def data_digests(settings: PretrainSettings) -> DataDigests:
+    """The SHA-256 of every training file and every dev file (corpus.py `file_digests`)."""
+    C = settings.corpus
+    assert C.train is not None  # the schema refuses a config without it
+    digests = {"train": file_digests(C.train)}
+    if C.dev:
+        digests["dev"] = file_digests(C.dev)
+    return digests
+
+
+def check_resume_data(found: ResumePoint, digests: DataDigests, accept: bool, say: Log) -> list[DataChange]:
+    """The data files whose content differs from `found`'s record. Any is a ResumeDataError naming each
+    (data, path, both digests) unless `accept`; accepted, each is logged as a warning. The dev data is not
+    compared when the config changed corpus.dev (allowed and logged by `find_resume_point`). A checkpoint
+    without a record (written before they were kept) resumes with a warning that nothing could be checked."""
+    recorded = found.payload.get("data")
+    if not isinstance(recorded, dict) or "train" not in recorded:
+        say(
+            f"warning: {found.path} records no digests of its training and dev data (it was written before "
+            f"checkpoints recorded them), so the data could not be checked; the next checkpoint records them"
+        )
+        return []
+    changes: list[DataChange] = []
+    for role in DATA_ROLES:
+        if role == "dev" and "corpus.dev" in found.changes:
+            continue
+        before = {path: digest for path, digest in recorded.get(role) or []}
+        after = {path: digest for path, digest in digests.get(role) or []}
+        changes.extend(
+            DataChange(role, path, before.get(path), after.get(path))
+            for path in dict.fromkeys([*after, *before])
+            if before.get(path) != after.get(path)
+        )
+    if changes and not accept:
+        roles = " and the ".join(dict.fromkeys(DATA_ROLES[change.role] for change in changes))
+        raise ResumeDataError(
+            f"cannot resume from {found.path}: the {roles} changed since it was written "
+            f"({'; '.join(change.describe() for change in changes)}). Restore the data the run was trained on, "
+            f"start a new run in another output directory, or resume with {ACCEPT_CHANGED_DATA} to continue on "
+            f"the changed data (logged, and recorded in metrics.jsonl)"
+        )
+    for change in changes:
+        say(f"warning: resuming on changed {change.describe()} ({ACCEPT_CHANGED_DATA})")
+    return changes
+
+
+def prepare_data(
+    settings: PretrainSettings, output_dir: Path, place: Placement, say: Log, digests: DataDigests
+) -> RunData:
     """The training stream and the dev stream (rank 0 only; None without a dev corpus). Rank 0 tokenizes
     first; the others then read its cache entry instead of tokenizing the same text again."""
     C = settings.corpus
@@ -159,7 +255,7 @@ def prepare_data(settings: PretrainSettings, output_dir: Path, place: Placement,
     dev = None
     if C.dev and place.is_main:
         dev = prepare_corpus(C.dev, C.settings(C.max_dev_tokens), cache_dir)
-    return RunData(stream, dev)
+    return RunData(stream, dev, digests)
 
 
 def restore_or_start_model(
@@ -260,15 +356,39 @@ def assemble_loop(
         scaler=torch.amp.GradScaler("cuda") if T.mixed_precision and place.device.type == "cuda" else None,
     )
     checkpointer = Checkpointer(
-        output_dir / "checkpoints", bilm, optimizer, sampler_rng, place, T.keep_checkpoints, config.to_str(), log
+        output_dir / "checkpoints",
+        bilm,
+        optimizer,
+        sampler_rng,
+        place,
+        T.keep_checkpoints,
+        config.to_str(),
+        log,
+        data.digests,
     )
     state = checkpointer.restore(found.path, found.payload) if found is not None else TrainState()
+    if state.index >= batcher.steps_per_epoch:  # (accepted) changed training data with fewer batches an epoch
+        main_process_log(log, place.rank)(
+            f"epoch {state.epoch} of the changed training data has only {batcher.steps_per_epoch} batches: "
+            f"continuing with epoch {state.epoch + 1}"
+        )
+        state.epoch, state.index = state.epoch + 1, 0
     evaluate = None
     if data.dev is not None:
         evaluate = partial(stream_perplexity, bilm, data.dev, vocab, max_tokens=settings.corpus.max_dev_tokens)
     report = TrainingLog(output_dir / "metrics.jsonl", place.rank, log)
     output_dir.mkdir(parents=True, exist_ok=True)
     report.metrics.truncate_after(state.step)
+    for change in found.data_changes if found is not None else []:
+        report.event(
+            "data_changed",
+            state.step,
+            data=change.role,
+            path=change.path,
+            checkpoint_sha256=change.recorded,
+            sha256=change.current,
+            accepted_with=ACCEPT_CHANGED_DATA,
+        )
     return TrainingLoop(optimization, batcher, T, place, checkpointer, evaluate, report, output_dir, state)
 
 

@@ -3,10 +3,11 @@
 A checkpoint is one msgpack file: {"format", "sha256", "payload"}, the payload itself msgpack of
 the model (the native model bytes, vocabulary included), the optimizer state (tensors as encoded
 arrays, the rest plain data), the loop's counters and data position (`TrainState`), the random states
-(torch generator states as raw bytes, one per process) and the run's config. Loading never executes
-code. A file whose checksum or structure is wrong is refused with `CheckpointError`, and
-`latest_checkpoint` falls back to the newest older one that reads, so a crash while writing, or a
-damaged disk, costs one interval. `Checkpointer` is what a run saves and restores.
+(torch generator states as raw bytes, one per process), the run's config and the SHA-256 of every file of
+its training and dev data ({"train": [[path, sha256], ...], "dev": [...]}; older checkpoints have none,
+see build.py). Loading never executes code. A file whose checksum or structure is wrong is refused with
+`CheckpointError`, and `latest_checkpoint` falls back to the newest older one that reads, so a crash while
+writing, or a damaged disk, costs one interval. `Checkpointer` is what a run saves and restores.
 """
 
 import hashlib
@@ -181,7 +182,7 @@ class TrainState:
 @dataclass
 class Checkpointer:
     """The checkpoints of a run in `directory`: what one holds (the model, the optimizer, the loop's state,
-    the sampler's generator and every process's torch generators, the config), pruning to the `keep`
+    the sampler's generator and every process's torch generators, the config, the data's digests), pruning to the `keep`
     newest, and restoring all of it. `save` is collective: every process calls it at the same step."""
 
     directory: Path
@@ -192,6 +193,8 @@ class Checkpointer:
     keep: int
     config_text: str
     log: Log
+    data: dict[str, list[list[str]]] = field(default_factory=dict)
+    """The digests of the data this run trains and evaluates on (corpus.py `file_digests`), by role."""
     saved_step: Optional[int] = field(default=None, init=False)
     """The step of the newest checkpoint this run wrote or restored."""
 
@@ -214,6 +217,7 @@ class Checkpointer:
             "trainer": state.to_dict(),
             "rng": {"sampler": generator_state(self.sampler_rng), "torch": torch_states, "cuda": cuda_states},
             "config": self.config_text,
+            "data": self.data,
         }
         path = write_checkpoint(self.directory, state.step, payload)
         prune_checkpoints(self.directory, self.keep)

@@ -15,7 +15,8 @@ vectorised with numpy over spaCy's hash arrays.
 
 A cache entry is keyed by the input paths, sizes and modification times and by the settings; it is
 written to a temporary directory and renamed (spacy_elmo/io/atomic.py), so a killed run never leaves a
-half-written entry.
+half-written entry. What a run was trained on is bound by content instead: `file_digests` (the SHA-256 of
+every file, read in blocks), recorded in its checkpoints and checked on resume (build.py).
 """
 
 import hashlib
@@ -31,6 +32,7 @@ import srsly
 
 from .. import chars
 from ..io.atomic import atomic_directory, atomic_path
+from ..io.digest import file_sha256
 from ..text import make_tokenizer, open_text, texts_from_jsonl
 from .vocab import BOS, EOS, Vocab
 
@@ -135,6 +137,12 @@ def expand_paths(paths: Union[PathLike, Sequence[PathLike]]) -> list[Path]:
     if not files:
         raise CorpusError("no corpus files given")
     return files
+
+
+def file_digests(paths: Union[PathLike, Sequence[PathLike]]) -> list[list[str]]:
+    """[path, SHA-256] of every file `expand_paths` finds, in its order (a directory's files sorted by name);
+    each file is read in blocks, never whole."""
+    return [[str(path), file_sha256(path)] for path in expand_paths(paths)]
 
 
 def iter_paragraphs(path: Path) -> Iterator[str]:

@@ -1,5 +1,6 @@
 """What a run reports: metrics.jsonl (one JSON object a line, {"type": "train" | "eval", "step", "tokens",
-...}) and the lines of its log, written by rank 0 only."""
+...}, and events such as {"type": "data_changed", "step", ...}) and the lines of its log, written by rank 0
+only."""
 
 import json
 import math
@@ -86,6 +87,10 @@ class TrainingLog:
             f"ppl {math.exp(min(mean, 50.0)):9.2f}  {tps:8.0f} tokens/s"
         )
         self._interval_first, self._interval_tokens, self._interval_time = len(self.losses), 0, 0.0
+
+    def event(self, kind: str, step: int, **fields: Any) -> None:
+        """A record of something that happened to the run at `step` (not a measurement), e.g. "data_changed"."""
+        self.metrics.write({"type": kind, "step": step, **fields})
 
     def eval(self, state: "TrainState", result: dict[str, float]) -> None:
         self.metrics.write(
