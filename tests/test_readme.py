@@ -119,6 +119,7 @@ def test_every_readme_command_is_run_by_a_test():
         "python -m spacy_elmo convert",
         "python -m spacy_elmo embed MODEL input.txt",
         "python -m spacy_elmo verify",
+        "python -m spacy_elmo embed path/to/weights.hdf5",
         *RUN_ELSEWHERE,
     }
     orphans = [c for c in commands() if not any(c.startswith(prefix) for prefix in covered)]
@@ -175,4 +176,17 @@ def test_convert_embed_and_verify(scratch):
     assert (scratch / "exported" / "weights.hdf5").exists()
     run(the("python -m spacy_elmo embed MODEL input.txt"), scratch)
     assert (scratch / "out.hdf5").exists()
-    assert run(the("python -m spacy_elmo verify"), scratch).rstrip().endswith("ok")
+    assert run(the("python -m spacy_elmo verify my_model/"), scratch).rstrip().endswith("ok")
+
+
+@pytest.mark.slow
+def test_pinning_a_digest_as_written(scratch):
+    import json
+
+    report = json.loads(run(the("python -m spacy_elmo verify path/to/weights.hdf5"), scratch))
+    assert report["checked"] and report["max_abs_weight"]["value"] > 0
+    pinned = the("python -m spacy_elmo embed path/to/weights.hdf5")
+    run(pinned.replace("DIGEST", report["sha256"]), scratch)
+    assert (scratch / "pinned.hdf5").exists()
+    with pytest.raises(AssertionError, match="differs from the digest pinned by --sha256"):
+        run(pinned.replace("DIGEST", "0" * 64), scratch)
