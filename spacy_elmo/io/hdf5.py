@@ -7,7 +7,7 @@ actually read or written, so `import spacy_elmo` does not need it.
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, BinaryIO, Optional, Union
 
 import numpy
 
@@ -52,13 +52,14 @@ def _dataset_names(handle: "h5py.File") -> list[str]:
     return names
 
 
-def _open_hdf5(path: Path, mode: str = "r") -> "h5py.File":
+def _open_hdf5(path: Path, mode: str = "r", data: Optional[BinaryIO] = None) -> "h5py.File":
+    """`path` opened with h5py; with `data`, that file object is read instead (`path` then only names it)."""
     import h5py
 
-    if mode == "r" and not path.exists():
+    if data is None and mode == "r" and not path.exists():
         raise FileNotFoundError(f"weight file not found: {path}")
     try:
-        return h5py.File(path, mode)
+        return h5py.File(data if data is not None else path, mode)
     except OSError as err:
         raise WeightsError(f"{path}: not a readable HDF5 weight file ({err})") from None
 
@@ -66,8 +67,16 @@ def _open_hdf5(path: Path, mode: str = "r") -> "h5py.File":
 def load_bilm_tf(options_file: PathLike, weight_file: PathLike, vocab_file: Optional[PathLike] = None) -> BiLM:
     """A BiLM from bilm-tf/AllenNLP `options.json` + HDF5 weights (+ softmax and vocabulary if present)."""
     options = BiLMOptions.from_file(options_file)
-    weight_path = Path(weight_file)
-    with _open_hdf5(weight_path) as handle:
+    vocab = read_vocab(vocab_file) if vocab_file is not None else None
+    return read_bilm_tf(options, Path(weight_file), vocab=vocab)
+
+
+def read_bilm_tf(
+    options: BiLMOptions, weight_path: Path, data: Optional[BinaryIO] = None, vocab: Optional[list[str]] = None
+) -> BiLM:
+    """A BiLM from parsed options and an HDF5 weight file (or an open file object `data`, which
+    `weight_path` names in errors: a member of an archive)."""
+    with _open_hdf5(weight_path, data=data) as handle:
         check_accounted_for(_dataset_names(handle), options, str(weight_path))
         shapes = expected_shapes(options)
         if "softmax/W" in handle:
@@ -75,7 +84,6 @@ def load_bilm_tf(options_file: PathLike, weight_file: PathLike, vocab_file: Opti
             shapes["softmax/W"] = (rows, options.projection_dim)
             shapes["softmax/b"] = (rows,)
         arrays = {name: _read_dataset(handle, name, shape, weight_path) for name, shape in shapes.items()}
-    vocab = read_vocab(vocab_file) if vocab_file is not None else None
     return build_bilm(options, arrays, source=str(weight_path), vocab=vocab)
 
 
@@ -104,7 +112,11 @@ def read_vocab(path: PathLike) -> list[str]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"vocabulary file not found: {path}")
-    words = path.read_text(encoding="utf-8").split("\n")
+    return parse_vocab(path.read_text(encoding="utf-8"))
+
+
+def parse_vocab(text: str) -> list[str]:
+    words = text.split("\n")
     if words and words[-1] == "":
         words.pop()
     return words

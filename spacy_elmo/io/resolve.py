@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from ..bilm.bilm import BiLM
+from .archive import ArchiveModel, find_model, is_archive
 from .digest import check_pin, combined_sha256, file_sha256, parse_pin
 from .hdf5 import load_bilm_tf
 from .native import MODEL_FILE, OPTIONS_FILE, inspect_native, is_native
@@ -24,20 +25,22 @@ SHIPPED_MODELS_DIR = Path(__file__).parent.parent / "models"
 DEFAULT_MODEL = "en_elmo_small"
 WEIGHT_FILE_NAMES = ("weights.hdf5", "lm_weights.hdf5")
 EXPECTED = (
-    "a native model directory, a bilm-tf/AllenNLP directory (options.json + one .hdf5 [+ vocab.txt]) or an "
-    ".hdf5 weight file with options.json beside it"
+    "a native model directory, a bilm-tf/AllenNLP directory (options.json + one .hdf5 [+ vocab.txt]), an "
+    ".hdf5 weight file with options.json beside it, or a .zip archive of such a model (the NLPL repository's)"
 )
 
 
 @dataclass(frozen=True)
 class ModelSource:
-    """The files of one model. `kind` is "native" (model.msgpack) or "bilm-tf" (HDF5)."""
+    """The files of one model. `kind` is "native" (model.msgpack) or "bilm-tf" (HDF5); a bilm-tf model in
+    a zip archive has `archive`, and its files are named `archive.zip/member`."""
 
     kind: str
     path: Path
     options_file: Path
     weight_file: Path
     vocab_file: Optional[Path] = None
+    archive: Optional[ArchiveModel] = None
 
 
 def shipped_model_path(name: str = DEFAULT_MODEL) -> Path:
@@ -69,6 +72,16 @@ def resolve_model(path: PathLike, options_file: Optional[PathLike] = None, optio
             raise FileNotFoundError(
                 f"biLM path {str(path)!r} does not exist{where}. Give {EXPECTED}, or a shipped model name ({shipped})"
             )
+    if is_archive(target):
+        members = find_model(target, where)
+        return ModelSource(
+            "bilm-tf",
+            target,
+            target / members.options,
+            target / members.weights,
+            target / members.vocab if members.vocab else None,
+            members,
+        )
     if target.is_dir():
         if is_native(target):
             return ModelSource("native", target, target / OPTIONS_FILE, target / MODEL_FILE)
@@ -130,14 +143,23 @@ def load_model(
             native.sha256,
             native.converted_from,
         )
-    if not source.weight_file.exists():
-        raise FileNotFoundError(f"weight file not found: {source.weight_file}")
-    weights_sha256 = file_sha256(source.weight_file)
-    check_pin(weights_sha256, sha256, str(source.weight_file), sha256_option)
-    bilm = load_bilm_tf(source.options_file, source.weight_file, source.vocab_file)
-    options_sha256 = file_sha256(source.options_file)
+    if source.archive is not None:  # the digests of the members' bytes: the same as the unzipped files'
+        members = source.archive
+        weights_sha256 = members.sha256(members.weights)
+        check_pin(weights_sha256, sha256, str(source.weight_file), sha256_option)
+        bilm = members.load()
+        options_sha256 = members.sha256(members.options)
+        sha256_of = f"of {source.weight_file.name} in {source.path.name}"
+    else:
+        if not source.weight_file.exists():
+            raise FileNotFoundError(f"weight file not found: {source.weight_file}")
+        weights_sha256 = file_sha256(source.weight_file)
+        check_pin(weights_sha256, sha256, str(source.weight_file), sha256_option)
+        bilm = load_bilm_tf(source.options_file, source.weight_file, source.vocab_file)
+        options_sha256 = file_sha256(source.options_file)
+        sha256_of = f"of {source.weight_file.name}"
     content = combined_sha256({"weights": weights_sha256, "options": options_sha256})
-    return LoadedModel(bilm, source, weights_sha256, f"of {source.weight_file.name}", content)
+    return LoadedModel(bilm, source, weights_sha256, sha256_of, content)
 
 
 def load_bilm(
