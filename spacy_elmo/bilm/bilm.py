@@ -1,12 +1,16 @@
 """The bidirectional language model: token layer + contextual layers, every layer exposed."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Optional
 
+import numpy
 import torch
 from torch import nn
 
+from .. import chars
 from .char_cnn import CharacterEncoder
+from .lexicon import Lexicon
 from .lstm import BiLSTMStack, LSTMState
 from .options import BiLMOptions
 from .precision import FP32, Products
@@ -27,7 +31,7 @@ class BiLM(nn.Module):
     """ELMo's biLM. Input: character ids (B, T, max_chars) in the AllenNLP layout, 0 = no token.
 
     Rows hold their tokens first and padding after. Sentence boundaries are the caller's to add
-    (see `chars.batch_to_ids`); the biLM treats `<S>` and `</S>` as ordinary tokens.
+    (`batch_to_ids`); the biLM treats `<S>` and `</S>` as ordinary tokens.
     """
 
     def __init__(self, options: BiLMOptions, with_softmax: Optional[bool] = None) -> None:
@@ -44,9 +48,23 @@ class BiLM(nn.Module):
             SoftmaxHead(options.n_tokens_vocab, options.projection_dim) if with_softmax else None
         )
         self.vocab: Optional[list[str]] = None
+        # The model's own character/word vocabularies (ELMoForManyLangs); None: bilm-tf's byte ids.
+        self.lexicon: Optional[Lexicon] = None
         # Inference-time options (not weights): see `embed_tokens`.
         self.dedupe_tokens = True
         self.token_cache: Optional[TokenCache] = None
+
+    def batch_to_ids(self, sentences: Sequence[Sequence[str]]) -> numpy.ndarray:
+        """Sentences -> (B, T + 2, width) ids, framed by the sentence boundaries, as this model reads them."""
+        if self.lexicon is not None:
+            return self.lexicon.batch_to_ids(sentences)
+        return chars.batch_to_ids(sentences, max_characters_per_token=self.options.max_characters_per_token)
+
+    def tokens_to_ids(self, tokens: Sequence[str]) -> numpy.ndarray:
+        """Tokens -> (n, width) ids, without sentence boundaries."""
+        if self.lexicon is not None:
+            return self.lexicon.tokens_to_ids(tokens)
+        return chars.tokens_to_ids(tokens, self.options.max_characters_per_token)
 
     def set_token_cache(self, max_size: Optional[int]) -> None:
         """Keep the token vectors of up to `max_size` recent word types (None or 0: no cache)."""

@@ -2,6 +2,10 @@
 
 Parameters are stored in the orientation of the bilm-tf checkpoint (matrices as (in, out), highway
 gates named as there) so that import and export are plain copies and a round trip is bit for bit.
+ELMoForManyLangs-style models (options `char_vocab_size`, `word_dim`, `highway_gate`): the character
+ids index the model's own vocabulary (`lexicon.py`), a word embedding (its id is the last column of a
+token's ids) is joined in front of the highway's output before the projection, and the highway's gate
+scales its input rather than its transform (AllenNLP's parametrisation, computed as such).
 """
 
 from typing import Optional
@@ -39,7 +43,11 @@ class CharacterEncoder(nn.Module):
         self.options = options
         dim = options.char_embedding_dim
         # Row 0 is the "no token" id of the AllenNLP layout and stays zero.
-        self.char_embedding = nn.Parameter(torch.zeros(chars.N_CHARACTERS, dim))
+        n_chars = options.char_vocab_size + 1 if options.char_vocab_size else chars.N_CHARACTERS
+        self.char_embedding = nn.Parameter(torch.zeros(n_chars, dim))
+        self.word_embedding: Optional[nn.Parameter] = (
+            nn.Parameter(torch.zeros(options.word_vocab_size + 1, options.word_dim)) if options.word_dim else None
+        )
         self.conv_weights = nn.ParameterList([nn.Parameter(torch.zeros(n, dim, width)) for width, n in options.filters])
         self.conv_biases = nn.ParameterList([nn.Parameter(torch.zeros(n)) for _, n in options.filters])
         n_filters = options.n_filters
@@ -55,7 +63,7 @@ class CharacterEncoder(nn.Module):
         self.highway_transform_b = nn.ParameterList(
             [nn.Parameter(torch.zeros(n_filters)) for _ in range(options.n_highway)]
         )
-        self.projection_w = nn.Parameter(torch.zeros(n_filters, options.projection_dim))
+        self.projection_w = nn.Parameter(torch.zeros(options.word_dim + n_filters, options.projection_dim))
         self.projection_b = nn.Parameter(torch.zeros(options.projection_dim))
         self.activation = torch.relu if options.activation == "relu" else torch.tanh
 
@@ -64,6 +72,9 @@ class CharacterEncoder(nn.Module):
         with torch.no_grad():
             self.char_embedding.uniform_(-1.0, 1.0, generator=generator)
             self.char_embedding[0].zero_()
+            if self.word_embedding is not None:
+                self.word_embedding.uniform_(-0.25, 0.25, generator=generator)
+                self.word_embedding[0].zero_()
             for weight, bias in zip(self.conv_weights, self.conv_biases):
                 fan_in = weight.shape[1] * weight.shape[2]
                 weight.uniform_(-(fan_in**-0.5), fan_in**-0.5, generator=generator)
@@ -93,9 +104,26 @@ class CharacterEncoder(nn.Module):
         chunks = [self._encode_chunk(chunk, kernels, bias, products) for chunk in char_ids.split(sizes)]
         return torch.cat(chunks)[:n_rows]
 
+    def _highway(self, x: torch.Tensor, products: Products) -> torch.Tensor:
+        gate_scales_input = self.options.highway_gate == "input"
+        for carry_w, carry_b, transform_w, transform_b in zip(
+            self.highway_carry_w, self.highway_carry_b, self.highway_transform_w, self.highway_transform_b
+        ):
+            gate = torch.sigmoid(products.product(x, carry_w, bias=carry_b))
+            transformed = torch.relu(products.product(x, transform_w, bias=transform_b))
+            if gate_scales_input:  # AllenNLP's: the gate carries the input through
+                x = gate * x + (1 - gate) * transformed
+            else:  # bilm-tf's naming: the sigmoid "carry" gate scales the relu "transform" branch
+                x = gate * transformed + (1.0 - gate) * x
+        return x
+
     def _encode_chunk(
         self, char_ids: torch.Tensor, kernels: list[torch.Tensor], bias: torch.Tensor, products: Products
     ) -> torch.Tensor:
+        words = None
+        if self.word_embedding is not None:  # the word id is the last column (`lexicon.py`)
+            words = nn.functional.embedding(char_ids[:, -1].long(), self.word_embedding)
+            char_ids = char_ids[:, :-1]
         embedded = nn.functional.embedding(char_ids.long(), self.char_embedding)  # (ROW_CHUNK, chars, dim)
         # Each width's convolution as one matrix product over unfolded windows: 2-3x faster on CPU
         # than conv1d with so few input channels, and the same numbers. The bias is added after the
@@ -106,12 +134,7 @@ class CharacterEncoder(nn.Module):
             windows = embedded.unfold(1, width, 1).transpose(2, 3).reshape(embedded.shape[0], -1, width * dim)
             pooled.append(products.product(windows, kernel, source).amax(dim=1))
         # max then activation equals activation then max: both activations are monotonic
-        x = self.activation(torch.cat(pooled, dim=1) + bias)
-        for carry_w, carry_b, transform_w, transform_b in zip(
-            self.highway_carry_w, self.highway_carry_b, self.highway_transform_w, self.highway_transform_b
-        ):
-            # bilm-tf's naming: the sigmoid "carry" gate scales the relu "transform" branch
-            gate = torch.sigmoid(products.product(x, carry_w, bias=carry_b))
-            transformed = torch.relu(products.product(x, transform_w, bias=transform_b))
-            x = gate * transformed + (1.0 - gate) * x
+        x = self._highway(self.activation(torch.cat(pooled, dim=1) + bias), products)
+        if words is not None:
+            x = torch.cat([words, x], dim=1)
         return products.product(x, self.projection_w, bias=self.projection_b)

@@ -1,7 +1,8 @@
 """The contextual layers: stacked LSTMs with a projection, both directions computed together.
 
 Numerics follow TensorFlow's `LSTMCell(num_proj=P, cell_clip, proj_clip, forget_bias=1.0)` as used
-by bilm-tf: gates in the order i, j, f, o; the forget bias added at run time; the cell clipped, then
+by bilm-tf: gates in the order i, j, f, o; the forget bias (option `forget_bias`: 1.0 for bilm-tf, 0 for
+AllenNLP-parametrised weights, whose bias already holds it) added at run time; the cell clipped, then
 the projected output clipped; a residual connection around every layer but the first.
 
 Speed: per layer, the input-to-hidden products of all time steps and both directions are one batched
@@ -20,7 +21,6 @@ from torch import nn
 from .options import BiLMOptions
 from .precision import FP32, Products
 
-FORGET_BIAS = 1.0
 FORWARD, BACKWARD = 0, 1
 
 
@@ -73,7 +73,7 @@ class BiLSTMStack(nn.Module):
         self.bias = nn.ParameterList([nn.Parameter(torch.zeros(2, 4 * C)) for _ in range(L)])
         self.proj_w = nn.ParameterList([nn.Parameter(torch.zeros(2, C, P)) for _ in range(L)])
         forget = torch.zeros(4 * C)
-        forget[2 * C : 3 * C] = FORGET_BIAS
+        forget[2 * C : 3 * C] = options.forget_bias  # bilm-tf: 1.0; AllenNLP's parametrisation: 0
         self.register_buffer("forget_bias", forget, persistent=False)
         self.cell = lstm_cell
 

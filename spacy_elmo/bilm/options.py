@@ -76,6 +76,15 @@ class BiLMOptions:
     use_skip_connections: bool = True
     # language-model head (pretraining); 0 = no softmax
     n_tokens_vocab: Annotated[Integer, Field(ge=0)] = 0
+    # ELMoForManyLangs-style models (bilm-tf's values by default, and then absent from options.json):
+    # a character vocabulary of the model's own (`lexicon.py`; 0 = bilm-tf's byte ids), a word embedding
+    # joined to the character CNN's output, which branch the highway's sigmoid gate scales ("transform":
+    # bilm-tf; "input": AllenNLP's parametrisation), and the forget bias added at run time (bilm-tf: 1.0)
+    char_vocab_size: Annotated[Integer, Field(ge=0)] = 0
+    word_vocab_size: Annotated[Integer, Field(ge=0)] = 0
+    word_dim: Annotated[Integer, Field(ge=0)] = 0
+    highway_gate: Literal["transform", "input"] = "transform"
+    forget_bias: Annotated[float, Field(allow_inf_nan=False)] = 1.0
     # everything else from options.json, kept for round trips
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
     # bilm-tf's training dropout: checked and kept in `extra` (the biLM's own dropout is a pretraining setting)
@@ -91,6 +100,24 @@ class BiLMOptions:
             if width > self.max_characters_per_token:
                 raise ValueError(f"has width {width} > max_characters_per_token")
         return self
+
+    @model_validator(mode="after")
+    def _word_embedding_has_a_vocabulary(self) -> "BiLMOptions":
+        if (self.word_dim > 0) != (self.word_vocab_size > 0):
+            raise ValueError("needs both or neither of word_dim and word_vocab_size")
+        if self.word_dim and not self.char_vocab_size:
+            raise ValueError("has a word embedding (word_dim) but no character vocabulary (char_vocab_size)")
+        return self
+
+    @property
+    def bilm_tf_layout(self) -> bool:
+        """Whether bilm-tf's options.json + HDF5 can hold this model (no ELMoForManyLangs feature)."""
+        return (
+            not self.char_vocab_size
+            and not self.word_dim
+            and self.highway_gate == "transform"
+            and self.forget_bias == 1.0
+        )
 
     @property
     def n_filters(self) -> int:
@@ -176,6 +203,11 @@ class BiLMOptions:
             "activation": self.activation,
         }
         cnn.update(cnn_extra)
+        for name in NOT_BILM_TF:  # written only where they differ from bilm-tf's, so its files round trip
+            value = getattr(self, name)
+            if value != ABSENT_IN_FILE[name]:
+                section = lstm if FILE_KEYS[name].startswith("lstm.") else cnn
+                section[FILE_KEYS[name].rpartition(".")[2]] = _plain_number(value) if name == "forget_bias" else value
         out: dict[str, Any] = {"lstm": lstm, "char_cnn": cnn}
         if self.n_tokens_vocab:
             out["n_tokens_vocab"] = self.n_tokens_vocab
@@ -218,8 +250,14 @@ FILE_KEYS = {
     "proj_clip": "lstm.proj_clip",
     "use_skip_connections": "lstm.use_skip_connections",
     "n_tokens_vocab": "n_tokens_vocab",
+    "char_vocab_size": "char_cnn.char_vocab_size",
+    "word_vocab_size": "char_cnn.word_vocab_size",
+    "word_dim": "char_cnn.word_dim",
+    "highway_gate": "char_cnn.highway_gate",
+    "forget_bias": "lstm.forget_bias",
     "dropout": "dropout",
 }
+NOT_BILM_TF = ("char_vocab_size", "word_vocab_size", "word_dim", "highway_gate", "forget_bias")
 # What an option absent from options.json means: bilm-tf's defaults, which for the clips and the skip
 # connections are not BiLMOptions' own. Every other option is required there.
 ABSENT_IN_FILE: dict[str, Any] = {
@@ -227,6 +265,11 @@ ABSENT_IN_FILE: dict[str, Any] = {
     "proj_clip": None,
     "use_skip_connections": False,
     "n_tokens_vocab": 0,
+    "char_vocab_size": 0,
+    "word_vocab_size": 0,
+    "word_dim": 0,
+    "highway_gate": "transform",
+    "forget_bias": 1.0,
     "dropout": None,
 }
 KEPT_IN_EXTRA = ("dropout",)  # checked, and written back where it was
@@ -239,7 +282,10 @@ def _problems(error: ValidationError, values: dict[str, Any]) -> dict[str, str]:
     """The schema's errors by key in options.json, one a key, each with the value the file holds."""
     problems: dict[str, str] = {}
     for detail in error.errors():
-        name = str(detail["loc"][0]) if detail["loc"] else "filters"  # the one check of several options
+        if detail["loc"]:
+            name = str(detail["loc"][0])
+        else:  # a check of several options: named by the option it is about
+            name = "word_dim" if "word" in str(detail["ctx"]["error"]) else "filters"
         path = FILE_KEYS[name]
         if detail["type"] == "missing" or path in problems:  # a missing key is reported by from_dict
             continue

@@ -22,7 +22,6 @@ from typing import Callable, Optional
 import numpy
 import torch
 
-from .. import chars
 from .batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET, token_budget_batches, windows
 from .bilm import BiLM
 from .lstm import BiLSTMStack, LSTMState
@@ -219,7 +218,7 @@ class BiLMRunner(torch.nn.Module):
         was_training = bilm.training
         bilm.eval()
         try:
-            ids = chars.batch_to_ids(sentences, max_characters_per_token=bilm.options.max_characters_per_token)
+            ids = bilm.batch_to_ids(sentences)
             # one copy back to the host for the whole batch
             layers = self.run(torch.from_numpy(ids).to(bilm.device)).cpu().numpy()
         finally:
@@ -272,7 +271,7 @@ class BiLMRunner(torch.nn.Module):
         tokens = list(tokens)
         out = []
         for start in range(0, len(tokens), batch_size):
-            ids = chars.tokens_to_ids(tokens[start : start + batch_size], bilm.options.max_characters_per_token)
+            ids = bilm.tokens_to_ids(tokens[start : start + batch_size])
             vectors = bilm.token_encoder(torch.from_numpy(ids).to(bilm.device), self.products)
             out.append(vectors.float().cpu().numpy())
         P = bilm.options.projection_dim

@@ -1,40 +1,60 @@
-"""`spacy elmo convert`: bilm-tf/AllenNLP options.json + HDF5 <-> the native format."""
+"""`spacy elmo convert`: bilm-tf/AllenNLP options.json + HDF5, NLPL archives and ELMoForManyLangs models
+<-> the native format."""
 
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from ..io.hdf5 import save_bilm_tf
-from ..io.native import is_native, save_native
+from ..io.efml import EfmlError, save_efml
+from ..io.hdf5 import check_bilm_tf_layout, save_bilm_tf
+from ..io.native import save_native
 from ..io.resolve import load_model
 from . import elmo_cli
+
+TARGETS = ("native", "bilm-tf", "efml")
 
 
 @elmo_cli.command("convert")
 def convert_cli(
-    source: Path = typer.Argument(..., help="A native model directory, or a bilm-tf/AllenNLP directory or .hdf5 file"),
+    source: Path = typer.Argument(
+        ...,
+        help="A native model directory, a bilm-tf/AllenNLP directory, .hdf5 or .zip, or an ELMoForManyLangs directory",
+    ),
     output: Path = typer.Argument(..., help="Output directory"),
-    to: Optional[str] = typer.Option(None, "--to", help="'native' or 'bilm-tf' (default: the other format)"),
+    to: Optional[str] = typer.Option(
+        None,
+        "--to",
+        help="'native', 'bilm-tf' or 'efml' (default: native, and for a native model its own original layout)",
+    ),
     options: Optional[Path] = typer.Option(None, "--options", help="options.json, if not beside the .hdf5"),
     sha256: Optional[str] = typer.Option(
         None, "--sha256", help="refuse the source unless its digest is this one (as `verify` prints it)"
     ),
 ) -> None:
-    """Convert a biLM between the bilm-tf/AllenNLP layout and the native, pickle-free format. The source
-    passes every check `verify` makes first, and the output records the source's format, file and digest."""
-    target = to or ("bilm-tf" if is_native(source) else "native")
-    if target not in ("native", "bilm-tf"):
-        raise typer.BadParameter(f"--to must be 'native' or 'bilm-tf', got {target!r}")
+    """Convert a biLM between the bilm-tf/AllenNLP layout, ELMoForManyLangs' layout and the native,
+    pickle-free format. The source passes every check `verify` makes first, and the output records the
+    source's format, file and digest."""
+    if to is not None and to not in TARGETS:
+        raise typer.BadParameter(f"--to must be one of {', '.join(TARGETS)}, got {to!r}")
     try:
         loaded = load_model(source, options_file=options, sha256=sha256)
     except (FileNotFoundError, ValueError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None
-    origin = {"format": loaded.source.kind, "file": loaded.source.weight_file.name, "sha256": loaded.sha256}
-    if target == "native":
-        save_native(loaded.bilm, output, converted_from=origin)
-    else:
-        output.mkdir(parents=True, exist_ok=True)
-        save_bilm_tf(loaded.bilm, output / "options.json", output / "weights.hdf5", output / "vocab.txt", origin)
+    target = to or ("native" if loaded.source.kind != "native" else "efml" if loaded.bilm.lexicon else "bilm-tf")
+    file_name = loaded.source.path.name if loaded.source.kind == "efml" else loaded.source.weight_file.name
+    origin = {"format": loaded.source.kind, "file": file_name, "sha256": loaded.sha256}
+    try:
+        if target == "native":
+            save_native(loaded.bilm, output, converted_from=origin)
+        elif target == "efml":
+            save_efml(loaded.bilm, output)
+        else:
+            check_bilm_tf_layout(loaded.bilm)
+            output.mkdir(parents=True, exist_ok=True)
+            save_bilm_tf(loaded.bilm, output / "options.json", output / "weights.hdf5", output / "vocab.txt", origin)
+    except (EfmlError, ValueError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from None
     typer.echo(f"wrote {target} model to {output} (from {origin['file']}, sha256 {origin['sha256']})")

@@ -7,6 +7,9 @@ mapping lives here once. The rules of the reference layout:
 - Highway and projection matrices are (in, out), as stored here; the "carry" gate is the sigmoid one.
 - `RNN_0` is the forward stack, `RNN_1` the backward one; `W_0` is (input + projection, 4C) with the
   input rows first; gates i, j, f, o; no forget bias in the file; `W_P_0` has no bias.
+- ELMoForManyLangs-style models (not a bilm-tf layout, stored natively only): `char_embed` has one row
+  per entry of the model's character vocabulary; `word_embed` (words, word_dim) is the word embedding,
+  and `CNN_proj/W_proj` then has the word_dim rows of the word embedding first.
 - Optional extras written by this package (bilm-tf's checkpoint has them, the AllenNLP dump does not):
   `softmax/W` (V, P) and `softmax/b` (V,), with the vocabulary in a text file beside.
 Every transform is a transpose or a slice, so import -> export -> import is bit for bit.
@@ -21,6 +24,7 @@ import numpy
 import torch
 
 from ..bilm.bilm import BiLM
+from ..bilm.lexicon import Lexicon
 from ..bilm.options import BiLMOptions
 
 PathLike = Union[str, Path]
@@ -43,7 +47,9 @@ def lstm_name(direction: int, layer: int, leaf: str) -> str:
 def expected_shapes(options: BiLMOptions) -> dict[str, tuple[int, ...]]:
     """Every dataset of the reference layout (no softmax) with the shape `options` implies."""
     o = options
-    shapes: dict[str, tuple[int, ...]] = {"char_embed": (RAW_CHARACTERS, o.char_embedding_dim)}
+    shapes: dict[str, tuple[int, ...]] = {"char_embed": (o.char_vocab_size or RAW_CHARACTERS, o.char_embedding_dim)}
+    if o.word_dim:
+        shapes["word_embed"] = (o.word_vocab_size, o.word_dim)
     for i, (width, n) in enumerate(o.filters):
         shapes[f"CNN/W_cnn_{i}"] = (1, width, o.char_embedding_dim, n)
         shapes[f"CNN/b_cnn_{i}"] = (n,)
@@ -52,7 +58,7 @@ def expected_shapes(options: BiLMOptions) -> dict[str, tuple[int, ...]]:
         for leaf in ("carry", "transform"):
             shapes[f"CNN_high_{k}/W_{leaf}"] = (F, F)
             shapes[f"CNN_high_{k}/b_{leaf}"] = (F,)
-    shapes["CNN_proj/W_proj"] = (F, o.projection_dim)
+    shapes["CNN_proj/W_proj"] = (o.word_dim + F, o.projection_dim)
     shapes["CNN_proj/b_proj"] = (o.projection_dim,)
     for direction in (0, 1):
         for layer in range(o.n_layers):
@@ -128,6 +134,8 @@ def bilm_arrays(bilm: BiLM) -> Iterator[tuple[str, numpy.ndarray]]:
         return t.detach().to("cpu", torch.float32).numpy()
 
     yield "char_embed", arr(enc.char_embedding[1:])
+    if enc.word_embedding is not None:
+        yield "word_embed", arr(enc.word_embedding[1:])
     for i, (weight, bias) in enumerate(zip(enc.conv_weights, enc.conv_biases)):
         yield f"CNN/W_cnn_{i}", numpy.ascontiguousarray(arr(weight).transpose(2, 1, 0)[None])
         yield f"CNN/b_cnn_{i}", arr(bias)
@@ -154,9 +162,12 @@ def build_bilm(
     arrays: dict[str, numpy.ndarray],
     source: str = "weights",
     vocab: Optional[list[str]] = None,
+    lexicon: Optional[Lexicon] = None,
 ) -> BiLM:
-    """A BiLM from reference-layout arrays, every name, shape and value checked (`check_values`)."""
+    """A BiLM from reference-layout arrays, every name, shape and value checked (`check_values`); a model
+    with a character vocabulary (option `char_vocab_size`) needs its `lexicon`."""
     options = BiLMOptions.from_dict(options.to_dict(), source=source)
+    check_lexicon(options, lexicon, source)
     check_accounted_for(arrays, options, source)
     shapes = expected_shapes(options)
     with_softmax = "softmax/W" in arrays
@@ -186,7 +197,33 @@ def build_bilm(
     bilm = BiLM(options, with_softmax=with_softmax)
     load_arrays(bilm, arrays)
     bilm.vocab = list(vocab) if vocab is not None else None
+    bilm.lexicon = lexicon
     return bilm
+
+
+def check_lexicon(options: BiLMOptions, lexicon: Optional[Lexicon], source: str) -> None:
+    """The vocabularies must be the ones the options and the embedding tables were made for."""
+    if not options.char_vocab_size:
+        if lexicon is not None:
+            raise WeightsError(f"{source}: a character vocabulary is given, but option 'char_cnn.char_vocab_size' is 0")
+        return
+    if lexicon is None:
+        raise WeightsError(
+            f"{source}: option 'char_cnn.char_vocab_size' is set, but the model has no character vocabulary"
+        )
+    pairs = (
+        ("char_cnn.char_vocab_size", options.char_vocab_size, len(lexicon.characters), "character vocabulary entries"),
+        ("char_cnn.word_vocab_size", options.word_vocab_size, len(lexicon.words or []), "word vocabulary entries"),
+        (
+            "char_cnn.max_characters_per_token",
+            options.max_characters_per_token,
+            lexicon.max_characters_per_token,
+            "characters a token in the vocabulary's settings",
+        ),
+    )
+    for option, expected, actual, what in pairs:
+        if expected != actual:
+            raise WeightsError(f"{source}: option '{option}' is {expected}, but the model has {actual} {what}")
 
 
 def load_arrays(bilm: BiLM, arrays: dict[str, numpy.ndarray]) -> None:
@@ -201,6 +238,9 @@ def load_arrays(bilm: BiLM, arrays: dict[str, numpy.ndarray]) -> None:
     with torch.no_grad():
         enc.char_embedding.zero_()
         put(enc.char_embedding[1:], arrays["char_embed"])
+        if enc.word_embedding is not None:
+            enc.word_embedding.zero_()
+            put(enc.word_embedding[1:], arrays["word_embed"])
     for i in range(len(o.filters)):
         put(enc.conv_weights[i], arrays[f"CNN/W_cnn_{i}"][0].transpose(2, 1, 0))
         put(enc.conv_biases[i], arrays[f"CNN/b_cnn_{i}"])

@@ -87,6 +87,15 @@ def read_bilm_tf(
     return build_bilm(options, arrays, source=str(weight_path), vocab=vocab)
 
 
+def check_bilm_tf_layout(bilm: BiLM) -> None:
+    """Refuse a model bilm-tf's layout cannot hold (ELMoForManyLangs features)."""
+    if not bilm.options.bilm_tf_layout:
+        raise WeightsError(
+            "the bilm-tf/AllenNLP layout cannot hold this model (a character or word vocabulary of its own, "
+            "or AllenNLP's highway/LSTM parametrisation): keep it native, or export it with --to efml"
+        )
+
+
 def save_bilm_tf(
     bilm: BiLM,
     options_file: PathLike,
@@ -96,7 +105,8 @@ def save_bilm_tf(
 ) -> None:
     """Write options.json + HDF5 in the reference layout (+ softmax and vocabulary when the model has them);
     `converted_from` (format, file, sha256 of the source) goes into the file's attributes, which bilm-tf
-    and AllenNLP ignore."""
+    and AllenNLP ignore. A model the layout cannot hold (ELMoForManyLangs features) is refused."""
+    check_bilm_tf_layout(bilm)
     with atomic_path(weight_file) as tmp, _open_hdf5(tmp, "w") as handle:
         for name, value in bilm_arrays(bilm):
             handle.create_dataset(name, data=value, dtype="float32")

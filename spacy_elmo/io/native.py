@@ -21,6 +21,7 @@ import numpy
 import srsly
 
 from ..bilm.bilm import BiLM
+from ..bilm.lexicon import Lexicon, LexiconError
 from ..bilm.options import BiLMOptions
 from .arrays import SOFTMAX_ARRAYS, WeightsError, bilm_arrays, build_bilm
 from .atomic import atomic_write_bytes, atomic_write_text
@@ -31,6 +32,7 @@ MODEL_FILE = "model.msgpack"
 OPTIONS_FILE = "options.json"
 DIGEST_KEY = "sha256"
 SOURCE_KEY = "converted_from"
+LEXICON_KEY = "lexicon"
 
 
 def encode_array(array: numpy.ndarray) -> dict[str, Any]:
@@ -58,12 +60,16 @@ def payload_digest(
     weights: dict[str, dict[str, Any]],
     vocab: Optional[list[str]],
     converted_from: Optional[dict[str, Any]] = None,
+    lexicon: Optional[dict[str, Any]] = None,
 ) -> str:
     """SHA-256 of what a model file stores: the options, the vocabulary, each encoded array and, when
-    recorded, the source it was converted from."""
+    recorded, the source it was converted from and the model's own character/word vocabularies."""
     digest = hashlib.sha256()
     if converted_from is not None:
         digest.update(json.dumps({SOURCE_KEY: converted_from}, sort_keys=True).encode("utf-8"))
+    if lexicon is not None:
+        text = json.dumps({LEXICON_KEY: lexicon}, sort_keys=True, ensure_ascii=False)
+        digest.update(text.encode("utf-8", "surrogatepass"))
     digest.update(json.dumps(options, sort_keys=True).encode("utf-8"))
     digest.update(json.dumps(vocab, ensure_ascii=False).encode("utf-8", "surrogatepass"))
     for name in sorted(weights):
@@ -95,15 +101,18 @@ def bilm_to_bytes(
     if not keep_softmax:
         options.pop("n_tokens_vocab", None)
     vocab = bilm.vocab if keep_softmax else None
+    lexicon = bilm.lexicon.to_dict() if bilm.lexicon is not None else None
     payload = {
         "format": FORMAT,
         "options": options,
         "weights": weights,
         "vocab": vocab,
-        DIGEST_KEY: payload_digest(options, weights, vocab, converted_from),
+        DIGEST_KEY: payload_digest(options, weights, vocab, converted_from, lexicon),
     }
     if converted_from is not None:
         payload[SOURCE_KEY] = converted_from
+    if lexicon is not None:
+        payload[LEXICON_KEY] = lexicon
     return srsly.msgpack_dumps(payload)
 
 
@@ -126,7 +135,10 @@ def _checked_payload(data: bytes, source: str) -> dict[str, Any]:
     converted_from = payload.get(SOURCE_KEY)
     if converted_from is not None and not isinstance(converted_from, dict):
         raise WeightsError(f"{source}: the model file is corrupt: {SOURCE_KEY!r} is {converted_from!r}")
-    actual = payload_digest(payload["options"], payload["weights"], payload.get("vocab"), converted_from)
+    lexicon = payload.get(LEXICON_KEY)
+    if lexicon is not None and not isinstance(lexicon, dict):
+        raise WeightsError(f"{source}: the model file is corrupt: {LEXICON_KEY!r} is not a mapping")
+    actual = payload_digest(payload["options"], payload["weights"], payload.get("vocab"), converted_from, lexicon)
     if actual != recorded:
         raise WeightsError(
             f"{source}: the model file is corrupt: its contents have SHA-256 {actual}, but it was written "
@@ -139,7 +151,12 @@ def _bilm_from_payload(payload: dict[str, Any], source: str) -> BiLM:
     options = BiLMOptions.from_dict(payload["options"], source=source)
     arrays = {name: decode_array(value, name, source) for name, value in payload["weights"].items()}
     vocab: Optional[list[str]] = payload.get("vocab")
-    return build_bilm(options, arrays, source=source, vocab=vocab)
+    stored = payload.get(LEXICON_KEY)
+    try:
+        lexicon = Lexicon.from_dict(stored, source) if stored is not None else None
+    except LexiconError as err:
+        raise WeightsError(str(err)) from None
+    return build_bilm(options, arrays, source=source, vocab=vocab, lexicon=lexicon)
 
 
 def bilm_from_bytes(data: bytes, source: str = "model bytes") -> BiLM:

@@ -17,6 +17,7 @@ from typing import Any, Optional, Union
 from ..bilm.bilm import BiLM
 from .archive import ArchiveModel, find_model, is_archive
 from .digest import check_pin, combined_sha256, file_sha256, parse_pin
+from .efml import CHAR_DIC, CONFIG_FILE, ENCODER_FILE, TOKEN_EMBEDDER_FILE, WORD_DIC, is_efml, load_efml
 from .hdf5 import load_bilm_tf
 from .native import MODEL_FILE, OPTIONS_FILE, inspect_native, is_native
 
@@ -24,15 +25,18 @@ PathLike = Union[str, Path]
 SHIPPED_MODELS_DIR = Path(__file__).parent.parent / "models"
 DEFAULT_MODEL = "en_elmo_small"
 WEIGHT_FILE_NAMES = ("weights.hdf5", "lm_weights.hdf5")
+EFML_FILES = (CONFIG_FILE, CHAR_DIC, WORD_DIC, TOKEN_EMBEDDER_FILE, ENCODER_FILE)
 EXPECTED = (
     "a native model directory, a bilm-tf/AllenNLP directory (options.json + one .hdf5 [+ vocab.txt]), an "
-    ".hdf5 weight file with options.json beside it, or a .zip archive of such a model (the NLPL repository's)"
+    ".hdf5 weight file with options.json beside it, a .zip archive of such a model (the NLPL repository's), "
+    "or an ELMoForManyLangs directory (config.json, char.dic, token_embedder.pkl, encoder.pkl)"
 )
 
 
 @dataclass(frozen=True)
 class ModelSource:
-    """The files of one model. `kind` is "native" (model.msgpack) or "bilm-tf" (HDF5); a bilm-tf model in
+    """The files of one model. `kind` is "native" (model.msgpack), "bilm-tf" (HDF5) or "efml"
+    (ELMoForManyLangs: `options_file` is its config.json, `weight_file` its encoder.pkl); a bilm-tf model in
     a zip archive has `archive`, and its files are named `archive.zip/member`."""
 
     kind: str
@@ -82,6 +86,8 @@ def resolve_model(path: PathLike, options_file: Optional[PathLike] = None, optio
             target / members.vocab if members.vocab else None,
             members,
         )
+    if is_efml(target):
+        return ModelSource("efml", target, target / CONFIG_FILE, target / ENCODER_FILE)
     if target.is_dir():
         if is_native(target):
             return ModelSource("native", target, target / OPTIONS_FILE, target / MODEL_FILE)
@@ -143,6 +149,13 @@ def load_model(
             native.sha256,
             native.converted_from,
         )
+    if source.kind == "efml":  # one digest over every file the model is made of
+        parts = {
+            p.name: file_sha256(p) for p in sorted(source.path.iterdir()) if p.name in EFML_FILES or p.suffix == ".json"
+        }
+        content = combined_sha256(dict(parts))
+        check_pin(content, sha256, str(source.path), sha256_option)
+        return LoadedModel(load_efml(source.path), source, content, "of the model's files", content)
     if source.archive is not None:  # the digests of the members' bytes: the same as the unzipped files'
         members = source.archive
         weights_sha256 = members.sha256(members.weights)

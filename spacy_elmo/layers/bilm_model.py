@@ -29,7 +29,6 @@ from spacy.util import registry
 from thinc.api import ArgsKwargs, Model, PyTorchShim, get_torch_default_device, torch2xp, xp2torch
 from thinc.types import Floats3d
 
-from .. import chars
 from ..bilm.batching import (
     DEFAULT_TOKEN_BUDGET,
     DEFAULT_WINDOW_CONTEXT,
@@ -142,11 +141,10 @@ def forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[list[Floats3
     # After running out of memory the runner keeps to the lower budget it set itself.
     max_rows = None if runner.stateful else runner.max_batch_size
     batches = token_budget_batches(lengths, runner.token_budget, max_rows, sort=not runner.stateful)
-    max_chars = bilm.options.max_characters_per_token
     tensors = []
     for batch in batches:
         words = [[docs[segments[i].doc][int(p)].text for p in segments[i].positions] for i in batch]
-        tensors.append(torch.from_numpy(chars.batch_to_ids(words, max_characters_per_token=max_chars)))
+        tensors.append(torch.from_numpy(bilm.batch_to_ids(words)))
     shim = model.shims[0]
     fine_tune = is_train and settings.fine_tune
     inputs = ArgsKwargs(args=(tensors,), kwargs={})

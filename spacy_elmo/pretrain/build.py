@@ -281,6 +281,11 @@ def build_model(
     seed, bias_init = settings.training.seed, settings.training.softmax_bias_init
     if init_from:
         source = load_bilm(init_from)
+        if source.lexicon is not None:  # the corpus is read as bilm-tf's byte ids
+            raise ValueError(
+                f"--init-from {init_from}: a model with its own character vocabulary (ELMoForManyLangs) cannot "
+                "be pretrained further here; pretraining reads characters as bilm-tf's byte ids"
+            )
         if source.softmax is not None and source.vocab is not None:
             log(f"continuing from {init_from} with its own softmax and vocabulary ({len(source.vocab)} words)")
             return source, Vocab(source.vocab, source=f"{init_from} vocabulary")

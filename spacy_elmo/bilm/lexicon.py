@@ -1,0 +1,152 @@
+"""A model's own vocabularies: how ELMoForManyLangs-style models turn words into ids.
+
+bilm-tf and AllenNLP models read UTF-8 bytes (`chars.py`, no vocabulary). ELMoForManyLangs models read
+code points through a character vocabulary learnt from their training data, and most also look each word
+up in a word vocabulary whose embedding joins the character CNN's output. `Lexicon` holds both
+vocabularies and the roles of their entries as data, so the same biLM code serves every such model:
+
+- each token is framed by the `begin_of_word` and `end_of_word` entries and cut to
+  `max_characters_per_token - 2` code points (the cut word is also what the word vocabulary sees);
+- a code point or a word the vocabulary lacks maps to its `unknown` entry, a position past the end of a
+  token to `padding`;
+- a sentence is framed by the `sentence_start` and `sentence_end` words, whose characters are the single
+  vocabulary entry of that name (as any token spelled so in the text is, as in ELMoForManyLangs).
+
+Ids are written as in AllenNLP's layout, entry id + 1, so that 0 means "no token" whatever the vocabulary:
+the embedding tables have a zero row 0 in front of the model's rows. With a word vocabulary, the word's id
+is one more column after the character ids, so every batching, caching and dedup path stays one path.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy
+
+ID_SHIFT = 1
+CHARACTER_ROLES = ("begin_of_word", "end_of_word", "padding", "unknown")
+WORD_ROLES = ("padding", "unknown")
+
+
+class LexiconError(ValueError):
+    """A vocabulary that lacks an entry a role names, or a stored lexicon that is malformed."""
+
+
+@dataclass
+class Lexicon:
+    """Character (and optionally word) vocabularies, entries in id order, and the entries' roles."""
+
+    characters: list[str]
+    character_roles: dict[str, str]
+    max_characters_per_token: int
+    words: Optional[list[str]] = None
+    word_roles: dict[str, str] = field(default_factory=dict)
+    sentence_start: str = "<bos>"
+    sentence_end: str = "<eos>"
+
+    def __post_init__(self) -> None:
+        self._char_ids = _index(self.characters, "character")
+        self._word_ids = _index(self.words, "word") if self.words is not None else None
+        self._roles = {
+            role: self._role_id(self._char_ids, self.character_roles, role, "character") for role in CHARACTER_ROLES
+        }
+        for boundary in (self.sentence_start, self.sentence_end):
+            if boundary not in self._char_ids:
+                raise LexiconError(f"the character vocabulary has no entry {boundary!r} (a sentence boundary)")
+        self._word_roles: dict[str, int] = {}
+        if self._word_ids is not None:
+            self._word_roles = {
+                role: self._role_id(self._word_ids, self.word_roles, role, "word") for role in WORD_ROLES
+            }
+            for boundary in (self.sentence_start, self.sentence_end):
+                if boundary not in self._word_ids:
+                    raise LexiconError(f"the word vocabulary has no entry {boundary!r} (a sentence boundary)")
+        if self.max_characters_per_token < 3:
+            raise LexiconError(f"max_characters_per_token must be >= 3, got {self.max_characters_per_token}")
+
+    @staticmethod
+    def _role_id(ids: dict[str, int], roles: dict[str, str], role: str, what: str) -> int:
+        if role not in roles:
+            raise LexiconError(f"the {what} vocabulary's role {role!r} names no entry")
+        if roles[role] not in ids:
+            raise LexiconError(f"the {what} vocabulary has no entry {roles[role]!r} (its {role} entry)")
+        return ids[roles[role]]
+
+    @property
+    def width(self) -> int:
+        """Ids a token: its characters, then its word when there is a word vocabulary."""
+        return self.max_characters_per_token + (1 if self.words is not None else 0)
+
+    def cut(self, token: str) -> str:
+        limit = self.max_characters_per_token - 2
+        return token[:limit] if len(token) > limit else token
+
+    def token_row(self, token: str) -> numpy.ndarray:
+        """One token's ids (shifted: 0 is "no token"); the token is cut as `cut` does."""
+        token = self.cut(token)
+        row = numpy.full(self.width, self._roles["padding"] + ID_SHIFT, dtype=numpy.int64)
+        row[0] = self._roles["begin_of_word"] + ID_SHIFT
+        if token in (self.sentence_start, self.sentence_end):
+            codes = [self._char_ids[token]]
+        else:
+            unknown = self._roles["unknown"]
+            codes = [self._char_ids.get(c, unknown) for c in token]
+        row[1 : len(codes) + 1] = numpy.asarray(codes, dtype=numpy.int64) + ID_SHIFT
+        row[len(codes) + 1] = self._roles["end_of_word"] + ID_SHIFT
+        if self._word_ids is not None:
+            row[-1] = self._word_ids.get(token, self._word_roles["unknown"]) + ID_SHIFT
+        return row
+
+    def tokens_to_ids(self, tokens: Sequence[str]) -> numpy.ndarray:
+        """(n, width) ids of tokens without sentence boundaries."""
+        out = numpy.zeros((len(tokens), self.width), dtype=numpy.int64)
+        for i, token in enumerate(tokens):
+            out[i] = self.token_row(token)
+        return out
+
+    def batch_to_ids(self, sentences: Sequence[Sequence[str]]) -> numpy.ndarray:
+        """(B, T + 2, width) ids, each sentence framed by the sentence boundaries; rows padded with 0."""
+        max_len = max((len(s) for s in sentences), default=0) + 2
+        out = numpy.zeros((len(sentences), max_len, self.width), dtype=numpy.int64)
+        for b, sentence in enumerate(sentences):
+            framed = [self.sentence_start, *sentence, self.sentence_end]
+            out[b, : len(framed)] = self.tokens_to_ids(framed)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """What a native model stores."""
+        return {
+            "characters": list(self.characters),
+            "character_roles": dict(self.character_roles),
+            "max_characters_per_token": self.max_characters_per_token,
+            "words": list(self.words) if self.words is not None else None,
+            "word_roles": dict(self.word_roles),
+            "sentence_start": self.sentence_start,
+            "sentence_end": self.sentence_end,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "lexicon") -> "Lexicon":
+        if not isinstance(data, dict) or not isinstance(data.get("characters"), list):
+            raise LexiconError(f"{source}: malformed lexicon (expected a dict with a 'characters' list)")
+        try:
+            return cls(
+                characters=[str(c) for c in data["characters"]],
+                character_roles=dict(data["character_roles"]),
+                max_characters_per_token=int(data["max_characters_per_token"]),
+                words=[str(w) for w in data["words"]] if data.get("words") is not None else None,
+                word_roles=dict(data.get("word_roles") or {}),
+                sentence_start=str(data.get("sentence_start", "<bos>")),
+                sentence_end=str(data.get("sentence_end", "<eos>")),
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise LexiconError(f"{source}: malformed lexicon ({err})") from None
+
+
+def _index(entries: Sequence[str], what: str) -> dict[str, int]:
+    ids: dict[str, int] = {}
+    for i, entry in enumerate(entries):
+        if entry in ids:
+            raise LexiconError(f"the {what} vocabulary lists {entry!r} twice (ids {ids[entry]} and {i})")
+        ids[entry] = i
+    return ids
