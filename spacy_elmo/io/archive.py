@@ -1,7 +1,8 @@
 """Models inside a `.zip` archive, read in place: the NLPL word-embedding repository's layout.
 
 The NLPL repository ships its ELMo models as zip archives holding a bilm-tf model (`model.hdf5`,
-`options.json`, usually `vocab.txt`) and a `meta.json` describing the corpus. The members are read from
+`options.json`, usually `vocab.txt`) and a `meta.json` describing the corpus; a few hold an
+ELMoForManyLangs model instead (read by `efml.py` through `member_names` and `read_member`). The members are read from
 the archive into memory (nothing is unpacked on disk); the files may be at the archive's root or in one
 top-level folder. A member's digest is that of its bytes, so a model gets the same digests from its
 archive as from the unzipped directory (`resolve.py`).
@@ -48,11 +49,7 @@ class ArchiveModel:
         return f"{self.archive}/{member}"
 
     def read(self, member: str) -> bytes:
-        try:
-            with zipfile.ZipFile(self.archive) as archive:
-                return archive.read(member)
-        except (zipfile.BadZipFile, OSError, KeyError) as err:
-            raise ArchiveError(f"{self.name(member)}: cannot be read from the archive ({err})") from None
+        return read_member(self.archive, member)
 
     def sha256(self, member: str) -> str:
         return hashlib.sha256(self.read(member)).hexdigest()
@@ -80,9 +77,8 @@ class ArchiveModel:
         return read_bilm_tf(options, Path(self.name(self.weights)), data=weights, vocab=vocab)
 
 
-def find_model(archive: Path, where: str = "") -> ArchiveModel:
-    """The model members of `archive` (at its root or in one top-level folder), or an ArchiveError naming
-    what is missing."""
+def member_names(archive: Path, where: str = "") -> tuple[str, dict[str, str]]:
+    """(the folder the files are in, {name inside it: full member name}) of an archive's files."""
     try:
         with zipfile.ZipFile(archive) as handle:
             names = [info.filename for info in handle.infolist() if not info.is_dir()]
@@ -90,7 +86,25 @@ def find_model(archive: Path, where: str = "") -> ArchiveModel:
         raise ArchiveError(f"{archive}{where}: not a readable zip archive ({err})") from None
     folders = {name.split("/", 1)[0] + "/" if "/" in name else "" for name in names}
     prefix = folders.pop() if len(folders) == 1 else ""
-    inside = {name[len(prefix) :]: name for name in names if name.startswith(prefix)}
+    return prefix, {name[len(prefix) :]: name for name in names if name.startswith(prefix)}
+
+
+def read_member(archive: Path, member: str) -> bytes:
+    """A member's bytes; FileNotFoundError naming it when the archive lacks it."""
+    try:
+        with zipfile.ZipFile(archive) as handle:
+            return handle.read(member)
+    except KeyError:
+        raise FileNotFoundError(f"{archive}/{member}: missing from the archive") from None
+    except (zipfile.BadZipFile, OSError) as err:
+        raise ArchiveError(f"{archive}/{member}: cannot be read from the archive ({err})") from None
+
+
+def find_model(archive: Path, where: str = "") -> ArchiveModel:
+    """The model members of `archive` (at its root or in one top-level folder), or an ArchiveError naming
+    what is missing."""
+    _, inside = member_names(archive, where)
+    names = list(inside.values())
     weights = [inside[n] for n in WEIGHT_MEMBERS if n in inside][:1]
     weights = weights or [
         full for short, full in inside.items() if short.endswith((".hdf5", ".h5")) and "/" not in short

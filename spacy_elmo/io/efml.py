@@ -92,6 +92,13 @@ class EfmlFiles:
 
         return cls(str(path), read)
 
+    @classmethod
+    def archive(cls, path: Path, prefix: str) -> "EfmlFiles":
+        """The model's files as members of a zip archive (under `prefix`), read in place."""
+        from .archive import read_member
+
+        return cls(str(path), lambda name: read_member(path, prefix + name))
+
     def where(self, name: str) -> str:
         return f"{self.name}/{name}"
 

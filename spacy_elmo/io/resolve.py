@@ -10,14 +10,25 @@ and options.json), which is what `embed` outputs are bound to.
 Every error names the path and says what was expected there.
 """
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
 from ..bilm.bilm import BiLM
-from .archive import ArchiveModel, find_model, is_archive
+from .archive import ArchiveModel, find_model, is_archive, member_names
 from .digest import check_pin, combined_sha256, file_sha256, parse_pin
-from .efml import CHAR_DIC, CONFIG_FILE, ENCODER_FILE, TOKEN_EMBEDDER_FILE, WORD_DIC, is_efml, load_efml
+from .efml import (
+    CHAR_DIC,
+    CONFIG_FILE,
+    ENCODER_FILE,
+    MODEL_FILES,
+    TOKEN_EMBEDDER_FILE,
+    WORD_DIC,
+    EfmlFiles,
+    is_efml,
+    read_efml,
+)
 from .hdf5 import load_bilm_tf
 from .native import MODEL_FILE, OPTIONS_FILE, inspect_native, is_native
 
@@ -45,6 +56,7 @@ class ModelSource:
     weight_file: Path
     vocab_file: Optional[Path] = None
     archive: Optional[ArchiveModel] = None
+    efml_prefix: Optional[str] = None  # an ELMoForManyLangs model in a zip archive: its folder there
 
 
 def shipped_model_path(name: str = DEFAULT_MODEL) -> Path:
@@ -77,6 +89,9 @@ def resolve_model(path: PathLike, options_file: Optional[PathLike] = None, optio
                 f"biLM path {str(path)!r} does not exist{where}. Give {EXPECTED}, or a shipped model name ({shipped})"
             )
     if is_archive(target):
+        prefix, inside = member_names(target, where)
+        if all(name in inside for name in MODEL_FILES):  # an ELMoForManyLangs model, zipped
+            return ModelSource("efml", target, target / CONFIG_FILE, target / ENCODER_FILE, efml_prefix=prefix)
         members = find_model(target, where)
         return ModelSource(
             "bilm-tf",
@@ -150,12 +165,10 @@ def load_model(
             native.converted_from,
         )
     if source.kind == "efml":  # one digest over every file the model is made of
-        parts = {
-            p.name: file_sha256(p) for p in sorted(source.path.iterdir()) if p.name in EFML_FILES or p.suffix == ".json"
-        }
-        content = combined_sha256(dict(parts))
+        files, parts = _efml_parts(source)
+        content = combined_sha256(parts)
         check_pin(content, sha256, str(source.path), sha256_option)
-        return LoadedModel(load_efml(source.path), source, content, "of the model's files", content)
+        return LoadedModel(read_efml(files), source, content, "of the model's files", content)
     if source.archive is not None:  # the digests of the members' bytes: the same as the unzipped files'
         members = source.archive
         weights_sha256 = members.sha256(members.weights)
@@ -173,6 +186,22 @@ def load_model(
         sha256_of = f"of {source.weight_file.name}"
     content = combined_sha256({"weights": weights_sha256, "options": options_sha256})
     return LoadedModel(bilm, source, weights_sha256, sha256_of, content)
+
+
+def _efml_parts(source: ModelSource) -> tuple[EfmlFiles, dict[str, Optional[str]]]:
+    """How to read an ELMoForManyLangs model, and the SHA-256 of each of its files (its .dic, .pkl and
+    .json files), by name: the same for a directory and for the zip archive of it."""
+
+    def wanted(name: str) -> bool:
+        return name in EFML_FILES or name.endswith(".json")
+
+    if source.efml_prefix is None:
+        paths = [p for p in sorted(source.path.iterdir()) if p.is_file() and wanted(p.name)]
+        return EfmlFiles.directory(source.path), {p.name: file_sha256(p) for p in paths}
+    _, inside = member_names(source.path)
+    files = EfmlFiles.archive(source.path, source.efml_prefix)
+    names = sorted(name for name in inside if "/" not in name and wanted(name))
+    return files, {name: hashlib.sha256(files.read(name)).hexdigest() for name in names}
 
 
 def load_bilm(

@@ -217,3 +217,26 @@ def test_the_reference_models_round_trip_through_native_bit_for_bit(tmp_path):
             b = torch.load(tmp_path / name / "efml" / part, weights_only=True)
             assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), (name, part)
         assert same_parameters(original, load_efml(tmp_path / name / "efml"))
+
+
+@pytest.mark.parametrize("folder", ["", "ru_model/"])
+def test_a_zipped_efml_model_loads_in_place_as_its_directory(tmp_path, folder):
+    """Some NLPL entries are ELMoForManyLangs models, zipped."""
+    import zipfile
+
+    directory = REFERENCE / "word_char"
+    archive = tmp_path / "201.zip"
+    with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as handle:
+        for path in sorted(directory.iterdir()):
+            if path.name != "activations.npz":
+                handle.write(path, folder + path.name)
+        handle.writestr(folder + "meta.json", json.dumps({"algorithm": {"name": "ELMo"}}))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    zipped, plain = load_model(archive), load_model(directory)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert zipped.source.kind == "efml" and same_parameters(zipped.bilm, plain.bilm)
+    assert zipped.bilm.lexicon == plain.bilm.lexicon
+    sentences = json.loads((REFERENCE / "sentences.json").read_text(encoding="utf-8"))
+    a = BiLMRunner(zipped.bilm).embed_sentences(sentences)
+    b = BiLMRunner(plain.bilm).embed_sentences(sentences)
+    assert all(numpy.array_equal(x, y) for x, y in zip(a, b))
