@@ -95,7 +95,13 @@ def timed(output: Optional[Path], command: Sequence[str], threads: int = 0, log:
 def add_run_options(parser: argparse.ArgumentParser) -> None:
     """The settings of every training and evaluation run (the project's vars.run)."""
     parser.add_argument("--elmo", default="training/bilm-domain/model", help="the project's biLM (variant 'elmo')")
-    parser.add_argument("--pretrained-elmo", default="", help="variant 'elmo_shipped': '' = the shipped model")
+    parser.add_argument(
+        "--pretrained-elmo",
+        default="",
+        help="variant 'elmo_shipped': '' = the shipped model, or any model path (native, bilm-tf, NLPL .zip, "
+        "ELMoForManyLangs)",
+    )
+    parser.add_argument("--lang", default="", help="the pipelines' language (a spaCy code); '' = the configs' (en)")
     parser.add_argument("--gpu-id", type=int, default=-1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="math threads per process (0 = their defaults)")
@@ -116,6 +122,8 @@ def train(task: Task, variant: str, epochs: int, args: argparse.Namespace) -> fl
     command += ["--paths.train", str(corpus / "train.spacy"), "--paths.dev", str(corpus / "dev.spacy")]
     if variant != "baseline":
         command.append(f"--paths.elmo={args.elmo if variant == 'elmo' else args.pretrained_elmo}")
+    if getattr(args, "lang", ""):
+        command += ["--nlp.lang", args.lang]
     command += ["--gpu-id", str(args.gpu_id), "--system.seed", str(args.seed), "--training.max_epochs", str(epochs)]
     command += ["--training.max_steps", str(args.max_steps), "--training.eval_frequency", str(args.eval_frequency)]
     return timed(output / "timing.json", command, args.threads)

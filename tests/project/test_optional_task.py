@@ -7,6 +7,9 @@ import pytest
 
 import common
 import optional_task
+from fixture_paths import FIXTURES
+
+EFML_MODEL = FIXTURES / "elmoformanylangs" / "word_char"
 
 
 def test_an_empty_data_dir_skips_and_removes_stale_results(tmp_path):
@@ -62,6 +65,8 @@ def test_any_file_names_a_train_only_cap_a_test_split_and_no_pretraining(tmp_pat
         "--max-train-docs=20",
         "--variants=baseline,elmo_shipped",
         "--elmo=does/not/exist",  # not needed: no 'elmo' variant
+        f"--pretrained-elmo={EFML_MODEL}",  # a model of another language and format
+        "--lang=ru",
         *("--metrics", str(tmp_path / "m"), "--corpus", str(tmp_path / "c"), "--training", str(tmp_path / "t")),
     ]
     optional_task.main(args)
@@ -69,6 +74,8 @@ def test_any_file_names_a_train_only_cap_a_test_split_and_no_pretraining(tmp_pat
     assert marker["sentences"] == {"train": 20, "dev": 12, "test": 9}  # the cap is the training split's only
     trained = [c for c in commands if c[:3] == ["-m", "spacy", "train"]]
     evaluated = [c for c in commands if c[:3] == ["-m", "spacy", "evaluate"]]
+    assert all(c[c.index("--nlp.lang") + 1] == "ru" for c in trained)
+    assert f"--paths.elmo={EFML_MODEL}" in trained[1] and not any("--paths.elmo" in a for a in trained[0])
     assert [c[c.index("--output") + 1].rsplit("/", 1)[1] for c in trained] == ["conll-baseline", "conll-elmo_shipped"]
     outputs = sorted(c[c.index("--output") + 1].rsplit("/", 1)[1] for c in evaluated)
     assert outputs == [
