@@ -86,3 +86,21 @@ def test_an_archive_without_a_model_or_not_a_zip_is_named(fixture_dir, tmp_path)
     )
     with pytest.raises(ValueError, match=r"c\.zip/model\.hdf5: not a readable HDF5 weight file"):
         load_model(bad_weights)
+
+
+def test_the_zipped_fixture_reproduces_the_reference_activations(fixture_dir, tmp_path):
+    """The AllenNLP reference run of the bilm-tf fixture (stateless batch 0), from its NLPL-layout zip."""
+    import h5py
+    import numpy
+
+    from spacy_elmo.bilm.runner import BiLMRunner
+
+    bilm = load_model(nlpl_zip(fixture_dir, tmp_path / "fixture.zip", "fixture/")).bilm
+    groups = json.loads((fixture_dir / "sentences.json").read_text())
+    outputs = BiLMRunner(bilm).embed_sentences([groups[k][0].split() for k in range(3)])
+    for k, layers in enumerate(outputs):
+        with h5py.File(fixture_dir / f"lm_embeddings_{k}.hdf5", "r") as handle:
+            expected = handle["0"][...]  # (forward, backward) top layer
+        top = layers[-1]
+        got = numpy.stack([top[:, : top.shape[1] // 2], top[:, top.shape[1] // 2 :]])
+        numpy.testing.assert_allclose(got, expected, atol=1e-6, rtol=1e-5)
