@@ -28,7 +28,7 @@ if [ ! -f "$stamp" ]; then
   # torch first: with it installed, the package's torch requirement pulls nothing more
   # shellcheck disable=SC2086
   "$VENV/bin/python" -m pip install -q $TORCH_PIP_ARGS "$TORCH_SPEC"
-  "$VENV/bin/python" -m pip install -q -e ".[test,project]"
+  "$VENV/bin/python" -m pip install -q -e ".[test,project,onnx]"
   touch "$stamp"
 fi
 PY="$VENV/bin/python"
@@ -39,7 +39,7 @@ if [ "$task" = lint ] || [ "$task" = types ]; then
   dev_stamp="$VENV/.spacy-elmo-dev-installed-$hash"
   if [ ! -f "$dev_stamp" ]; then
     echo "installing the dev extra (ruff, mypy) into $VENV ..."
-    "$PY" -m pip install -q -e ".[test,project,dev]"
+    "$PY" -m pip install -q -e ".[test,project,dev,onnx]"
     touch "$dev_stamp"
   fi
 fi

@@ -13,7 +13,7 @@ def _group() -> None:
 
 
 # Each subcommand registers itself on `elmo_cli` when imported.
-from . import convert, embed, evaluate, pretrain, verify  # noqa: E402,F401
+from . import convert, embed, evaluate, export, pretrain, verify  # noqa: E402,F401
 
 try:  # as a spaCy CLI plugin: `spacy elmo ...`
     from spacy.cli._util import app as _spacy_app

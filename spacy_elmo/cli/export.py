@@ -1,0 +1,35 @@
+"""`spacy elmo export`: a biLM as one ONNX graph (the `[onnx]` extra), to serve without its framework."""
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..io.resolve import load_model
+from . import elmo_cli
+
+
+@elmo_cli.command("export")
+def export_cli(
+    model: str = typer.Argument(..., help="Any model the package loads (native, bilm-tf, NLPL .zip, ELMoForManyLangs)"),
+    output: Path = typer.Argument(..., help="The .onnx file to write"),
+    sha256: Optional[str] = typer.Option(
+        None, "--sha256", help="refuse the model unless its digest is this one (as `spacy elmo verify` prints it)"
+    ),
+) -> None:
+    """Export the biLM as an ONNX graph: character ids (batch, length, width; 0 = no token) in, every layer
+    (layers, batch, length, 2 x projection) out, fp32, stateless, any batch size and length (the LSTMs are
+    ONNX Scans over the run-time length). Needs `pip install spacy-elmo[onnx]`."""
+    try:
+        from ..onnx.export import export_onnx
+    except ImportError as err:  # pragma: no cover - the extra is installed wherever tests run
+        typer.echo(f"error: export needs the [onnx] extra (pip install 'spacy-elmo[onnx]'): {err}", err=True)
+        raise typer.Exit(1) from None
+    try:
+        loaded = load_model(model, option="MODEL", sha256=sha256)
+    except (FileNotFoundError, ValueError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from None
+    output.parent.mkdir(parents=True, exist_ok=True)
+    export_onnx(loaded.bilm, output)
+    typer.echo(f"wrote {output} (ONNX, from {loaded.source.path}, sha256 {loaded.sha256})")

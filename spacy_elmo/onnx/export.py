@@ -1,0 +1,120 @@
+"""The biLM as one ONNX graph: character ids in, every layer out, any batch size and length.
+
+`ExportableBiLM` computes what `BiLM.forward` computes in fp32, stateless, written for export rather than
+speed: the character CNN as convolutions over every token (no dedup, no row chunks), and each LSTM layer
+as one `scan` over the time steps, both directions at once (the backward one reads each row reversed
+within its length, as `lstm.py` does), so the exported graph holds an ONNX `Scan` over a length known only
+at run time instead of a copy of the cell per step. It shares the weights of the `BiLM` it wraps.
+"""
+
+from pathlib import Path
+from typing import Union
+
+import torch
+from torch import nn
+
+from ..bilm.bilm import BiLM
+from ..bilm.lstm import reverse_within_lengths
+
+OPSET = 18
+INPUT_NAME, OUTPUT_NAME = "char_ids", "layers"
+
+
+class ExportableBiLM(nn.Module):
+    """(B, T, width) int64 ids (0 = no token) -> (L+1, B, T, 2P) float32 layers, zero past each row's end."""
+
+    def __init__(self, bilm: BiLM) -> None:
+        super().__init__()
+        self.bilm = bilm
+
+    def encode_tokens(self, ids: torch.Tensor) -> torch.Tensor:
+        """(N, width) -> (N, P), as `CharacterEncoder` (convolutions instead of its unfolded products)."""
+        enc, o = self.bilm.token_encoder, self.bilm.options
+        words = None
+        if enc.word_embedding is not None:
+            words = nn.functional.embedding(ids[:, -1], enc.word_embedding)
+            ids = ids[:, :-1]
+        embedded = nn.functional.embedding(ids, enc.char_embedding).transpose(1, 2)  # (N, dim, chars)
+        pooled = [nn.functional.conv1d(embedded, w).amax(dim=-1) for w in enc.conv_weights]
+        x = enc.activation(torch.cat(pooled, dim=1) + torch.cat(list(enc.conv_biases)))
+        for carry_w, carry_b, transform_w, transform_b in zip(
+            enc.highway_carry_w, enc.highway_carry_b, enc.highway_transform_w, enc.highway_transform_b
+        ):
+            gate = torch.sigmoid(x @ carry_w + carry_b)
+            transformed = torch.relu(x @ transform_w + transform_b)
+            if o.highway_gate == "input":
+                x = gate * x + (1 - gate) * transformed
+            else:
+                x = gate * transformed + (1.0 - gate) * x
+        if words is not None:
+            x = torch.cat([words, x], dim=1)
+        return x @ enc.projection_w + enc.projection_b
+
+    def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
+        from torch._higher_order_ops.scan import scan
+
+        o, lstm = self.bilm.options, self.bilm.lstm
+        n_rows, n_steps = char_ids.shape[0], char_ids.shape[1]
+        mask = char_ids.gt(0).any(-1)  # (B, T)
+        lengths = mask.sum(1)
+        tokens = self.encode_tokens(char_ids.reshape(n_rows * n_steps, -1)).reshape(n_rows, n_steps, -1)
+        keep = mask.unsqueeze(-1).to(tokens.dtype)
+        tokens = tokens * keep
+        both = torch.stack([tokens, reverse_within_lengths(tokens, lengths)])  # (2, B, T, P)
+        frames = both.transpose(1, 2)  # (2, T, B, P)
+        keep_steps = keep.transpose(0, 1).unsqueeze(0)  # (1, T, B, 1)
+        layers = [torch.cat([tokens, tokens], dim=-1)]
+        cell_clip, proj_clip = o.cell_clip, o.proj_clip
+        for layer in range(o.n_layers):
+            bias = (lstm.bias[layer] + lstm.forget_bias).unsqueeze(1).unsqueeze(1)  # (2, 1, 1, 4C)
+            pre = torch.matmul(frames.unsqueeze(2), lstm.input_w[layer].unsqueeze(1).unsqueeze(1)).squeeze(2) + bias
+            w_rec, w_proj = lstm.recurrent_w[layer], lstm.proj_w[layer]
+
+            def step(carry, pre_t, w_rec=w_rec, w_proj=w_proj):
+                h, c = carry
+                i, j, f, out = (pre_t + torch.bmm(h, w_rec)).chunk(4, dim=-1)
+                c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j)
+                if cell_clip is not None:
+                    c = c.clamp(-cell_clip, cell_clip)
+                h = torch.bmm(torch.sigmoid(out) * torch.tanh(c), w_proj)
+                if proj_clip is not None:
+                    h = h.clamp(-proj_clip, proj_clip)
+                return (h, c), h.clone()
+
+            h0 = frames.new_zeros(2, n_rows, o.projection_dim)
+            c0 = frames.new_zeros(2, n_rows, o.lstm_dim)
+            _, steps = scan(step, (h0, c0), pre.transpose(0, 1))  # over T: (T, 2, B, P)
+            out = steps.transpose(0, 1) * keep_steps
+            if o.use_skip_connections and layer > 0:
+                out = out + frames
+            frames = out
+            forward = out[0].transpose(0, 1)
+            backward = reverse_within_lengths(out[1].transpose(0, 1), lengths)
+            layers.append(torch.cat([forward, backward], dim=-1))
+        return torch.stack(layers)
+
+
+def export_onnx(bilm: BiLM, path: Union[str, Path]) -> Path:
+    """Write the biLM as an ONNX graph with dynamic batch size and length (needs the `[onnx]` extra)."""
+    bilm = bilm.eval()
+    module = ExportableBiLM(bilm).eval()
+    width = bilm.lexicon.width if bilm.lexicon is not None else bilm.options.max_characters_per_token
+    example = torch.from_numpy(bilm.batch_to_ids([["a", "b", "c"], ["d"]])).long()
+    assert example.shape[-1] == width
+    batch, length = torch.export.Dim("batch"), torch.export.Dim("length")
+    with torch.no_grad():
+        program = torch.onnx.export(
+            module,
+            (example,),
+            input_names=[INPUT_NAME],
+            output_names=[OUTPUT_NAME],
+            dynamic_shapes=({0: batch, 1: length},),
+            dynamo=True,
+            opset_version=OPSET,
+            verbose=False,
+        )
+    if program is None:  # the dynamo exporter always returns a program
+        raise RuntimeError("torch.onnx.export returned no program")
+    target = Path(path)
+    program.save(str(target))
+    return target
