@@ -1,10 +1,33 @@
-"""spacy-elmo: ELMo biLM embeddings as a first-class spaCy component."""
+"""spacy-elmo: ELMo biLM embeddings as a first-class spaCy component.
+
+Importing the package registers the `elmo` factory and the architectures and imports no torch, so a
+pipeline served with the onnxruntime runtime runs where torch is not installed; the PyTorch classes
+below are imported on first access.
+"""
+
+from typing import Any
 
 from .about import __version__
-from .bilm.bilm import BiLM, BiLMOutput
-from .bilm.options import BiLMOptions
-from .bilm.runner import BiLMRunner
-from .io.hdf5 import load_bilm_tf, save_bilm_tf
+
+_TORCH_EXPORTS = {
+    "BiLM": "spacy_elmo.bilm.bilm",
+    "BiLMOutput": "spacy_elmo.bilm.bilm",
+    "BiLMRunner": "spacy_elmo.bilm.runner",
+    "load_bilm_tf": "spacy_elmo.io.hdf5",
+    "save_bilm_tf": "spacy_elmo.io.hdf5",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TORCH_EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_TORCH_EXPORTS[name]), name)
+    raise AttributeError(f"module 'spacy_elmo' has no attribute {name!r}")
+
+
+from .bilm.options import BiLMOptions  # noqa: E402
+from .pipeline import Elmo, make_elmo  # noqa: E402  (registers the `elmo` factory and the architectures)
 
 __all__ = [
     "__version__",
@@ -12,7 +35,8 @@ __all__ = [
     "BiLMOutput",
     "BiLMOptions",
     "BiLMRunner",
+    "Elmo",
     "load_bilm_tf",
+    "make_elmo",
     "save_bilm_tf",
 ]
-from .pipeline import Elmo, make_elmo  # noqa: E402  (registers the `elmo` factory and the architectures)

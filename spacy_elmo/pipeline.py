@@ -163,8 +163,13 @@ class Elmo(TrainablePipe):
 
     @property
     def bilm(self):
-        """The PyTorch biLM (loaded on first access)."""
+        """The PyTorch biLM (loaded on first access); runtime "torch" only."""
         return bilm_model.ensure_bilm(self.model)
+
+    @property
+    def runtime(self) -> str:
+        """ "torch" or "onnxruntime" (the model's setting)."""
+        return bilm_model.layer_settings(self.model).runtime
 
     @property
     def fine_tune(self) -> bool:
@@ -174,11 +179,11 @@ class Elmo(TrainablePipe):
     @property
     def stateful(self) -> bool:
         """Whether LSTM state is carried from batch to batch (the model's setting)."""
-        return bilm_model.get_runner(self.model).stateful
+        return bool(bilm_model.runner_of(self.model).stateful)
 
     def listener_dims(self) -> tuple[int, int]:
         """(width, n_layers) of the biLM's outputs, loading it if need be: what a listener is built for."""
-        options = self.bilm.options
+        options = bilm_model.ensure_options(self.model)
         return options.output_dim, options.n_output_layers
 
     # --- listeners (spaCy's ListenedToComponent protocol, as on spaCy's Tok2Vec) ------------------
@@ -199,7 +204,7 @@ class Elmo(TrainablePipe):
         if listener not in self.listener_map[component_name]:
             self.listener_map[component_name].append(listener)
         listener.upstream_dims = self.listener_dims
-        if bilm_model.get_runner(self.model).loaded:
+        if bilm_model.runner_of(self.model).loaded:
             listener.set_upstream_dims(*self.listener_dims())
 
     def remove_listener(self, listener: ElmoListener, component_name: str) -> bool:
@@ -221,7 +226,7 @@ class Elmo(TrainablePipe):
 
     def reset_state(self) -> None:
         """Stateful mode: forget the carried LSTM state."""
-        bilm_model.get_runner(self.model).reset_state()
+        bilm_model.runner_of(self.model).reset_state()
 
     def clear_cache(self) -> None:
         self.cache.clear()

@@ -44,6 +44,9 @@ RUN_ELSEWHERE = {
     "python -m spacy_elmo export MODEL model.onnx": (
         "tests/onnx/test_export.py::test_onnx_runtime_matches_torch_on_every_layer_at_any_length"
     ),
+    "python -m spacy_elmo embed model.onnx corpus.txt out.hdf5 --runtime onnxruntime": (
+        "tests/embed/test_output.py::test_the_onnx_runtime_embeds_the_torch_runtimes_layers"
+    ),
 }
 
 

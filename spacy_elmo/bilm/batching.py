@@ -8,12 +8,14 @@ Used by the pipe, `embed` and the pretraining's evaluation batches.
 
 Windows: a sequence longer than `window_size` tokens is cut into overlapping windows, each of which
 answers for its central part and reads `window_context` extra tokens on each side (`windows`); the pipe
-(`layers/segments.py`) and `BiLMRunner.embed_windowed` cut with the same function, so a text gets the
-same vectors from both.
+(`layers/segments.py`) and `embed_windowed` (for `embed`, with either runtime) cut with the same
+function, so a text gets the same vectors from both.
 """
 
 from collections.abc import Sequence
-from typing import Optional
+from typing import Callable, Optional
+
+import numpy
 
 DEFAULT_TOKEN_BUDGET = 4096
 DEFAULT_MAX_BATCH_SIZE = 1024
@@ -70,3 +72,45 @@ def windows(n: int, window_size: int, window_context: int) -> list[tuple]:
         end = min(keep_end + window_context, n)
         out.append((start, end, keep_start - start, keep_end - start))
     return out
+
+
+def token_slice(start: int, end: int) -> slice:
+    """Where tokens start..end of a row sit in a biLM's output: after `<S>`."""
+    return slice(1 + start, 1 + end)
+
+
+def embed_windowed(
+    embed_batch: Callable[[Sequence[Sequence[str]]], list[numpy.ndarray]],
+    sentences: Sequence[Sequence[str]],
+    window_size: Optional[int],
+    window_context: int,
+    token_budget: int,
+    max_batch_size: Optional[int],
+) -> list[numpy.ndarray]:
+    """Sentences -> one (L+1, n_tokens, 2P) array each, run by `embed_batch` (one batch of sentences in,
+    one array per sentence out) in length-sorted batches under `token_budget`. Every sentence longer than
+    `window_size` tokens (None: no limit) is cut into the pipe's overlapping windows and stitched back,
+    so memory is bounded by the window and the budget, not by the longest sentence; sentences that fit
+    are run whole. The torch runner and the ONNX Runtime one both embed through this."""
+    # pieces: (sentence index, start, end, keep_start, keep_end)
+    pieces: list[tuple[int, int, int, int, int]] = []
+    for index, sentence in enumerate(sentences):
+        n = len(sentence)
+        if window_size is None or n <= window_size:
+            pieces.append((index, 0, n, 0, n))
+        else:
+            pieces.extend((index, *cut) for cut in windows(n, window_size, window_context))
+    results: list[Optional[numpy.ndarray]] = [None] * len(sentences)
+    lengths = [end - start + 2 for _, start, end, _, _ in pieces]
+    for batch in token_budget_batches(lengths, token_budget, max_batch_size):
+        words = [sentences[pieces[i][0]][pieces[i][1] : pieces[i][2]] for i in batch]
+        for i, array in zip(batch, embed_batch(words)):
+            index, start, end, keep_start, keep_end = pieces[i]
+            if keep_start == 0 and end - start == len(sentences[index]):
+                results[index] = array  # the whole sentence in one piece
+                continue
+            if results[index] is None:
+                shape = (array.shape[0], len(sentences[index]), array.shape[2])
+                results[index] = numpy.empty(shape, dtype=array.dtype)
+            results[index][:, start + keep_start : start + keep_end] = array[:, keep_start:keep_end]  # type: ignore[index]
+    return results  # type: ignore[return-value]

@@ -8,7 +8,7 @@ import numpy
 import torch
 from torch import nn
 
-from .. import chars
+from . import lexicon
 from .char_cnn import CharacterEncoder
 from .lexicon import Lexicon
 from .lstm import BiLSTMStack, LSTMState
@@ -56,15 +56,11 @@ class BiLM(nn.Module):
 
     def batch_to_ids(self, sentences: Sequence[Sequence[str]]) -> numpy.ndarray:
         """Sentences -> (B, T + 2, width) ids, framed by the sentence boundaries, as this model reads them."""
-        if self.lexicon is not None:
-            return self.lexicon.batch_to_ids(sentences)
-        return chars.batch_to_ids(sentences, max_characters_per_token=self.options.max_characters_per_token)
+        return lexicon.batch_to_ids(sentences, self.options.max_characters_per_token, self.lexicon)
 
     def tokens_to_ids(self, tokens: Sequence[str]) -> numpy.ndarray:
         """Tokens -> (n, width) ids, without sentence boundaries."""
-        if self.lexicon is not None:
-            return self.lexicon.tokens_to_ids(tokens)
-        return chars.tokens_to_ids(tokens, self.options.max_characters_per_token)
+        return lexicon.tokens_to_ids(tokens, self.options.max_characters_per_token, self.lexicon)
 
     def set_token_cache(self, max_size: Optional[int]) -> None:
         """Keep the token vectors of up to `max_size` recent word types (None or 0: no cache)."""

@@ -23,6 +23,8 @@ from typing import Any, Optional
 
 import numpy
 
+from .. import chars
+
 ID_SHIFT = 1
 CHARACTER_ROLES = ("begin_of_word", "end_of_word", "padding", "unknown")
 WORD_ROLES = ("padding", "unknown")
@@ -150,3 +152,21 @@ def _index(entries: Sequence[str], what: str) -> dict[str, int]:
             raise LexiconError(f"the {what} vocabulary lists {entry!r} twice (ids {ids[entry]} and {i})")
         ids[entry] = i
     return ids
+
+
+def batch_to_ids(
+    sentences: Sequence[Sequence[str]], max_characters_per_token: int, lexicon: Optional[Lexicon]
+) -> numpy.ndarray:
+    """Sentences -> (B, T + 2, width) ids, framed by the sentence boundaries, as a model reads them: through
+    its lexicon if it has one (ELMoForManyLangs), else as bilm-tf's UTF-8 bytes. The torch biLM and the
+    ONNX Runtime one both take their ids from here."""
+    if lexicon is not None:
+        return lexicon.batch_to_ids(sentences)
+    return chars.batch_to_ids(sentences, max_characters_per_token=max_characters_per_token)
+
+
+def tokens_to_ids(tokens: Sequence[str], max_characters_per_token: int, lexicon: Optional[Lexicon]) -> numpy.ndarray:
+    """Tokens -> (n, width) ids, without sentence boundaries (see `batch_to_ids`)."""
+    if lexicon is not None:
+        return lexicon.tokens_to_ids(tokens)
+    return chars.tokens_to_ids(tokens, max_characters_per_token)

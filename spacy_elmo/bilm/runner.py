@@ -22,7 +22,7 @@ from typing import Callable, Optional
 import numpy
 import torch
 
-from .batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET, token_budget_batches, windows
+from .batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET, embed_windowed, token_slice
 from .bilm import BiLM
 from .lstm import BiLSTMStack, LSTMState
 from .precision import check_device, products_for, slower_than_fp32_here
@@ -46,11 +46,6 @@ def torch_threads(n_threads: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
-
-
-def token_slice(start: int, end: int) -> slice:
-    """Where tokens start..end of a row sit in the runner's output: after `<S>`."""
-    return slice(1 + start, 1 + end)
 
 
 class CarriedState:
@@ -241,28 +236,9 @@ class BiLMRunner(torch.nn.Module):
         `embed_sentences` runs them (the same batches, so the same bits)."""
         if self.stateful:
             raise ValueError("stateful embedding keeps the caller's batches: call embed_batch per batch")
-        # pieces: (sentence index, start, end, keep_start, keep_end)
-        pieces: list[tuple[int, int, int, int, int]] = []
-        for index, sentence in enumerate(sentences):
-            n = len(sentence)
-            if window_size is None or n <= window_size:
-                pieces.append((index, 0, n, 0, n))
-            else:
-                pieces.extend((index, *cut) for cut in windows(n, window_size, window_context))
-        results: list[Optional[numpy.ndarray]] = [None] * len(sentences)
-        lengths = [end - start + 2 for _, start, end, _, _ in pieces]
-        for batch in token_budget_batches(lengths, self.token_budget, self.max_batch_size):
-            words = [sentences[pieces[i][0]][pieces[i][1] : pieces[i][2]] for i in batch]
-            for i, array in zip(batch, self.embed_batch(words)):
-                index, start, end, keep_start, keep_end = pieces[i]
-                if keep_start == 0 and end - start == len(sentences[index]):
-                    results[index] = array  # the whole sentence in one piece
-                    continue
-                if results[index] is None:
-                    shape = (array.shape[0], len(sentences[index]), array.shape[2])
-                    results[index] = numpy.empty(shape, dtype=array.dtype)
-                results[index][:, start + keep_start : start + keep_end] = array[:, keep_start:keep_end]  # type: ignore[index]
-        return results  # type: ignore[return-value]
+        return embed_windowed(
+            self.embed_batch, sentences, window_size, window_context, self.token_budget, self.max_batch_size
+        )
 
     @torch.no_grad()
     def embed_tokens(self, tokens: Iterable[str], batch_size: int = 4096) -> numpy.ndarray:

@@ -12,7 +12,8 @@ def _group() -> None:
     """ELMo biLMs for spaCy: convert, verify, pretrain, evaluate, embed."""
 
 
-# Each subcommand registers itself on `elmo_cli` when imported.
+# Each subcommand registers itself on `elmo_cli` when imported. The modules import torch inside their
+# commands, not at import: `spacy elmo embed --runtime onnxruntime` with an .onnx model runs without torch.
 from . import convert, embed, evaluate, export, pretrain, verify  # noqa: E402,F401
 
 try:  # as a spaCy CLI plugin: `spacy elmo ...`

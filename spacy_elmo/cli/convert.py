@@ -6,10 +6,6 @@ from typing import Optional
 
 import typer
 
-from ..io.efml import EfmlError, save_efml
-from ..io.hdf5 import check_bilm_tf_layout, save_bilm_tf
-from ..io.native import save_native
-from ..io.resolve import load_model
 from . import elmo_cli
 
 TARGETS = ("native", "bilm-tf", "efml")
@@ -37,6 +33,11 @@ def convert_cli(
     source's format, file and digest."""
     if to is not None and to not in TARGETS:
         raise typer.BadParameter(f"--to must be one of {', '.join(TARGETS)}, got {to!r}")
+    from ..io.efml import EfmlError, save_efml  # torch: imported by the command, not the CLI (see cli/__init__)
+    from ..io.hdf5 import check_bilm_tf_layout, save_bilm_tf
+    from ..io.native import save_native
+    from ..io.resolve import load_model
+
     try:
         loaded = load_model(source, options_file=options, sha256=sha256)
     except (FileNotFoundError, ValueError) as err:

@@ -21,7 +21,9 @@ from . import elmo_cli
 
 @elmo_cli.command("embed")
 def embed_cli(
-    model: str = typer.Argument(..., help="A native or bilm-tf/AllenNLP model, or a shipped model name"),
+    model: str = typer.Argument(
+        ..., help="Any model the package loads, a shipped model name, or (with --runtime onnxruntime) an .onnx graph"
+    ),
     input_path: Path = typer.Argument(..., help="Text (one sentence a line; .gz ok) or JSONL file"),
     output_path: Path = typer.Argument(..., help="HDF5 output; a run killed before it finished is resumed by a re-run"),
     layers: str = typer.Option("all", "--layers", help=f"one of {', '.join(REDUCTIONS)}"),
@@ -34,7 +36,12 @@ def embed_cli(
         "fp32", "--precision", help="matrix products in fp32, bf16, int8 (CPU only) or fp16 (GPU); outputs are float32"
     ),
     workers: int = typer.Option(1, "--workers", help="worker processes (CPU)"),
-    threads: int = typer.Option(0, "--threads", help="torch threads (0: torch's default); each worker uses 1"),
+    threads: int = typer.Option(0, "--threads", help="threads (0: the runtime's default); each worker uses 1"),
+    runtime: str = typer.Option(
+        "torch",
+        "--runtime",
+        help="torch, or onnxruntime: the exported graph on the CPU in fp32 (an .onnx MODEL needs no torch)",
+    ),
     window_size: int = typer.Option(
         DEFAULT_WINDOW_SIZE, "--window-size", help="longer lines are cut into overlapping windows of this many tokens"
     ),
@@ -71,6 +78,7 @@ def embed_cli(
             window_size=window_size,
             window_context=window_context,
             sha256=sha256,
+            runtime=runtime,
         )
         part = parse_shard(shard) if shard is not None else shard_from_env()
         with tqdm(unit=" lines", desc="embedding" if part is None else f"embedding shard {part[0]}/{part[1]}") as bar:

@@ -5,7 +5,6 @@ from typing import Optional
 
 import typer
 
-from ..io.resolve import load_model
 from . import elmo_cli
 
 
@@ -21,6 +20,7 @@ def export_cli(
     (layers, batch, length, 2 x projection) out, fp32, stateless, any batch size and length (the LSTMs are
     ONNX Scans over the run-time length). Needs `pip install spacy-elmo[onnx]`."""
     try:
+        from ..io.resolve import load_model
         from ..onnx.export import export_onnx
     except ImportError as err:  # pragma: no cover - the extra is installed wherever tests run
         typer.echo(f"error: export needs the [onnx] extra (pip install 'spacy-elmo[onnx]'): {err}", err=True)
@@ -31,5 +31,10 @@ def export_cli(
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None
     output.parent.mkdir(parents=True, exist_ok=True)
-    export_onnx(loaded.bilm, output)
-    typer.echo(f"wrote {output} (ONNX, from {loaded.source.path}, sha256 {loaded.sha256})")
+    export_onnx(loaded.bilm, output, source_sha256=loaded.sha256)
+    from ..io.digest import file_sha256
+
+    typer.echo(
+        f"wrote {output} (ONNX graph, sha256 {file_sha256(output)}: the digest `model.sha256` pins; exported from "
+        f"{loaded.source.path}, sha256 {loaded.sha256})"
+    )

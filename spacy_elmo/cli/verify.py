@@ -2,18 +2,20 @@
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from ..bilm.bilm import BiLM
-from ..io.arrays import MAX_ABS_WEIGHT, bilm_arrays, weight_range
-from ..io.resolve import load_model
 from . import elmo_cli
 
+if TYPE_CHECKING:
+    from ..bilm.bilm import BiLM
 
-def describe(bilm: BiLM) -> dict[str, Any]:
+
+def describe(bilm: "BiLM") -> dict[str, Any]:
     """What a user compares two models by: the options that shape it and its arrays."""
+    from ..io.arrays import bilm_arrays
+
     o = bilm.options
     arrays = dict(bilm_arrays(bilm))
     groups = {"token_encoder": 0, "lstm": 0, "softmax": 0}
@@ -59,6 +61,9 @@ def verify_cli(
     """Check a model (every array against its options and for damaged values; a native model against its
     recorded digest; the digest against --sha256) and print its digest, options and shapes. Exit status 1
     if it does not load."""
+    from ..io.arrays import MAX_ABS_WEIGHT, bilm_arrays, weight_range  # torch: see cli/__init__
+    from ..io.resolve import load_model
+
     try:
         loaded = load_model(model, options, sha256=sha256)
     except (FileNotFoundError, ValueError) as err:

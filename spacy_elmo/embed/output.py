@@ -12,6 +12,7 @@ numbers: a re-run with anything else is refused, naming what differs.
 With a shard (`shards.py`), only that shard's lines are embedded, into the shard's own file.
 """
 
+import multiprocessing
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -22,8 +23,7 @@ from typing import Any, Callable, Optional
 import numpy
 
 from ..bilm.batching import DEFAULT_WINDOW_CONTEXT, DEFAULT_WINDOW_SIZE, check_window
-from ..io.digest import file_sha256, parse_pin
-from ..io.resolve import LoadedModel, load_model
+from ..io.digest import check_pin, file_sha256, parse_pin
 from ..launch_env import launch_env
 from ..mix import REDUCTIONS, reduce_layers
 from ..text import detect_format, make_tokenizer, open_text, texts_from_jsonl
@@ -31,6 +31,8 @@ from .shards import Shard, shard_path
 from .store import PartialRun, finished_output
 
 STORAGE_DTYPES = ("float32", "float16")
+RUNTIMES = ("torch", "onnxruntime")
+ONNX_SUFFIX = ".onnx"
 
 
 @dataclass
@@ -48,15 +50,25 @@ class EmbedSettings:
     window_size: int = DEFAULT_WINDOW_SIZE
     window_context: int = DEFAULT_WINDOW_CONTEXT
     sha256: Optional[str] = None  # the model's pinned digest
+    runtime: str = "torch"  # or "onnxruntime": the exported graph, CPU, fp32 (no torch with an .onnx MODEL)
 
     def __post_init__(self) -> None:
         """Refuse a bad setting, naming the option, before any file is read or written."""
-        import torch
+        if self.runtime not in RUNTIMES:
+            raise ValueError(f"--runtime must be one of {', '.join(RUNTIMES)}, got {self.runtime!r}")
+        if self.runtime == "onnxruntime":
+            if self.device != "cpu" or self.precision != "fp32":
+                raise ValueError(
+                    f"--runtime onnxruntime runs the exported fp32 graph on the CPU; got --device {self.device} "
+                    f"--precision {self.precision} (use --runtime torch for GPUs and other precisions)"
+                )
+        else:
+            import torch
 
-        from ..bilm.precision import check_device, check_precision
+            from ..bilm.precision import check_device, check_precision
 
-        check_precision(self.precision, "--precision")
-        check_device(self.precision, torch.device(self.device.split(":")[0]))
+            check_precision(self.precision, "--precision")
+            check_device(self.precision, torch.device(self.device.split(":")[0]))
         if self.layers not in REDUCTIONS:
             raise ValueError(f"--layers must be one of {', '.join(REDUCTIONS)}, got {self.layers!r}")
         if self.dtype not in STORAGE_DTYPES:
@@ -79,7 +91,7 @@ class EmbedSettings:
     def numbers(self) -> dict[str, Any]:
         """The settings that change what is written (a resumed or merged output must agree on them all);
         the batch size, threads and workers do not (every sentence's vectors are independent of them)."""
-        return {
+        numbers: dict[str, Any] = {
             "layers": self.layers,
             "text_field": self.text_field,
             "tokenizer": self.tokenizer,
@@ -90,6 +102,9 @@ class EmbedSettings:
             "window_context": self.window_context,
             "chunk_lines": self.chunk_size,
         }
+        if self.runtime != "torch":  # recorded only when not the default, so outputs written before still resume
+            numbers["runtime"] = self.runtime
+        return numbers
 
 
 def read_lines(path: Path, text_field: str = "text") -> Iterator[str]:
@@ -120,27 +135,73 @@ def device_for_rank(device: str, environ: Optional[Mapping[str, str]] = None) ->
     return device
 
 
-def _init_worker(settings: EmbedSettings, threads: Optional[int], loaded: Optional[LoadedModel] = None) -> None:
+@dataclass
+class EmbedModel:
+    """The model an output is embedded with: `description` is what the output records of it (path,
+    format, digests); `loaded` the torch model (runtime torch) or `graph` the exported one (onnxruntime)."""
+
+    description: dict[str, Any]
+    loaded: Any = None  # a `spacy_elmo.io.resolve.LoadedModel`
+    graph: Optional[bytes] = None
+
+
+def load_embed_model(settings: EmbedSettings) -> EmbedModel:
+    """The model, with every check and the pinned digest. With runtime onnxruntime an .onnx MODEL is read
+    as it is (no torch); any other model is exported first (torch and the [onnx] extra)."""
+    if settings.runtime == "onnxruntime" and settings.model.endswith(ONNX_SUFFIX):
+        from ..onnx.runtime import OnnxBiLM
+
+        bilm = OnnxBiLM.from_file(settings.model)
+        check_pin(bilm.sha256, settings.sha256, settings.model, "--sha256")
+        description = {
+            "path": settings.model,
+            "format": "onnx",
+            "sha256": bilm.sha256,
+            "content_sha256": bilm.sha256,
+            "source_sha256": bilm.metadata.source_sha256,
+        }
+        return EmbedModel(description, graph=bilm.graph)
+    from ..io.resolve import load_model
+
+    loaded = load_model(settings.model, option="MODEL", sha256=settings.sha256)
+    if settings.runtime == "onnxruntime":
+        from ..onnx.export import export_bytes
+
+        return EmbedModel(loaded.describe(), graph=export_bytes(loaded.bilm, source_sha256=loaded.sha256))
+    return EmbedModel(loaded.describe(), loaded=loaded)
+
+
+def _init_worker(settings: EmbedSettings, threads: Optional[int], model: Optional[EmbedModel] = None) -> None:
     """Load the model for this process (or take the one the caller loaded); `threads` is set only in
     worker processes (None in-process, so that calling `embed_file` never changes the caller's torch
     thread count)."""
+    _worker_state["tokenize"] = word_splitter(settings.tokenizer)
+    _worker_state["settings"] = settings
+    if model is None:
+        model = load_embed_model(settings)
+    if model.graph is not None:
+        from ..onnx.runtime import OnnxBiLM
+
+        _worker_state["runner"] = OnnxBiLM(
+            model.graph,
+            source=str(settings.model),
+            n_threads=settings.n_threads if threads is None else threads,
+            token_budget=settings.token_budget,
+        )
+        return
     import torch
 
     from ..bilm.runner import BiLMRunner
 
     if threads is not None:
         torch.set_num_threads(threads)
-    if loaded is None:
-        loaded = load_model(settings.model, option="MODEL", sha256=settings.sha256)
     _worker_state["runner"] = BiLMRunner(
-        loaded.bilm.to(device_for_rank(settings.device)),
+        model.loaded.bilm.to(device_for_rank(settings.device)),
         token_budget=settings.token_budget,
         precision=settings.precision,
         token_cache_size=16384,
         n_threads=settings.n_threads if threads is None else 0,
     )
-    _worker_state["tokenize"] = word_splitter(settings.tokenizer)
-    _worker_state["settings"] = settings
 
 
 def _embed_chunk(chunk: Sequence[tuple[int, str]]) -> list[tuple[int, numpy.ndarray]]:
@@ -175,10 +236,10 @@ def _chunks(
         yield k, chunk
 
 
-def binding(loaded: LoadedModel, input_path: Path, settings: EmbedSettings, shard: Optional[Shard]) -> dict[str, Any]:
+def binding(model: EmbedModel, input_path: Path, settings: EmbedSettings, shard: Optional[Shard]) -> dict[str, Any]:
     """What an output is bound to: the model and the input by content, and the settings that change it."""
     return {
-        "model": loaded.describe(),
+        "model": model.description,
         "input": {"path": str(input_path), "sha256": file_sha256(input_path)},
         "settings": settings.numbers(),
         "shard": list(shard) if shard is not None else None,
@@ -202,8 +263,8 @@ def embed_file(
     if shard is not None:
         output_path = shard_path(output_path, shard)
     # the model first (every check, the pinned digest): a model that does not load leaves nothing behind
-    loaded = load_model(settings.model, option="MODEL", sha256=settings.sha256)
-    bound = binding(loaded, input_path, settings, shard)
+    model = load_embed_model(settings)
+    bound = binding(model, input_path, settings, shard)
     if finished_output(output_path, bound):
         return 0
     run = PartialRun(output_path, bound)
@@ -216,11 +277,18 @@ def embed_file(
     results: Iterable[tuple[int, list[tuple[int, numpy.ndarray]]]]
     pool: Optional[ProcessPoolExecutor] = None
     if workers <= 1:
-        _init_worker(settings, threads=None, loaded=loaded)
+        _init_worker(settings, threads=None, model=model)
         results = ((k, _embed_chunk(chunk)) for k, chunk in todo)
     else:
-        del loaded  # each worker loads its own
-        pool = ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(settings, 1))
+        # each worker loads its own torch model (forked: torch's threads are handled by the runner). An
+        # exported graph is sent to spawned workers instead: a fork of a process that has run torch's
+        # exporter or ONNX Runtime may inherit a lock some thread held, and hang.
+        if model.graph is not None:
+            context = multiprocessing.get_context("spawn")
+            pool = ProcessPoolExecutor(workers, context, initializer=_init_worker, initargs=(settings, 1, model))
+        else:
+            del model
+            pool = ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(settings, 1))
         results = _pooled(pool, todo, in_flight=2 * workers)
     try:
         for k, chunk_result in results:

@@ -1,10 +1,14 @@
 """The biLM as a thinc layer: docs in, one (n_layers, n_tokens, 2P) array of layer outputs per doc out.
 
-The biLM's runner (`spacy_elmo.bilm.runner.BiLMRunner`) sits in a thinc `PyTorchShim`, so it follows
-thinc's current device (`require_gpu`), is updated by thinc's optimizer when fine-tuned, and is
-serialized with the native msgpack format of `spacy_elmo.io.native` (custom shim serializers: no
-pickle, no `torch.load`). This layer cuts docs into sentences or windows (`segments.py`), batches them
-with the one batcher and places the runner's outputs back on the docs' tokens.
+`spacy-elmo.BiLM.v1` is registered here, and this module imports no torch: a pipeline saved with
+`runtime = "onnxruntime"` loads and runs where torch is not installed. The runtime decides which layer
+the architecture builds, each in its own module and imported only when chosen:
+- "torch" (`torch_bilm.py`, the default): PyTorch on CPU or GPU, every precision, stateful mode,
+  fine-tuning; the weights saved in the native msgpack format;
+- "onnxruntime" (`onnx_bilm.py`): the biLM exported as one ONNX graph (`spacy elmo export`) and run by
+  ONNX Runtime on the CPU: fp32, stateless, frozen; the graph is what the pipeline saves.
+Both cut docs into sentences or windows (`segments.py`), batch them with the one batcher and place the
+outputs back on the docs' tokens (`placements`), so they give the same layers to within float error.
 
 Weights are loaded by the layer's `init` (`nlp.initialize()`), or by `from_bytes`/`from_disk` when a
 saved pipeline is loaded (then the configured path is never read: it may not exist where the pipeline
@@ -13,20 +17,19 @@ loads on its first batch, before any doc is processed; a bad path fails there, n
 
 The settings are arguments of `spacy-elmo.BiLM.v1` and nothing else: the runner holds how the biLM
 runs, and a frozen `BiLMLayerSettings` in the attrs (which thinc cannot serialize, so never saves) the
-windows and fine-tuning; the shim saves only weights. The config a pipeline is loaded with decides them,
-never a saved copy.
+windows, fine-tuning and runtime; the shim saves only weights. The config a pipeline is loaded with
+decides them, never a saved copy.
 """
 
 import copy
-import functools
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import numpy
-import torch
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import ArgsKwargs, Model, PyTorchShim, get_torch_default_device, torch2xp, xp2torch
+from thinc.api import Model
 from thinc.types import Floats3d
 
 from ..bilm.batching import (
@@ -34,21 +37,17 @@ from ..bilm.batching import (
     DEFAULT_WINDOW_CONTEXT,
     DEFAULT_WINDOW_SIZE,
     check_window,
-    token_budget_batches,
+    token_slice,
 )
-from ..bilm.bilm import BiLM
 from ..bilm.options import BiLMOptions
-from ..bilm.precision import check_precision
-from ..bilm.runner import BiLMRunner, token_slice
 from ..io.digest import parse_pin
-from ..io.native import bilm_from_bytes, bilm_to_bytes
-from ..io.resolve import load_model
-from .segments import segment_docs
+from .segments import Segment
 
 BILM_LAYER_NAME = "elmo-bilm"
 ARCHITECTURE = "spacy-elmo.BiLM.v1"
 PATH_OPTION = f"{ARCHITECTURE} model.path"
 SHA256_OPTION = f"{ARCHITECTURE} model.sha256"
+RUNTIMES = ("torch", "onnxruntime")
 
 
 @dataclass(frozen=True)
@@ -60,57 +59,27 @@ class BiLMLayerSettings:
     window_size: int
     window_context: int
     fine_tune: bool
+    runtime: str = "torch"
 
 
 def layer_settings(model: Model) -> BiLMLayerSettings:
     return model.attrs["settings"]
 
 
-def strip_lm_head(bilm: BiLM) -> BiLM:
-    """Drop the language-model softmax: a pipe never uses it, and it can be most of the weights."""
-    if bilm.softmax is not None or bilm.options.n_tokens_vocab:
-        bilm.softmax = None
-        options = copy.copy(bilm.options)
-        options.n_tokens_vocab = 0
-        bilm.options = options
-        bilm.token_encoder.options = options
-        bilm.lstm.options = options
-    bilm.vocab = None
-    return bilm
+# --- what the pipe asks of either runtime ----------------------------------------------------------
 
 
-def prepare_for_pipe(bilm: BiLM) -> BiLM:
-    """A biLM as the layer holds it: no LM head, trainable (fine-tuning), on thinc's current device."""
-    bilm = strip_lm_head(bilm)
-    for param in bilm.parameters():
-        param.requires_grad_(True)
-    return bilm.to(get_torch_default_device())
-
-
-def load_for_pipe(path: str, sha256: Optional[str] = None) -> BiLM:
-    """The runner's loader (a module-level function, so the runner stays picklable)."""
-    return prepare_for_pipe(load_model(path, option=PATH_OPTION, sha256=sha256, sha256_option=SHA256_OPTION).bilm)
-
-
-def serialize_runner(runner: BiLMRunner) -> bytes:
-    """The shim's serializer: the native msgpack format (the biLM is loaded first if need be)."""
-    return bilm_to_bytes(runner.load())
-
-
-def deserialize_runner(runner: BiLMRunner, data: bytes, device: torch.device) -> BiLMRunner:
-    runner.set_bilm(prepare_for_pipe(bilm_from_bytes(data, source="spacy-elmo pipeline weights")), device)
-    return runner
-
-
-def get_runner(model: Model) -> BiLMRunner:
+def runner_of(model: Model) -> Any:
+    """The runtime's runner: a `BiLMRunner` (torch) or an `OnnxRunner` (onnxruntime). Both offer `load()`
+    (the biLM, with its `options`), `loaded`, `stateful` and `reset_state()`."""
     return model.shims[0]._model
 
 
-def ensure_bilm(model: Model) -> BiLM:
-    """Load the biLM if nothing has been loaded yet, and make the layer's dims match it."""
-    bilm = get_runner(model).load()
-    set_dims_from_options(model, bilm.options)
-    return bilm
+def ensure_options(model: Model) -> BiLMOptions:
+    """Load the biLM if nothing has been loaded yet, make the layer's dims match it, return its options."""
+    options = runner_of(model).load().options
+    set_dims_from_options(model, options)
+    return options
 
 
 def set_dims_from_options(model: Model, options: BiLMOptions) -> None:
@@ -124,65 +93,64 @@ def set_dims_from_options(model: Model, options: BiLMOptions) -> None:
             model.set_dim(dim, value)
 
 
-def set_bilm(model: Model, bilm: BiLM) -> None:
-    """Give the layer a biLM (instead of loading the configured path)."""
-    get_runner(model).set_bilm(prepare_for_pipe(bilm))
+def placements(segments: Sequence[Segment], batches: Sequence[Sequence[int]], xp: Any) -> Iterator[tuple]:
+    """Where each segment's answer sits: (doc index, token positions in the doc, batch, row, columns of
+    the row), the columns counted as the runners return them (after `<S>`)."""
+    for b, batch in enumerate(batches):
+        for row, index in enumerate(batch):
+            seg = segments[index]
+            keep = seg.positions[seg.keep_start : seg.keep_end]
+            columns = token_slice(seg.keep_start, seg.keep_end)
+            yield seg.doc, (keep if xp is numpy else xp.asarray(keep)), b, row, columns
 
 
-def forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[list[Floats3d], Callable]:
-    bilm = ensure_bilm(model)
-    settings = layer_settings(model)
-    ops = model.ops
-    runner = get_runner(model)
+def gather_outputs(
+    model: Model, docs: Sequence[Doc], segments: Sequence[Segment], batches: Sequence[Sequence[int]], arrays: list
+) -> list[Floats3d]:
+    """One (L+1, n_tokens, 2P) array per doc from the runner's (L+1, rows, T, 2P) batch outputs."""
     n_layers, width = model.get_dim("nL"), model.get_dim("nO")
-    segments = segment_docs(docs, settings.window_size, settings.window_context)
-    lengths = [s.words + 2 for s in segments]
-    # stateful: text order, no row limit (row i continues row i); stateless: length-sorted.
-    # After running out of memory the runner keeps to the lower budget it set itself.
-    max_rows = None if runner.stateful else runner.max_batch_size
-    batches = token_budget_batches(lengths, runner.token_budget, max_rows, sort=not runner.stateful)
-    tensors = []
-    for batch in batches:
-        words = [[docs[segments[i].doc][int(p)].text for p in segments[i].positions] for i in batch]
-        tensors.append(torch.from_numpy(bilm.batch_to_ids(words)))
-    shim = model.shims[0]
-    fine_tune = is_train and settings.fine_tune
-    inputs = ArgsKwargs(args=(tensors,), kwargs={})
-    if fine_tune:
-        torch_outputs, shim_backprop = shim.begin_update(inputs)
-    else:
-        torch_outputs = shim.predict(inputs) if tensors else []
-    batch_arrays = [torch2xp(t, ops=ops) for t in torch_outputs]
-    outputs = [ops.alloc3f(n_layers, len(doc), width) for doc in docs]
-    xp = ops.xp
-
-    def places():
-        for b, batch in enumerate(batches):
-            for row, index in enumerate(batch):
-                seg = segments[index]
-                keep = seg.positions[seg.keep_start : seg.keep_end]
-                yield seg.doc, (keep if xp is numpy else xp.asarray(keep)), b, row, seg
-
-    for doc_index, keep, b, row, seg in places():
-        outputs[doc_index][:, keep] = batch_arrays[b][:, row, token_slice(seg.keep_start, seg.keep_end)]
-
-    def backprop(d_outputs: list[Floats3d]) -> list[Doc]:
-        if not fine_tune:
-            return []
-        grads = [xp.zeros_like(a) for a in batch_arrays]
-        for doc_index, keep, b, row, seg in places():
-            grads[b][:, row, token_slice(seg.keep_start, seg.keep_end)] = d_outputs[doc_index][:, keep]
-        grad_tensors = [xp2torch(g, device=t.device) for g, t in zip(grads, torch_outputs)]
-        if torch_outputs:
-            shim_backprop(ArgsKwargs(args=(torch_outputs,), kwargs={"grad_tensors": grad_tensors}))
-        return []
-
-    return outputs, backprop
+    outputs = [model.ops.alloc3f(n_layers, len(doc), width) for doc in docs]
+    for doc_index, keep, b, row, columns in placements(segments, batches, model.ops.xp):
+        outputs[doc_index][:, keep] = arrays[b][:, row, columns]
+    return outputs
 
 
-def init(model: Model, X: Optional[list[Doc]] = None, Y: Any = None) -> None:
-    """Load and check the configured weights (unless saved ones were loaded) and take their dims."""
-    ensure_bilm(model)
+# --- the torch runtime's own (the PyTorch biLM itself) ----------------------------------------------
+
+
+def _torch_layer(model: Model, what: str) -> Any:
+    runtime = layer_settings(model).runtime
+    if runtime != "torch":
+        raise ValueError(
+            f"{what} needs the PyTorch biLM, and this pipe runs with runtime {runtime!r} (an exported graph, "
+            f'no torch module): build the pipe with {ARCHITECTURE} runtime = "torch"'
+        )
+    from . import torch_bilm
+
+    return torch_bilm
+
+
+def get_runner(model: Model) -> Any:
+    """The torch runtime's `BiLMRunner`."""
+    return _torch_layer(model, "get_runner").get_runner(model)
+
+
+def ensure_bilm(model: Model) -> Any:
+    """The PyTorch biLM (torch runtime), loaded if need be."""
+    return _torch_layer(model, "the biLM").ensure_bilm(model)
+
+
+def set_bilm(model: Model, bilm: Any) -> None:
+    """Give the layer a biLM (instead of loading the configured path)."""
+    _torch_layer(model, "set_bilm").set_bilm(model, bilm)
+
+
+def bilm_parameters(model: Model) -> dict[str, Any]:
+    """A numpy copy of every biLM weight (for tests and checks: did training change them?)."""
+    return _torch_layer(model, "bilm_parameters").bilm_parameters(model)
+
+
+# --- listeners ---------------------------------------------------------------------------------------
 
 
 def replace_listener(model: Model, listener: Model, pipe: Any) -> Model:
@@ -209,6 +177,9 @@ def replace_listener_cfg(bilm_cfg: dict[str, Any], listener_owner_cfg: dict[str,
     return walk(copy.deepcopy(dict(listener_owner_cfg)))
 
 
+# --- the architecture ----------------------------------------------------------------------------------
+
+
 @registry.architectures(ARCHITECTURE)
 def BiLM_v1(
     path: str = "",
@@ -220,13 +191,16 @@ def BiLM_v1(
     n_threads: int = 0,
     precision: str = "fp32",
     sha256: Optional[str] = None,
+    runtime: str = "torch",
 ) -> Model[list[Doc], list[Floats3d]]:
     """The biLM layer: docs -> one (L+1, n_tokens, 2P) array of layer outputs per doc.
 
     path: a native model directory, a bilm-tf/AllenNLP directory (options.json + one .hdf5 [+ vocab.txt]),
-        an .hdf5 weight file with options.json beside it, or a shipped model name; "" is the shipped
-        default (`spacy_elmo.io.resolve.DEFAULT_MODEL`). Read by `nlp.initialize()` (or the first batch),
-        never when saved weights are loaded.
+        an .hdf5 weight file with options.json beside it, an NLPL/ELMoForManyLangs model, or a shipped
+        model name; "" is the shipped default (`spacy_elmo.io.resolve.DEFAULT_MODEL`). With runtime
+        "onnxruntime" also an .onnx graph written by `spacy elmo export` (read without torch; any other
+        model is exported when the pipe is initialized, which needs torch and the `[onnx]` extra). Read by
+        `nlp.initialize()` (or the first batch), never when saved weights are loaded.
     window_size: the longest sequence the biLM reads at once; docs without sentence boundaries (and
         longer sentences) are cut into overlapping windows of this many tokens.
     window_context: tokens of context each window reads on each side of the part it answers for.
@@ -234,53 +208,43 @@ def BiLM_v1(
     stateful: carry the LSTM state from batch to batch as bilm-tf/AllenNLP do (results then depend on
         what was embedded before; no sorting, no cache). Default: every sentence starts from zero.
     fine_tune: train the biLM's weights with the listening components (default: frozen biLM).
-    n_threads: torch threads while the biLM runs (0 = torch's setting); the caller's is restored after.
+    n_threads: threads while the biLM runs (0 = the runtime's own setting); torch's setting is restored
+        after each batch, ONNX Runtime's is its session's.
     precision: the biLM's matrix products, on CPU and GPU alike: "fp32" (default), "bf16", "int8" (CPU
         only, inference only: dynamic quantization, weights quantized once when loaded, never saved so)
         or "fp16" (GPU). Outputs are float32 whatever the precision; `spacy_elmo.bilm.precision` says
-        how each is computed, benchmarks/RESULTS.md what each costs.
+        how each is computed, benchmarks/RESULTS.md what each costs. The onnxruntime runtime is fp32.
     sha256: pin the weights: loading refuses a model whose digest (as `spacy elmo verify` prints it: a
-        native model's recorded digest, or the SHA-256 of a bilm-tf .hdf5 file) is not this one.
+        native model's recorded digest, the SHA-256 of a bilm-tf .hdf5 file, of an .onnx file) is not
+        this one.
+    runtime: "torch" (default) or "onnxruntime": serve the exported graph on the CPU, without torch
+        (fp32, stateless and frozen only; see `spacy_elmo.layers.onnx_bilm`).
     """
     parse_pin(sha256, SHA256_OPTION)
     check_window(window_size, window_context)
-    check_precision(precision, f"{ARCHITECTURE} precision")
+    if runtime not in RUNTIMES:
+        raise ValueError(f"{ARCHITECTURE}: runtime must be one of {RUNTIMES}, got {runtime!r}")
     if isinstance(n_threads, bool) or not isinstance(n_threads, int) or n_threads < 0:
         raise ValueError(
-            f"{ARCHITECTURE}: n_threads must be an integer >= 0 (0 = torch's own setting), got {n_threads!r}"
+            f"{ARCHITECTURE}: n_threads must be an integer >= 0 (0 = the runtime's own setting), got {n_threads!r}"
         )
     if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 1:
         raise ValueError(f"{ARCHITECTURE}: token_budget must be an integer >= 1, got {token_budget!r}")
+    settings = BiLMLayerSettings(window_size, window_context, fine_tune, runtime)
+    # not serializable by thinc, so never saved: the config owns the settings
+    attrs = {"settings": settings, "replace_listener": replace_listener, "replace_listener_cfg": replace_listener_cfg}
+    if runtime == "onnxruntime":
+        from .onnx_bilm import build_onnx_layer, check_onnx_settings
+
+        check_onnx_settings(stateful=stateful, fine_tune=fine_tune, precision=precision)
+        return build_onnx_layer(path, sha256, token_budget, n_threads, attrs)
+    from ..bilm.precision import check_precision
+    from .torch_bilm import build_torch_layer
+
+    check_precision(precision, f"{ARCHITECTURE} precision")
     if fine_tune and precision == "int8":
         raise ValueError(
             f"{ARCHITECTURE}: fine_tune = true needs gradients, and precision 'int8' has none; fine-tune with "
             "precision 'fp32' or 'bf16', or keep the biLM frozen (fine_tune = false) to use int8"
         )
-    settings = BiLMLayerSettings(window_size, window_context, fine_tune)
-    runner = BiLMRunner(
-        load=functools.partial(load_for_pipe, path, sha256),
-        precision=precision,
-        token_budget=token_budget,
-        stateful=stateful,
-        n_threads=n_threads,
-    )
-    shim = PyTorchShim(runner, serialize_model=serialize_runner, deserialize_model=deserialize_runner)
-    return Model(
-        BILM_LAYER_NAME,
-        forward,
-        init=init,
-        dims={"nO": None, "nL": None},
-        shims=[shim],
-        attrs={
-            # not serializable by thinc, so never saved: the config owns the settings
-            "settings": settings,
-            "replace_listener": replace_listener,
-            "replace_listener_cfg": replace_listener_cfg,
-        },
-    )
-
-
-def bilm_parameters(model: Model) -> dict[str, numpy.ndarray]:
-    """A numpy copy of every biLM weight (for tests and checks: did training change them?)."""
-    bilm = ensure_bilm(model)
-    return {name: p.detach().cpu().numpy().copy() for name, p in bilm.named_parameters()}
+    return build_torch_layer(path, sha256, token_budget, stateful, n_threads, precision, attrs)

@@ -8,16 +8,18 @@ at run time instead of a copy of the cell per step. It shares the weights of the
 """
 
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 
 import torch
 from torch import nn
 
 from ..bilm.bilm import BiLM
 from ..bilm.lstm import reverse_within_lengths
+from ..io.atomic import atomic_write_bytes
+from .metadata import GraphMetadata
+from .runtime import INPUT_NAME, OUTPUT_NAME
 
 OPSET = 18
-INPUT_NAME, OUTPUT_NAME = "char_ids", "layers"
 
 
 class ExportableBiLM(nn.Module):
@@ -94,27 +96,41 @@ class ExportableBiLM(nn.Module):
         return torch.stack(layers)
 
 
-def export_onnx(bilm: BiLM, path: Union[str, Path]) -> Path:
-    """Write the biLM as an ONNX graph with dynamic batch size and length (needs the `[onnx]` extra)."""
-    bilm = bilm.eval()
+def export_bytes(bilm: BiLM, source_sha256: Optional[str] = None) -> bytes:
+    """The biLM as a serialized ONNX graph with dynamic batch size and length, carrying the options and
+    lexicon a runtime needs (`metadata.py`) and `source_sha256`, the digest of the model it came from.
+    Needs the `[onnx]` extra."""
+    was_training = bilm.training
+    bilm.eval()
     module = ExportableBiLM(bilm).eval()
     width = bilm.lexicon.width if bilm.lexicon is not None else bilm.options.max_characters_per_token
     example = torch.from_numpy(bilm.batch_to_ids([["a", "b", "c"], ["d"]])).long()
     assert example.shape[-1] == width
     batch, length = torch.export.Dim("batch"), torch.export.Dim("length")
-    with torch.no_grad():
-        program = torch.onnx.export(
-            module,
-            (example,),
-            input_names=[INPUT_NAME],
-            output_names=[OUTPUT_NAME],
-            dynamic_shapes=({0: batch, 1: length},),
-            dynamo=True,
-            opset_version=OPSET,
-            verbose=False,
-        )
+    try:
+        with torch.no_grad():
+            program = torch.onnx.export(
+                module,
+                (example,),
+                input_names=[INPUT_NAME],
+                output_names=[OUTPUT_NAME],
+                dynamic_shapes=({0: batch, 1: length},),
+                dynamo=True,
+                opset_version=OPSET,
+                verbose=False,
+            )
+    finally:
+        bilm.train(was_training)
     if program is None:  # the dynamo exporter always returns a program
         raise RuntimeError("torch.onnx.export returned no program")
+    proto = program.model_proto
+    for key, value in GraphMetadata(bilm.options, bilm.lexicon, source_sha256).to_strings().items():
+        proto.metadata_props.add(key=key, value=value)
+    return proto.SerializeToString()
+
+
+def export_onnx(bilm: BiLM, path: Union[str, Path], source_sha256: Optional[str] = None) -> Path:
+    """Write `export_bytes(bilm)` to `path` (atomically: a killed export leaves no partial file)."""
     target = Path(path)
-    program.save(str(target))
+    atomic_write_bytes(target, export_bytes(bilm, source_sha256))
     return target

@@ -185,7 +185,7 @@ def cli_embed(fixture_dir, text_file, out, *options):
 N_CHUNK_DATASETS = len(LINES)  # every line is written once into its chunk file, then once into the output
 
 KILL_POINTS = {
-    "before the model loads": at_call(output, "load_model"),
+    "before the model loads": at_call(output, "load_embed_model"),
     "before the first chunk": at_call(output, "_embed_chunk"),
     "while writing the first chunk": at_nth_dataset(1),
     "between chunks": at_call(PartialRun, "write_chunk", after=True, n=2),
@@ -268,3 +268,45 @@ def test_a_long_line_is_windowed_within_bounded_memory(fixture_dir, tmp_path):
     data = read_all(out)
     assert data["0"].shape == (3, 300, 32)
     assert numpy.array_equal(data["0"], expected[0]) and numpy.array_equal(data["1"], expected[1])
+
+
+@pytest.fixture(scope="module")
+def fixture_graph(tmp_path_factory):
+    from fixture_paths import ELMO_FIXTURE
+    from spacy_elmo.onnx.export import export_onnx
+
+    loaded = load_model(str(ELMO_FIXTURE))
+    return export_onnx(loaded.bilm, tmp_path_factory.mktemp("graph") / "fixture.onnx", loaded.sha256)
+
+
+def test_the_onnx_runtime_embeds_the_torch_runtimes_layers(fixture_dir, fixture_graph, text_file, tmp_path):
+    torch_out, graph_out, exported_out = (tmp_path / f"{name}.hdf5" for name in ("torch", "graph", "exported"))
+    embed_file(text_file, torch_out, EmbedSettings(model=str(fixture_dir), chunk_size=2))
+    assert cli_embed(fixture_graph, text_file, graph_out, "--runtime", "onnxruntime").exit_code == 0
+    # any other model is exported first; two workers get the exported graph
+    embed_file(
+        text_file, exported_out, EmbedSettings(model=str(fixture_dir), chunk_size=2, runtime="onnxruntime"), workers=2
+    )
+    expected, served, exported = read_all(torch_out), read_all(graph_out), read_all(exported_out)
+    assert expected.keys() == served.keys() == exported.keys()
+    for key, layers in expected.items():
+        assert served[key].shape == layers.shape == exported[key].shape
+        if layers.size:
+            scale = numpy.abs(layers).max(axis=(1, 2))
+            for got in (served[key], exported[key]):
+                assert (numpy.abs(got - layers).max(axis=(1, 2)) / scale).max() <= 1e-5, key
+    with h5py.File(graph_out, "r") as handle:
+        binding = json.loads(handle.attrs["binding"])
+    assert binding["settings"]["runtime"] == "onnxruntime"
+    assert binding["model"]["format"] == "onnx" and binding["model"]["sha256"] == sha256_of(fixture_graph)
+    with pytest.raises(OutputError, match=r"settings\.runtime: 'onnxruntime' then, absent now|another model"):
+        embed_file(text_file, exported_out, EmbedSettings(model=str(fixture_dir), chunk_size=2))
+
+
+def test_the_onnx_runtime_refuses_what_it_cannot_do(fixture_graph):
+    with pytest.raises(
+        ValueError, match=r"--runtime onnxruntime runs the exported fp32 graph on the CPU.*--precision bf16"
+    ):
+        EmbedSettings(model=str(fixture_graph), runtime="onnxruntime", precision="bf16")
+    with pytest.raises(ValueError, match=r"--runtime must be one of torch, onnxruntime, got 'tf'"):
+        EmbedSettings(model=str(fixture_graph), runtime="tf")

@@ -88,7 +88,7 @@ def test_missing_duplicated_and_incomplete_shards_are_named(corpus, tmp_path):
 
 
 SHARD_KILL_POINTS = {
-    "before the model loads": at_call(output, "load_model"),
+    "before the model loads": at_call(output, "load_embed_model"),
     "while writing the first chunk": at_nth_dataset(1),
     "between chunks": at_call(PartialRun, "write_chunk", after=True, n=2),
     "while assembling the shard": at_nth_dataset(8),  # shard 1 of 2 holds 6 lines

@@ -100,7 +100,7 @@ def test_a_bad_precision_names_the_option_and_the_allowed_values():
 @pytest.mark.parametrize(
     "setting,value,said",
     [
-        ("n_threads", "2", "n_threads must be an integer >= 0 (0 = torch's own setting), got '2'"),
+        ("n_threads", "2", "n_threads must be an integer >= 0 (0 = the runtime's own setting), got '2'"),
         ("n_threads", -1, "n_threads must be an integer >= 0"),
         ("token_budget", 0, "token_budget must be an integer >= 1, got 0"),
     ],

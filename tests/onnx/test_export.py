@@ -1,6 +1,8 @@
 """`spacy elmo export`: one ONNX graph with a Scan over the run-time length, ONNX Runtime's layers within
 1e-5 of the torch fp32 path (relative to each layer's largest value), any batch size and length."""
 
+import hashlib
+
 import numpy
 import onnxruntime
 import pytest
@@ -28,6 +30,7 @@ def exported(tmp_path_factory):
         target = tmp_path_factory.mktemp("onnx") / "model.onnx"
         done = CliRunner().invoke(elmo_cli, ["export", name, str(target)])
         assert done.exit_code == 0, done.output
+        assert f"sha256 {hashlib.sha256(target.read_bytes()).hexdigest()}" in done.output
         out[name] = (load_model(name).bilm.eval(), onnxruntime.InferenceSession(str(target)), target)
     return out
 

@@ -99,6 +99,18 @@ def test_spacy_train_ner_and_textcat_with_a_frozen_bilm(tmp_path, count_bilm_cal
     assert dev_scores(nlp, "mr")["cats_macro_f"] > 0.65
 
 
+def test_spacy_train_ner_and_textcat_with_the_onnx_runtime(tmp_path):
+    """The listeners learn their mixes from the exported graph as from the torch biLM (exported from the
+    configured model at initialize), and the trained pipeline is saved with the graph."""
+    nlp = spacy_train(tmp_path, **{"training.max_epochs": 6, "components.elmo.model.runtime": "onnxruntime"})
+    assert nlp.get_pipe("elmo").runtime == "onnxruntime"
+    for component in ("ner", "textcat"):
+        weights, gamma = mix_of(nlp, component)
+        assert numpy.abs(weights).max() > 1e-3 and abs(gamma - 1.0) > 1e-3, component
+    assert dev_scores(nlp, "wnut17")["ents_f"] > 0.6
+    assert dev_scores(nlp, "mr")["cats_macro_f"] > 0.65
+
+
 def test_spacy_train_fine_tunes_the_bilm(tmp_path, count_bilm_calls):
     nlp = spacy_train(
         tmp_path, **{"components.elmo.model.fine_tune": True, "training.max_steps": 4, "training.eval_frequency": 100}

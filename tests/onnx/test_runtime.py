@@ -1,0 +1,134 @@
+"""The exported graph served by ONNX Runtime (`OnnxBiLM`): the .onnx file alone is the model (options and
+lexicon in its metadata), its layers are the torch runner's within 1e-5 relative (fixture, shipped,
+ELMoForManyLangs-style and full-size models), and a foreign or damaged graph is refused with its name."""
+
+import hashlib
+import pickle
+
+import numpy
+import pytest
+
+import onnx
+from efml_models import efml_bilm
+from fixture_paths import ELMO_FIXTURE
+from spacy_elmo.bilm.bilm import BiLM
+from spacy_elmo.bilm.options import full_options
+from spacy_elmo.bilm.runner import BiLMRunner
+from spacy_elmo.io.resolve import load_model
+from spacy_elmo.onnx.export import export_bytes, export_onnx
+from spacy_elmo.onnx.metadata import FORMAT_KEY, OnnxModelError
+from spacy_elmo.onnx.runtime import OnnxBiLM
+
+SENTENCES = [
+    ["The", "cat", "sat", "."],
+    ["Ünïcödé", "日本語", "👍🏽", "\u3000"],
+    ["x" * 300],
+    [f"w{i}" for i in range(60)],
+    [],
+    ["a"],
+]
+
+
+def relative(got: numpy.ndarray, expected: numpy.ndarray) -> float:
+    """max |difference| / max |expected| over each layer, the worst layer."""
+    scale = numpy.abs(expected).max(axis=(1, 2))
+    return float((numpy.abs(got - expected).max(axis=(1, 2)) / numpy.maximum(scale, 1e-30)).max())
+
+
+def assert_same_layers(served: OnnxBiLM, bilm: BiLM, sentences=SENTENCES) -> None:
+    expected = BiLMRunner(bilm.eval()).embed_sentences(sentences)
+    got = served.embed_sentences(sentences)
+    for sentence, g, e in zip(sentences, got, expected):
+        assert g.shape == e.shape == (bilm.options.n_output_layers, len(sentence), bilm.options.output_dim)
+        assert g.dtype == numpy.float32
+        if len(sentence):
+            assert relative(g, e) <= 1e-5, (sentence[:3], relative(g, e))
+
+
+@pytest.fixture(scope="module")
+def fixture_graph(tmp_path_factory):
+    loaded = load_model(str(ELMO_FIXTURE))
+    path = export_onnx(loaded.bilm, tmp_path_factory.mktemp("onnx") / "fixture.onnx", source_sha256=loaded.sha256)
+    return loaded, path
+
+
+def test_the_file_alone_is_the_model(fixture_graph):
+    loaded, path = fixture_graph
+    served = OnnxBiLM.from_file(path)
+    assert served.options == loaded.bilm.options
+    assert served.lexicon is None
+    assert served.metadata.source_sha256 == loaded.sha256
+    assert served.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert_same_layers(served, loaded.bilm)
+
+
+def test_the_shipped_model_serves_the_torch_layers():
+    loaded = load_model("en_elmo_small")
+    assert_same_layers(OnnxBiLM(export_bytes(loaded.bilm)), loaded.bilm)
+
+
+def test_a_model_with_its_own_vocabularies_carries_them_in_the_graph():
+    """An ELMoForManyLangs-style model (character and word vocabularies, input-gated highway, clips)."""
+    bilm = efml_bilm(seed=3)
+    served = OnnxBiLM(export_bytes(bilm))
+    assert served.lexicon == bilm.lexicon
+    sentences = [["the", "cat", "Жжд", "中x"], ["a" * 40], ["👍🏽"], ["<bos>", "cat", "\u3000"]]
+    assert numpy.array_equal(served.batch_to_ids(sentences), bilm.batch_to_ids(sentences))
+    assert_same_layers(served, bilm, sentences)
+
+
+def test_a_full_size_model_serves_the_torch_layers():
+    """The paper's 2x4096_512_2048cnn_2xhighway architecture, random weights."""
+    bilm = BiLM(full_options())
+    bilm.reset_parameters(0)
+    served = OnnxBiLM(export_bytes(bilm))
+    assert_same_layers(served, bilm, [SENTENCES[0], SENTENCES[1], SENTENCES[3][:25], ["b"]])
+
+
+def test_a_sentence_gets_the_same_layers_alone_or_in_any_batch(fixture_graph):
+    served = OnnxBiLM.from_file(fixture_graph[1])
+    together = served.embed_batch(SENTENCES)
+    reversed_batch = served.embed_batch(SENTENCES[::-1])[::-1]
+    for sentence, a, b in zip(SENTENCES, together, reversed_batch):
+        alone = served.embed_batch([sentence])[0]
+        if len(sentence):
+            assert relative(a, alone) <= 1e-5 and relative(b, alone) <= 1e-5
+
+
+def test_a_pickled_copy_runs_the_same(fixture_graph):
+    served = OnnxBiLM.from_file(fixture_graph[1])
+    expected = served.embed_sentences(SENTENCES[:2])
+    copy = pickle.loads(pickle.dumps(served))
+    assert copy._session is None or copy._session is not served._session
+    for a, b in zip(expected, copy.embed_sentences(SENTENCES[:2])):
+        assert numpy.array_equal(a, b)
+
+
+def test_a_graph_without_spacy_elmo_metadata_is_refused_by_name(fixture_graph, tmp_path):
+    proto = onnx.load(str(fixture_graph[1]))
+    kept = [p for p in proto.metadata_props if p.key != FORMAT_KEY]
+    del proto.metadata_props[:]
+    proto.metadata_props.extend(kept)
+    foreign = tmp_path / "foreign.onnx"
+    onnx.save(proto, str(foreign))
+    with pytest.raises(OnnxModelError, match=r"foreign\.onnx.*no spacy-elmo metadata.*spacy_elmo export"):
+        OnnxBiLM.from_file(foreign)
+
+
+def test_damaged_or_missing_graphs_are_refused_by_name(fixture_graph, tmp_path):
+    damaged = tmp_path / "damaged.onnx"
+    damaged.write_bytes(fixture_graph[1].read_bytes()[:10_000])
+    with pytest.raises(OnnxModelError, match=r"damaged\.onnx: not a readable ONNX graph"):
+        OnnxBiLM.from_file(damaged)
+    with pytest.raises(FileNotFoundError, match=r"absent\.onnx"):
+        OnnxBiLM.from_file(tmp_path / "absent.onnx")
+
+
+def test_serving_imports_no_torch_module_of_its_own():
+    """The runtime's modules name torch nowhere (the subprocess test in tests/layers runs them with it hidden)."""
+    import spacy_elmo.onnx.metadata
+    import spacy_elmo.onnx.runtime
+
+    for module in (spacy_elmo.onnx.runtime, spacy_elmo.onnx.metadata):
+        source = open(module.__file__, encoding="utf-8").read()
+        assert "import torch" not in source and "from torch" not in source, module.__name__
