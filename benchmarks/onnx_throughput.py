@@ -4,7 +4,7 @@
 
 Random weights (seed 0), sentences of `--length` tokens (+ <S>, </S>), stateless. For every (configuration,
 batch size, threads): the torch forward at fp32 and bf16 (`BiLM.forward` with that precision's products,
-in-batch dedup off so every token goes through the CNN, as the graph does) and the exported graph through
+each distinct token of a batch once through the CNN, as the graph does too) and the exported graph through
 ONNX Runtime (CPU, intra-op threads = torch threads), best of `--repeats` after a warm-up; ratios are
 against torch fp32 of the same run.
 """
@@ -49,7 +49,6 @@ def main() -> None:
             bilm = BiLM(CONFIGS[config]())
             bilm.reset_parameters(0)
             bilm.eval()
-            bilm.dedupe_tokens = False
             graph = export_onnx(bilm, Path(tmp) / f"{config}.onnx")
             fp32, bf16 = products_for("fp32"), products_for("bf16")  # once: their prepared weights are kept
             for threads in (int(t) for t in args.threads.split(",")):

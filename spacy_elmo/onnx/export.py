@@ -1,7 +1,7 @@
 """The biLM as one ONNX graph: character ids in, every layer out, any batch size and length.
 
-`ExportableBiLM` computes what `BiLM.forward` computes in fp32, stateless, written for export rather than
-speed: the character CNN as convolutions over every token (no dedup, no row chunks), and each LSTM layer
+`ExportableBiLM` computes what `BiLM.forward` computes in fp32, stateless, written for export: the
+character CNN as convolutions over each distinct token of the batch (no row chunks), and each LSTM layer
 as one `scan` over the time steps, both directions at once (the backward one reads each row reversed
 within its length, as `lstm.py` does), so the exported graph holds an ONNX `Scan` over a length known only
 at run time instead of a copy of the cell per step. It shares the weights of the `BiLM` it wraps.
@@ -59,7 +59,10 @@ class ExportableBiLM(nn.Module):
         n_rows, n_steps = char_ids.shape[0], char_ids.shape[1]
         mask = char_ids.gt(0).any(-1)  # (B, T)
         lengths = mask.sum(1)
-        tokens = self.encode_tokens(char_ids.reshape(n_rows * n_steps, -1)).reshape(n_rows, n_steps, -1)
+        # each distinct token once through the CNN (an ONNX `Unique` over rows), as the torch path dedups:
+        # text repeats its words, and the CNN is most of the small model's work
+        distinct, where = torch.unique(char_ids.reshape(n_rows * n_steps, -1), dim=0, return_inverse=True)
+        tokens = self.encode_tokens(distinct)[where].reshape(n_rows, n_steps, -1)
         keep = mask.unsqueeze(-1).to(tokens.dtype)
         tokens = tokens * keep
         both = torch.stack([tokens, reverse_within_lengths(tokens, lengths)])  # (2, B, T, P)

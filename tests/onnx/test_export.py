@@ -39,7 +39,9 @@ def exported(tmp_path_factory):
 def test_onnx_runtime_matches_torch_on_every_layer_at_any_length(exported, name):
     bilm, session, path = exported[name]
     graph = onnx.load(str(path)).graph
-    assert "Scan" in {node.op_type for node in graph.node}  # a loop over the run-time length, not unrolled
+    ops = {node.op_type for node in graph.node}
+    assert "Scan" in ops  # a loop over the run-time length, not unrolled
+    assert "Unique" in ops  # each distinct token once through the character CNN
     for batch in (SENTENCES, SENTENCES[:1], [["a"]], LONG, [*LONG, ["b"]]):
         ids = bilm.batch_to_ids(batch).astype(numpy.int64)
         got = session.run(None, {INPUT_NAME: ids})[0]
