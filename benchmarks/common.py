@@ -60,11 +60,19 @@ def best_time(fn: Callable[[], object], repeats: int, sync: Callable[[], None] =
 def matmul_rate(device: str = "cpu", precision: str = "fp32", n: int = 2048, repeats: int = 5) -> float:
     """Best-of-N GFLOP/s (for int8: GOP/s) of a square matrix product at a precision ("fp32", "bf16",
     "fp16", "int8"), on the kernels the biLM's products of that precision run on (on the CPU: oneDNN with
-    a packed weight for fp32 and bf16, `_onednn.int_mm` for int8); "fp32-torch" / "bf16-torch": torch's
+    a packed weight for fp32, bf16 and int8 (its int8 linear product, float32 out; `_onednn.int_mm` where
+    that is missing)); "fp32-torch" / "bf16-torch": torch's
     own `@` (MKL for fp32 on the CPU). The ceiling the biLM is measured against."""
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     work: Callable[[], object]
-    if precision == "int8":
+    if precision == "int8" and device == "cpu" and _onednn.qlinear_unavailable() is None:
+        shifted = torch.randint(0, 256, (n, n), dtype=torch.uint8)
+        packed = _onednn.pack_int8(torch.randint(-127, 128, (n, n), dtype=torch.int8))
+        scales, zero_points = torch.ones(n), torch.zeros(n, dtype=torch.int32)
+
+        def work() -> object:
+            return _onednn.qlinear(shifted, packed, scales, zero_points)
+    elif precision == "int8":
         a8 = torch.randint(-127, 128, (n, n), device=device, dtype=torch.int8)
         b8 = torch.randint(-127, 128, (n, n), device=device, dtype=torch.int8).t().contiguous().t()
 

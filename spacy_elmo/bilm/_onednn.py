@@ -72,6 +72,31 @@ def linear(x: torch.Tensor, packed: torch.Tensor, bias: Optional[torch.Tensor]) 
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
+def qlinear_unavailable() -> Optional[str]:
+    """Why oneDNN's packed int8 linear product cannot run here, or None where it can."""
+    if not ALLOWED:
+        return f"torch {torch.__version__} is outside {supported_range()}, the versions its private operators run on"
+    ops = getattr(torch.ops, "onednn", None)
+    if ops is None or not all(hasattr(ops, name) for name in ("qlinear_prepack", "qlinear_pointwise")):
+        return "this torch build has no oneDNN int8 linear operators"
+    return None
+
+
+def pack_int8(rows: torch.Tensor) -> torch.Tensor:
+    """int8 weight rows (N, K) packed once for `qlinear` (only where `qlinear_unavailable()` is None)."""
+    return torch.ops.onednn.qlinear_prepack(rows, None)
+
+
+def qlinear(
+    shifted: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, zero_points: torch.Tensor
+) -> torch.Tensor:
+    """Activations (M, K) as uint8 with zero point 128 (int8 + 128) times a `pack_int8` weight: the exact
+    int32 product, each column multiplied by its scale in float32, (M, N) float32."""
+    return torch.ops.onednn.qlinear_pointwise(
+        shifted, 1.0, 128, packed, scales, zero_points, None, 1.0, 0, torch.float32, "none", [], ""
+    )
+
+
 def int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """The exact int32 product of int8 matrices a (M, K) and b (K, N)."""
     if ALLOWED and hasattr(torch, "_int_mm"):

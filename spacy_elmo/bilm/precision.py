@@ -10,9 +10,10 @@ Every one of them is a call of `Products.product`, so a precision is a choice of
   rounded once and kept (no cast per call) unless gradients flow to them (fine-tuning: cast per call).
   "fp16" is for GPUs; CPUs have bf16 units, not fp16 ones;
 - "int8": dynamic quantization, CPU only and inference only. Weights are quantized once, per output
-  column (symmetric, scale = max |w| / 127); activations per row, at run time. The integer product is
-  exact, and the scales are per row and per column, so a token's result does not depend on the other
-  rows of its batch, bit for bit. Results are float32.
+  column (symmetric, scale = max |w| / 127), and packed once for oneDNN's int8 product where it runs;
+  activations per row, at run time. The integer product is exact, and the scales are per row and per
+  column, so a token's result does not depend on the other rows of its batch, bit for bit. Results are
+  float32.
 
 A precision is one strategy: `prepare` turns a float32 weight into the form it multiplies by, once,
 and `multiply` computes with that form. On the CPU at inference, fp32 and bf16 run through oneDNN with
@@ -225,13 +226,21 @@ class OneDNN(Strategy):
 
 
 class Int8Weight:
-    """A (K, N) weight as int8 (N, K) rows, one float32 scale per output column."""
+    """A (K, N) weight as int8 (N, K) rows, one float32 scale per output column; with `pack`, also packed
+    once for oneDNN's int8 linear product (None where it cannot be)."""
 
-    def __init__(self, w: torch.Tensor) -> None:
+    def __init__(self, w: torch.Tensor, pack: bool = False) -> None:
         w = w.float()
         scale = w.abs().amax(dim=0) / INT8_MAX
         self.scale = torch.where(scale > 0, scale, torch.ones_like(scale))
         self.rows = torch.round(w / self.scale).clamp(-INT8_MAX, INT8_MAX).to(torch.int8).t().contiguous()
+        self.packed: Optional[torch.Tensor] = None
+        self.zero_points = torch.zeros(self.rows.shape[0], dtype=torch.int32)
+        if pack:
+            try:
+                self.packed = _onednn.pack_int8(self.rows)
+            except RuntimeError:  # a CPU or build whose oneDNN cannot pack int8
+                self.packed = None
 
 
 # Output columns a product computes at once, so that an (M, 16384) int32 result is scaled while a block
@@ -243,10 +252,18 @@ def int8_product(
     x: torch.Tensor, weight: Int8Weight, bias: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None
 ) -> torch.Tensor:
     """x (M, K) float (+ bias (N,) or (M, N)) -> (M, N) float32 (into `out` if given) through exact
-    int8 x int8 -> int32 products, a block of columns at a time, each block scaled (and biased) while
-    it is in cache."""
+    int8 x int8 -> int32 products, each scaled by its column's scale, then its row's, then biased. With a
+    packed weight, oneDNN's int8 product applies the column scales as it writes its result; without,
+    `_int_mm`, a block of columns at a time, each block scaled (and biased) while it is in cache. The two
+    round alike (the same float32 operations in the same order), so they give the same bits."""
     scale = x.abs().amax(dim=1, keepdim=True) / INT8_MAX
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    if weight.packed is not None:
+        # |x / scale| <= 127, so + 128 is a uint8 with zero point 128: the same integers, oneDNN's layout
+        shifted = torch.round(x / scale).add_(128).to(torch.uint8)
+        result = _onednn.qlinear(shifted, weight.packed, weight.scale, weight.zero_points)
+        result = torch.mul(result, scale, out=result if out is None else out)
+        return result if bias is None else result.add_(bias)
     quantized = torch.round(x / scale).to(torch.int8)  # |x / scale| <= 127 by construction
     if out is None:
         out = x.new_empty(x.shape[0], weight.rows.shape[0], dtype=torch.float32)
@@ -254,19 +271,25 @@ def int8_product(
         columns = slice(start, start + INT8_COLUMN_BLOCK)
         block = out[:, columns]
         block.copy_(_onednn.int_mm(quantized, weight.rows[columns].t()))
-        block.mul_(scale).mul_(weight.scale[columns])
+        block.mul_(weight.scale[columns]).mul_(scale)
         if bias is not None:
             block.add_(bias[..., columns])
     return out
 
 
 class Int8(Strategy):
-    """Dynamic int8 quantization (inference only: no gradient, and no strategy to fall back to)."""
+    """Dynamic int8 quantization (inference only: no gradient, and no strategy to fall back to). Where
+    oneDNN's int8 linear product runs, weights are packed for it once; elsewhere the products are
+    `_int_mm`'s. Both are exact in their integers and scale alike, so they give the same bits, batch
+    independent."""
 
     kernels = "int8"
 
+    def __init__(self, pack: Optional[bool] = None) -> None:
+        self.pack = _onednn.qlinear_unavailable() is None if pack is None else pack
+
     def prepare(self, w: torch.Tensor) -> Optional[Matrices]:
-        return prepare_matrices(w, Int8Weight)
+        return prepare_matrices(w, lambda matrix: Int8Weight(matrix, self.pack))
 
     def multiply(self, x: torch.Tensor, prepared: object, bias: Optional[torch.Tensor]) -> torch.Tensor:
         first = prepared[0] if isinstance(prepared, list) else prepared

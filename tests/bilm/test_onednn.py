@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from spacy_elmo.bilm import _onednn
-from spacy_elmo.bilm.precision import Products, TorchFloat, TorchHalf, products_for
+from spacy_elmo.bilm.precision import Int8Weight, Products, TorchFloat, TorchHalf, int8_product, products_for
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
@@ -100,3 +100,40 @@ def test_public_int_mm_is_exact(monkeypatch, shape):
     monkeypatch.setattr(_onednn, "ALLOWED", False)
     public = _onednn.int_mm(a, b)
     assert public.dtype == torch.int32 and torch.equal(public, exact)
+
+
+@pytest.mark.parametrize("rows", [1, 4, 37, 704])
+@pytest.mark.parametrize("bias_rows", [0, 1, "M"])
+def test_packed_int8_products_are_the_unpacked_ones_bit_for_bit(rows, bias_rows):
+    """oneDNN's packed int8 product (column scales applied as it writes) rounds as `_int_mm` + scaling."""
+    if _onednn.qlinear_unavailable() is not None:
+        pytest.skip(_onednn.qlinear_unavailable())
+    generator = torch.Generator().manual_seed(rows)
+    w = torch.randn(512, 2048 + 96, generator=generator)  # a tail after the column blocks
+    x = torch.randn(rows, 512, generator=generator) * torch.rand(rows, 1, generator=generator) * 4
+    bias = None if bias_rows == 0 else torch.randn(rows if bias_rows == "M" else 1, w.shape[1], generator=generator)
+    packed, plain = Int8Weight(w, pack=True), Int8Weight(w, pack=False)
+    assert packed.packed is not None and plain.packed is None
+    expected = int8_product(x, plain, bias)
+    assert torch.equal(int8_product(x, packed, bias), expected)
+    out = torch.empty_like(expected)
+    assert int8_product(x, packed, bias, out=out) is out and torch.equal(out, expected)
+    # and a row's result does not depend on the rows beside it
+    assert torch.equal(int8_product(x[:1], packed, None if bias is None else bias[:1]), expected[:1])
+
+
+def test_a_weight_onednn_cannot_pack_for_int8_keeps_int_mm(reference_bilm, monkeypatch):
+    ids = ids_of(SENTENCES)
+    with torch.no_grad():
+        packed = reference_bilm(ids, products=products_for("int8")).layers
+
+        def cannot_pack(rows):
+            raise RuntimeError("simulated: no int8 kernels for this weight")
+
+        monkeypatch.setattr(_onednn, "pack_int8", cannot_pack)
+        products = products_for("int8")
+        unpacked = reference_bilm(ids, products=products).layers
+    assert all(
+        w.packed is None for ws in products._prepared.values() for w in (ws[2] if isinstance(ws[2], list) else [ws[2]])
+    )
+    assert torch.equal(packed, unpacked)
