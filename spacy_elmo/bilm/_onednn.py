@@ -79,6 +79,9 @@ def qlinear_unavailable() -> Optional[str]:
     ops = getattr(torch.ops, "onednn", None)
     if ops is None or not all(hasattr(ops, name) for name in ("qlinear_prepack", "qlinear_pointwise")):
         return "this torch build has no oneDNN int8 linear operators"
+    capability = torch.backends.cpu.get_cpu_capability()
+    if not capability.startswith("AVX512"):  # its int8 kernels are measured only where int8 pays (RESULTS.md)
+        return f"this CPU's best kernels are {capability}, not AVX-512: its int8 products stay `_int_mm`'s"
     return None
 
 
