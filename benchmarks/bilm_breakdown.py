@@ -23,16 +23,19 @@ slightly negative within noise). Rows below `lstm.MIN_GEMM_ROWS` are padded to i
 """
 
 import argparse
+import itertools
 from typing import Callable
 
 import torch
 
 from bilm_throughput import CONFIGS, make_batch
 from common import best_time, bilm_flops_per_token, describe_machine, emit, matmul_rate
+from spacy_elmo.bilm import precision as precision_module
 from spacy_elmo.bilm.bilm import BiLM
 from spacy_elmo.bilm.lstm import MIN_GEMM_ROWS
 from spacy_elmo.bilm.precision import Products, products_for
 
+BLOCKED_OUTPUT = precision_module.ONEDNN_BLOCKED_OUTPUT
 LSTM_PARTS = ("input_products", "recurrent_products", "projection_products", "gate_work")
 PARTS = ("char_cnn", "input_products", "recurrent_products", "projection_products", "gate_work", "lstm_rest", "rest")
 
@@ -106,6 +109,12 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--output", default="")
+    parser.add_argument(
+        "--row-blocks",
+        default="on",
+        help="on, off or on,off: large oneDNN products in row blocks (precision.ONEDNN_ROW_BLOCK) or whole; "
+        "both: each shape run both ways, one after the other, for a same-run comparison",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     precisions = args.precisions.split(",")
@@ -121,7 +130,8 @@ def main() -> None:
             for batch_size in (int(b) for b in args.batch_sizes.split(",")):
                 ids = make_batch(batch_size, args.length)
                 n_tokens = batch_size * args.length
-                for precision in precisions:
+                for precision, row_blocks in itertools.product(precisions, args.row_blocks.split(",")):
+                    precision_module.ONEDNN_BLOCKED_OUTPUT = BLOCKED_OUTPUT if row_blocks == "on" else 1 << 62
                     products = products_for(precision)
                     seconds = part_times(bilm, ids, products, args.repeats)
                     rate = n_tokens / seconds["whole"]
@@ -130,6 +140,7 @@ def main() -> None:
                         "config": config,
                         "batch_size": batch_size,
                         "precision": precision,
+                        "row_blocks": row_blocks,
                         "threads": args.threads,
                         "tokens_per_s": round(rate, 1),
                         "ceiling_gflops": round(ceilings[precision], 1),
@@ -141,12 +152,12 @@ def main() -> None:
                     emit(record, args.output)
                     rows.append(record)
     print()
-    print("| config | batch | precision | tokens/s | of ceiling | ms/batch | " + " | ".join(PARTS) + " |")
-    print("|---" * (6 + len(PARTS)) + "|")
+    print("| config | batch | precision | row blocks | tokens/s | of ceiling | ms/batch | " + " | ".join(PARTS) + " |")
+    print("|---" * (7 + len(PARTS)) + "|")
     for r in rows:
         shares = " | ".join(f"{100 * r['share'][p]:.0f}%" for p in PARTS)
         print(
-            f"| {r['config']} | {r['batch_size']} | {r['precision']} | {r['tokens_per_s']:,.0f} | "
+            f"| {r['config']} | {r['batch_size']} | {r['precision']} | {r['row_blocks']} | {r['tokens_per_s']:,.0f} | "
             f"{r['fraction_of_ceiling']:.2f} | {r['ms_per_batch']} | {shares} |"
         )
 

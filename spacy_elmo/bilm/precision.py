@@ -193,6 +193,14 @@ def pack_for_onednn(w: torch.Tensor, dtype: torch.dtype) -> Optional[torch.Tenso
     return packed
 
 
+# Rows a oneDNN product computes at once when its result is large (ONEDNN_BLOCKED_OUTPUT elements or
+# more): fp32 products of the full model's LSTM input weights (512 x 16384) run 1.45x faster in blocks of
+# 256 rows than whole at 704 rows; smaller results (the small model's 128 x 4096) ran 2-3% slower blocked
+# (benchmarks/RESULTS.md, issue 25). bf16: the same speed either way.
+ONEDNN_ROW_BLOCK = 256
+ONEDNN_BLOCKED_OUTPUT = 1 << 23
+
+
 class OneDNN(Strategy):
     """fp32 or bf16 CPU inference through oneDNN, each weight packed once."""
 
@@ -214,9 +222,24 @@ class OneDNN(Strategy):
     def multiply_matrix(
         self, x: torch.Tensor, matrix: object, bias: Optional[torch.Tensor], out: Optional[torch.Tensor]
     ) -> torch.Tensor:
+        """Large products (see ONEDNN_ROW_BLOCK) a block of rows at a time, into one result: a row's result
+        does not depend on the rows beside it (the probe), so the bits are those of one product."""
+        assert isinstance(matrix, torch.Tensor)
+        if x.shape[0] <= ONEDNN_ROW_BLOCK or x.shape[0] * matrix.shape[0] < ONEDNN_BLOCKED_OUTPUT:
+            return self.multiply_rows(x, matrix, bias, out)
+        if out is None:
+            out = x.new_empty(x.shape[0], matrix.shape[0], dtype=torch.float32)
+        one_row = bias is None or bias.numel() == matrix.shape[0]
+        for start in range(0, x.shape[0], ONEDNN_ROW_BLOCK):
+            rows = slice(start, start + ONEDNN_ROW_BLOCK)
+            self.multiply_rows(x[rows], matrix, bias if one_row else bias[rows], out[rows])  # type: ignore[index]
+        return out
+
+    def multiply_rows(
+        self, x: torch.Tensor, matrix: torch.Tensor, bias: Optional[torch.Tensor], out: Optional[torch.Tensor]
+    ) -> torch.Tensor:
         """A bias of one row is fused into oneDNN's product, a bias per row (the LSTM's recurrent
         products) added in float32 after it."""
-        assert isinstance(matrix, torch.Tensor)
         one_row = bias is not None and bias.numel() == matrix.shape[0]
         fused = bias.reshape(-1).to(self.dtype).contiguous() if bias is not None and one_row else None
         result = _onednn.linear(x.to(self.dtype).contiguous(), matrix, fused)
