@@ -1,7 +1,8 @@
 """Where the biLM's CPU time goes: tokens/s, the fraction of the precision's product ceiling, and the parts.
 
     python benchmarks/bilm_breakdown.py [--configs full,small] [--batch-sizes 1,32] [--precisions fp32,bf16,int8]
-                                        [--threads 2] [--length 20] [--repeats 3] [--output FILE.jsonl]
+                                        [--threads 2] [--length 20] [--repeats 3] [--input-chunks off,on]
+                                        [--output FILE.jsonl]
 
 Why: to close the gap between the biLM's rate and the machine's (issue 25), first see which part holds it.
 For each (configuration, batch size, precision), random weights (seed 0), sentences of `--length` tokens
@@ -10,7 +11,7 @@ For each (configuration, batch size, precision), random weights (seed 0), senten
   2048^3 product rate of that precision on the biLM's own kernels measured in the same run
   (`common.matmul_rate`), with `common.bilm_flops_per_token`;
 - char CNN: `BiLM.embed_tokens` (dedup, CNN, highway, projection), on the same ids;
-- input products: each layer's all-steps input product, (2, T*rows, P) x (2, P, 4C);
+- input products: each layer's input products, (2, T*rows, P) x (2, P, 4C), in the LSTM's chunks of steps;
 - recurrent products: each step's (2, rows, P) x (2, P, 4C) with the step's input product as bias;
 - projection products: each step's (2, rows, C) x (2, C, P);
 - gate work: each step's elementwise cell (sigmoids, tanh, clips) and the projection clip;
@@ -30,12 +31,12 @@ import torch
 
 from bilm_throughput import CONFIGS, make_batch
 from common import best_time, bilm_flops_per_token, describe_machine, emit, matmul_rate
-from spacy_elmo.bilm import precision as precision_module
+from spacy_elmo.bilm import lstm as lstm_module
 from spacy_elmo.bilm.bilm import BiLM
 from spacy_elmo.bilm.lstm import MIN_GEMM_ROWS
 from spacy_elmo.bilm.precision import Products, products_for
 
-BLOCKED_OUTPUT = precision_module.ONEDNN_BLOCKED_OUTPUT
+CHUNK_BYTES = lstm_module.INPUT_CHUNK_BYTES
 LSTM_PARTS = ("input_products", "recurrent_products", "projection_products", "gate_work")
 PARTS = ("char_cnn", "input_products", "recurrent_products", "projection_products", "gate_work", "lstm_rest", "rest")
 
@@ -67,8 +68,12 @@ def layer_part_times(
         lstm.cell(gates, c, o.cell_clip)
         return h.clamp(-o.proj_clip, o.proj_clip) if o.proj_clip is not None else None
 
+    frames = x.view(2, n_steps, rows, o.projection_dim)
+    batch_sizes = [rows] * n_steps
+
     return {
-        "input_products": timed(lambda: products.product(x, w_in, bias=bias)),
+        # as the LSTM computes them at CPU inference: a chunk of steps at a time
+        "input_products": timed(lambda: list(lstm._input_products(frames, w_in, bias, batch_sizes, False, products))),
         "recurrent_products": timed(step_loop(n_steps, lambda: products.product(h, w_rec, bias=gates))),
         "projection_products": timed(step_loop(n_steps, lambda: products.product(m, w_proj))),
         "gate_work": timed(step_loop(n_steps, gate_step)),
@@ -110,10 +115,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--output", default="")
     parser.add_argument(
-        "--row-blocks",
+        "--input-chunks",
         default="on",
-        help="on, off or on,off: large oneDNN products in row blocks (precision.ONEDNN_ROW_BLOCK) or whole; "
-        "both: each shape run both ways, one after the other, for a same-run comparison",
+        help="on, off or off,on: the LSTM's input products a chunk of steps at a time (lstm.INPUT_CHUNK_BYTES) "
+        "or all steps at once; both: each shape run both ways, one after the other, for a same-run comparison",
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -130,8 +135,8 @@ def main() -> None:
             for batch_size in (int(b) for b in args.batch_sizes.split(",")):
                 ids = make_batch(batch_size, args.length)
                 n_tokens = batch_size * args.length
-                for precision, row_blocks in itertools.product(precisions, args.row_blocks.split(",")):
-                    precision_module.ONEDNN_BLOCKED_OUTPUT = BLOCKED_OUTPUT if row_blocks == "on" else 1 << 62
+                for precision, chunks in itertools.product(precisions, args.input_chunks.split(",")):
+                    lstm_module.INPUT_CHUNK_BYTES = CHUNK_BYTES if chunks == "on" else 1 << 62
                     products = products_for(precision)
                     seconds = part_times(bilm, ids, products, args.repeats)
                     rate = n_tokens / seconds["whole"]
@@ -140,7 +145,7 @@ def main() -> None:
                         "config": config,
                         "batch_size": batch_size,
                         "precision": precision,
-                        "row_blocks": row_blocks,
+                        "input_chunks": chunks,
                         "threads": args.threads,
                         "tokens_per_s": round(rate, 1),
                         "ceiling_gflops": round(ceilings[precision], 1),
@@ -152,12 +157,14 @@ def main() -> None:
                     emit(record, args.output)
                     rows.append(record)
     print()
-    print("| config | batch | precision | row blocks | tokens/s | of ceiling | ms/batch | " + " | ".join(PARTS) + " |")
+    header = "| config | batch | precision | input chunks | tokens/s | of ceiling | ms/batch | "
+    print(header + " | ".join(PARTS) + " |")
     print("|---" * (7 + len(PARTS)) + "|")
     for r in rows:
         shares = " | ".join(f"{100 * r['share'][p]:.0f}%" for p in PARTS)
         print(
-            f"| {r['config']} | {r['batch_size']} | {r['precision']} | {r['row_blocks']} | {r['tokens_per_s']:,.0f} | "
+            f"| {r['config']} | {r['batch_size']} | {r['precision']} | {r['input_chunks']} | "
+            f"{r['tokens_per_s']:,.0f} | "
             f"{r['fraction_of_ceiling']:.2f} | {r['ms_per_batch']} | {shares} |"
         )
 

@@ -9,9 +9,12 @@ Speed: per layer, the input-to-hidden products of all time steps and both direct
 matrix product before the loop; the loop does only the recurrent product, the cell update and the
 projection, on a batch that shrinks as rows (sorted by length, longest first) run out of tokens. The
 backward direction reads each row reversed within its own length, so both directions see their
-padding at the end and share one loop.
+padding at the end and share one loop. A single sentence's step is mostly fixed costs (its products are
+of 4 rows), so the step does no more than it must: its two products are chosen and prepared once a layer
+(`Products.bind`), and it copies nothing until the steps are stacked.
 """
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Optional
 
@@ -187,12 +190,11 @@ class BiLSTMStack(nn.Module):
             inputs = nn.functional.pad(inputs, (0, 0, 0, missing))
             h = nn.functional.pad(h, (0, 0, 0, missing))
             c = nn.functional.pad(c, (0, 0, 0, missing))
-        rows = inputs.shape[2]
-        # All time steps' input products at once: (2, T*B, P) @ (2, P, 4C)
-        pre = products.product(inputs.reshape(2, n_steps * rows, P), w_in, bias=bias).view(2, n_steps, rows, 4 * C)
-        # One view a step: the backward of `unbind` stacks the steps' gradients once, where indexing
-        # `pre[:, t]` in the loop would allocate and add a gradient the size of all of `pre` every step.
-        pre_steps = pre.unbind(1)
+        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (inputs, bias, h, c, w_in, w_rec, w_proj))
+        pre_steps = self._input_products(inputs, w_in, bias, batch_sizes, grad, products)
+        # The steps' products, their strategy chosen and weights prepared once for the loop.
+        recurrent = products.bind(w_rec, inputs, grad=grad)
+        projection = products.bind(w_proj, inputs, grad=grad)
         steps: list[torch.Tensor] = []
         cell_clip, proj_clip = o.cell_clip, o.proj_clip
         running = n_rows
@@ -205,14 +207,52 @@ class BiLSTMStack(nn.Module):
                 running = n
                 if max(n, MIN_GEMM_ROWS) < h.shape[1]:
                     h, c = h[:, : max(n, MIN_GEMM_ROWS)], c[:, : max(n, MIN_GEMM_ROWS)]
-            gates = products.product(h, w_rec, bias=pre_steps[t][:, : h.shape[1]])
+            gates = recurrent(h, next(pre_steps)[:, : h.shape[1]])
             m, c = self.cell(gates, c, cell_clip)
-            h = products.product(m, w_proj)
+            h = projection(m)
             if proj_clip is not None:
                 h = h.clamp(-proj_clip, proj_clip)
-            steps.append(h if n == h.shape[1] == n_rows else nn.functional.pad(h[:, :n], (0, 0, 0, n_rows - n)))
+            # a view while every row runs (the stack below copies once); rows that ended: zeros
+            steps.append(h[:, :n_rows] if n == n_rows else nn.functional.pad(h[:, :n], (0, 0, 0, n_rows - n)))
         if final_h is not None and final_c is not None and n_steps:
             final_h[:, :running] = h[:, :running]
             final_c[:, :running] = c[:, :running]
         out = torch.stack(steps, dim=1) if steps else inputs.new_zeros(2, 0, n_rows, P)
         return out, final_h, final_c
+
+    def _input_products(
+        self,
+        inputs: torch.Tensor,
+        w_in: torch.Tensor,
+        bias: torch.Tensor,
+        batch_sizes: list[int],
+        grad: bool,
+        products: Products,
+    ) -> Iterator[torch.Tensor]:
+        """Each step's input products (2, rows, 4C), bias included: (2, steps * rows, P) @ (2, P, 4C) for
+        all steps at once where gradients flow or off the CPU; at CPU inference, `input_chunk_steps` steps
+        at a time, each chunk without the rows that ended before it (a row's result does not depend on
+        the rows beside it: the same bits)."""
+        _, n_steps, rows, P = inputs.shape
+        four_c = w_in.shape[-1]
+        whole = grad or inputs.device.type != "cpu"
+        chunk = n_steps if whole else input_chunk_steps(rows, four_c)
+        for start in range(0, n_steps, chunk):
+            stop = min(start + chunk, n_steps)
+            kept = rows if whole else max(batch_sizes[start], MIN_GEMM_ROWS)
+            x = inputs[:, start:stop, :kept].reshape(2, (stop - start) * kept, P)
+            # One view a step: the backward of `unbind` stacks the steps' gradients once, where indexing
+            # the result in the loop would allocate and add a gradient the size of all of it every step.
+            yield from products.product(x, w_in, bias=bias).view(2, stop - start, kept, four_c).unbind(1)
+
+
+# The most bytes of input products computed at once at CPU inference. glibc's malloc serves blocks above
+# its mmap threshold (at most 32 MiB) with fresh pages at every call, and faulting those in costs more
+# than the product itself (the full model at batch 32: 92 MB a layer, ~22 ms); a chunk's result is also
+# still in cache when its steps read it (benchmarks/RESULTS.md, issue 25).
+INPUT_CHUNK_BYTES = 16 << 20
+
+
+def input_chunk_steps(rows: int, four_c: int) -> int:
+    """Steps whose input products (both directions, `rows` rows, float32) fit in INPUT_CHUNK_BYTES."""
+    return max(1, INPUT_CHUNK_BYTES // (2 * rows * four_c * 4))

@@ -193,14 +193,6 @@ def pack_for_onednn(w: torch.Tensor, dtype: torch.dtype) -> Optional[torch.Tenso
     return packed
 
 
-# Rows a oneDNN product computes at once when its result is large (ONEDNN_BLOCKED_OUTPUT elements or
-# more): fp32 products of the full model's LSTM input weights (512 x 16384) run 1.45x faster in blocks of
-# 256 rows than whole at 704 rows; smaller results (the small model's 128 x 4096) ran 2-3% slower blocked
-# (benchmarks/RESULTS.md, issue 25). bf16: the same speed either way.
-ONEDNN_ROW_BLOCK = 256
-ONEDNN_BLOCKED_OUTPUT = 1 << 23
-
-
 class OneDNN(Strategy):
     """fp32 or bf16 CPU inference through oneDNN, each weight packed once."""
 
@@ -217,29 +209,15 @@ class OneDNN(Strategy):
     def multiply(self, x: torch.Tensor, prepared: object, bias: Optional[torch.Tensor]) -> torch.Tensor:
         first = prepared[0] if isinstance(prepared, list) else prepared
         assert isinstance(first, torch.Tensor)
-        return multiply_matrices(x, prepared, bias, first.shape[0], self.multiply_matrix)
+        # cast once for every direction (`multiply_matrix` then finds it cast)
+        return multiply_matrices(x.to(self.dtype), prepared, bias, first.shape[0], self.multiply_matrix)
 
     def multiply_matrix(
         self, x: torch.Tensor, matrix: object, bias: Optional[torch.Tensor], out: Optional[torch.Tensor]
     ) -> torch.Tensor:
-        """Large products (see ONEDNN_ROW_BLOCK) a block of rows at a time, into one result: a row's result
-        does not depend on the rows beside it (the probe), so the bits are those of one product."""
-        assert isinstance(matrix, torch.Tensor)
-        if x.shape[0] <= ONEDNN_ROW_BLOCK or x.shape[0] * matrix.shape[0] < ONEDNN_BLOCKED_OUTPUT:
-            return self.multiply_rows(x, matrix, bias, out)
-        if out is None:
-            out = x.new_empty(x.shape[0], matrix.shape[0], dtype=torch.float32)
-        one_row = bias is None or bias.numel() == matrix.shape[0]
-        for start in range(0, x.shape[0], ONEDNN_ROW_BLOCK):
-            rows = slice(start, start + ONEDNN_ROW_BLOCK)
-            self.multiply_rows(x[rows], matrix, bias if one_row else bias[rows], out[rows])  # type: ignore[index]
-        return out
-
-    def multiply_rows(
-        self, x: torch.Tensor, matrix: torch.Tensor, bias: Optional[torch.Tensor], out: Optional[torch.Tensor]
-    ) -> torch.Tensor:
         """A bias of one row is fused into oneDNN's product, a bias per row (the LSTM's recurrent
         products) added in float32 after it."""
+        assert isinstance(matrix, torch.Tensor)
         one_row = bias is not None and bias.numel() == matrix.shape[0]
         fused = bias.reshape(-1).to(self.dtype).contiguous() if bias is not None and one_row else None
         result = _onednn.linear(x.to(self.dtype).contiguous(), matrix, fused)
@@ -271,32 +249,43 @@ class Int8Weight:
 INT8_COLUMN_BLOCK = 2048
 
 
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (..., M, K) float -> (codes (..., M, K) uint8, scale (..., M, 1) float32): each row symmetric,
+    scale = max |row| / 127 (1 for a row of zeros), its integers q in [-127, 127] stored as q + 128 (a
+    uint8 with zero point 128: oneDNN's layout; `_int_mm` takes them back as int8)."""
+    scale = x.abs().amax(dim=-1, keepdim=True) / INT8_MAX  # (linalg.vector_norm's inf norm: 4-17x slower)
+    scale = torch.where(scale > 0, scale, 1.0)
+    return torch.round(x / scale).add_(128).to(torch.uint8), scale
+
+
 def int8_product(
     x: torch.Tensor, weight: Int8Weight, bias: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None
 ) -> torch.Tensor:
     """x (M, K) float (+ bias (N,) or (M, N)) -> (M, N) float32 (into `out` if given) through exact
-    int8 x int8 -> int32 products, each scaled by its column's scale, then its row's, then biased. With a
+    int8 x int8 -> int32 products, each scaled by its column's scale, then its row's, then biased."""
+    codes, scale = quantize_rows(x)
+    result = int8_scaled_product(codes, scale, weight, out)
+    return result if bias is None else result.add_(bias)
+
+
+def int8_scaled_product(
+    codes: torch.Tensor, scale: torch.Tensor, weight: Int8Weight, out: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """`quantize_rows`' (codes (M, K), scale (M, 1)) times the weight, scaled: float32 (M, N). With a
     packed weight, oneDNN's int8 product applies the column scales as it writes its result; without,
-    `_int_mm`, a block of columns at a time, each block scaled (and biased) while it is in cache. The two
-    round alike (the same float32 operations in the same order), so they give the same bits."""
-    scale = x.abs().amax(dim=1, keepdim=True) / INT8_MAX
-    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    `_int_mm`, a block of columns at a time, each block scaled while it is in cache. The two round alike
+    (the same float32 operations in the same order), so they give the same bits."""
     if weight.packed is not None:
-        # |x / scale| <= 127, so + 128 is a uint8 with zero point 128: the same integers, oneDNN's layout
-        shifted = torch.round(x / scale).add_(128).to(torch.uint8)
-        result = _onednn.qlinear(shifted, weight.packed, weight.scale, weight.zero_points)
-        result = torch.mul(result, scale, out=result if out is None else out)
-        return result if bias is None else result.add_(bias)
-    quantized = torch.round(x / scale).to(torch.int8)  # |x / scale| <= 127 by construction
+        result = _onednn.qlinear(codes, weight.packed, weight.scale, weight.zero_points)
+        return torch.mul(result, scale, out=result if out is None else out)
+    quantized = codes.bitwise_xor(128).view(torch.int8)  # q + 128 with its top bit flipped: q
     if out is None:
-        out = x.new_empty(x.shape[0], weight.rows.shape[0], dtype=torch.float32)
+        out = scale.new_empty(codes.shape[0], weight.rows.shape[0])
     for start in range(0, out.shape[1], INT8_COLUMN_BLOCK):
         columns = slice(start, start + INT8_COLUMN_BLOCK)
         block = out[:, columns]
         block.copy_(_onednn.int_mm(quantized, weight.rows[columns].t()))
         block.mul_(weight.scale[columns]).mul_(scale)
-        if bias is not None:
-            block.add_(bias[..., columns])
     return out
 
 
@@ -315,9 +304,16 @@ class Int8(Strategy):
         return prepare_matrices(w, lambda matrix: Int8Weight(matrix, self.pack))
 
     def multiply(self, x: torch.Tensor, prepared: object, bias: Optional[torch.Tensor]) -> torch.Tensor:
-        first = prepared[0] if isinstance(prepared, list) else prepared
-        assert isinstance(first, Int8Weight)
-        return multiply_matrices(x, prepared, bias, first.rows.shape[0], self.multiply_matrix)
+        if isinstance(prepared, Int8Weight):
+            return multiply_matrices(x, prepared, bias, prepared.rows.shape[0], self.multiply_matrix)
+        assert isinstance(prepared, list)
+        # one matrix a direction: every direction's rows quantized at once, the bias added at once (the
+        # same operations per element as a direction at a time: the same bits, in fewer calls a step)
+        codes, scale = quantize_rows(x)
+        out = x.new_empty(len(prepared), x.shape[1], prepared[0].rows.shape[0], dtype=torch.float32)
+        for d, matrix in enumerate(prepared):
+            int8_scaled_product(codes[d], scale[d], matrix, out[d])
+        return out if bias is None else out.add_(bias)
 
     @staticmethod
     def multiply_matrix(
@@ -325,6 +321,10 @@ class Int8(Strategy):
     ) -> torch.Tensor:
         assert isinstance(matrix, Int8Weight)
         return int8_product(x, matrix, bias, out)
+
+
+# `Products.bind`'s result: (x, bias) -> [bias +] x @ w, float32.
+BoundProduct = Callable[..., torch.Tensor]
 
 
 class Products:
@@ -356,14 +356,28 @@ class Products:
     ) -> torch.Tensor:
         """[bias +] x (..., M, K) @ w (K, N), or batched x (D, M, K) @ w (D, K, N), float32; `source`: the
         parameter `w` was derived from (what its prepared form is kept for), if `w` is not one itself."""
-        grad = gradient_flows(x, w)
+        return self.bind(w, x, source)(x, bias)
+
+    def bind(
+        self, w: torch.Tensor, like: torch.Tensor, source: Optional[torch.Tensor] = None, grad: Optional[bool] = None
+    ) -> BoundProduct:
+        """`product` by `w` as a function of (x, bias), the strategy chosen and the weight prepared once:
+        what a loop calls at every step (the LSTM's recurrent and projection products), without choosing
+        again each time. `like`: an input of the kind the loop multiplies (its device); `grad`: whether
+        gradients flow through any of the calls (default: through `like` or to `w`). Where they do, a
+        differentiable strategy prepares at every call, so that the gradient reaches `w`."""
+        if grad is None:
+            grad = gradient_flows(like, w)
         for strategy in self.strategies:
             if strategy.differentiable and (grad or not strategy.keep):
-                return strategy.multiply(x, strategy.prepare(w), bias)
-            if not grad and strategy.runs_on(x, w):
+                if grad:
+                    return lambda x, bias=None: strategy.multiply(x, strategy.prepare(w), bias)
+                fixed = strategy.prepare(w)
+                return lambda x, bias=None: strategy.multiply(x, fixed, bias)
+            if not grad and strategy.runs_on(like, w):
                 prepared = self._kept(strategy, w, source)
                 if prepared is not None:
-                    return strategy.multiply(x, prepared, bias)
+                    return lambda x, bias=None: strategy.multiply(x, prepared, bias)
         raise RuntimeError(f"precision {self.precision!r} is for inference: its products have no gradient")
 
     def _kept(self, strategy: Strategy, w: torch.Tensor, source: Optional[torch.Tensor]) -> Optional[object]:

@@ -266,3 +266,34 @@ def test_products_copy_and_pickle_without_their_prepared_weights(reference_bilm,
         runner.embed_sentences(all_sentences[:2])  # weights prepared (oneDNN's packed ones cannot be copied)
     for clone in (copy.deepcopy(runner.products), pickle.loads(pickle.dumps(runner.products))):
         assert clone.precision == precision and getattr(clone, "_prepared", {}) == {}
+
+
+@pytest.mark.parametrize("precision", [p for p in PRECISIONS if p != "fp16"])
+@pytest.mark.parametrize("directions", [None, 2])
+def test_a_bound_product_is_the_product_bit_for_bit(precision, directions):
+    """`bind` (the LSTM's per-step products) chooses and prepares as `product` does, once."""
+    generator = torch.Generator().manual_seed(3)
+    shape = (37, 24) if directions is None else (directions, 37, 24)
+    w = torch.nn.Parameter(torch.randn(*shape[:-2], 24, 40, generator=generator))
+    x = torch.randn(*shape, generator=generator)
+    bias = torch.randn(*shape[:-1], 40, generator=generator)
+    products = products_for(precision)
+    with torch.no_grad():
+        bound = products.bind(w, x)
+        for b in (None, bias):
+            assert torch.equal(bound(x, b), products.product(x, w, bias=b))
+        assert len(products._prepared) == 1, "the weight prepared once, for both"
+
+
+def test_a_bound_product_under_gradients_reaches_the_weight():
+    generator = torch.Generator().manual_seed(4)
+    w = torch.nn.Parameter(torch.randn(2, 8, 12, generator=generator))
+    x = torch.randn(2, 5, 8, generator=generator)
+    for products in (products_for("fp32"), products_for("bf16")):
+        w.grad = None
+        products.bind(w, x)(x).sum().backward()
+        expected = x.transpose(1, 2).sum(-1, keepdim=True).expand(2, 8, 12)
+        assert w.grad is not None
+        assert torch.allclose(w.grad, expected, atol=0.1 if products.precision == "bf16" else 1e-5)
+    with pytest.raises(RuntimeError, match="int8.*inference"):
+        products_for("int8").bind(w, x)
