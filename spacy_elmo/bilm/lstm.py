@@ -5,11 +5,12 @@ by bilm-tf: gates in the order i, j, f, o; the forget bias (option `forget_bias`
 AllenNLP-parametrised weights, whose bias already holds it) added at run time; the cell clipped, then
 the projected output clipped; a residual connection around every layer but the first.
 
-Speed: per layer, the input-to-hidden products of all time steps and both directions are one batched
-matrix product before the loop; the loop does only the recurrent product, the cell update and the
-projection, on a batch that shrinks as rows (sorted by length, longest first) run out of tokens. The
-backward direction reads each row reversed within its own length, so both directions see their
-padding at the end and share one loop. A single sentence's step is mostly fixed costs (its products are
+Speed: per layer, the input-to-hidden products of all time steps and both directions are batched matrix
+products ahead of the loop (one for all steps; at CPU inference one per chunk of steps, see
+INPUT_CHUNK_BYTES); the loop does only the recurrent product, the cell update and the projection, on a
+batch that shrinks as rows (sorted by length, longest first) run out of tokens. The backward direction
+reads each row reversed within its own length, so both directions see their padding at the end and
+share one loop. A single sentence's step is mostly fixed costs (its products are
 of 4 rows), so the step does no more than it must: its two products are chosen and prepared once a layer
 (`Products.bind`), and it copies nothing until the steps are stacked.
 """
