@@ -227,21 +227,24 @@ class OneDNN(Strategy):
 
 
 class Int8Weight:
-    """A (K, N) weight as int8 (N, K) rows, one float32 scale per output column; with `pack`, also packed
-    once for oneDNN's int8 linear product (None where it cannot be)."""
+    """A (K, N) weight quantized to int8, one float32 scale per output column: packed once for oneDNN's int8
+    linear product (`pack`, where it can be), else kept as int8 (N, K) `rows` for `_int_mm` (one form, not
+    both: the packed weight is a copy)."""
 
     def __init__(self, w: torch.Tensor, pack: bool = False) -> None:
         w = w.float()
         scale = w.abs().amax(dim=0) / INT8_MAX
         self.scale = torch.where(scale > 0, scale, torch.ones_like(scale))
-        self.rows = torch.round(w / self.scale).clamp(-INT8_MAX, INT8_MAX).to(torch.int8).t().contiguous()
+        rows = torch.round(w / self.scale).clamp(-INT8_MAX, INT8_MAX).to(torch.int8).t().contiguous()
+        self.columns = rows.shape[0]
+        self.zero_points = torch.zeros(self.columns, dtype=torch.int32)
         self.packed: Optional[torch.Tensor] = None
-        self.zero_points = torch.zeros(self.rows.shape[0], dtype=torch.int32)
         if pack:
             try:
-                self.packed = _onednn.pack_int8(self.rows)
+                self.packed = _onednn.pack_int8(rows)
             except RuntimeError:  # a CPU or build whose oneDNN cannot pack int8
                 self.packed = None
+        self.rows: Optional[torch.Tensor] = rows if self.packed is None else None
 
 
 # Output columns a product computes at once, so that an (M, 16384) int32 result is scaled while a block
@@ -278,9 +281,10 @@ def int8_scaled_product(
     if weight.packed is not None:
         result = _onednn.qlinear(codes, weight.packed, weight.scale, weight.zero_points)
         return torch.mul(result, scale, out=result if out is None else out)
+    assert weight.rows is not None
     quantized = codes.bitwise_xor(128).view(torch.int8)  # q + 128 with its top bit flipped: q
     if out is None:
-        out = scale.new_empty(codes.shape[0], weight.rows.shape[0])
+        out = scale.new_empty(codes.shape[0], weight.columns)
     for start in range(0, out.shape[1], INT8_COLUMN_BLOCK):
         columns = slice(start, start + INT8_COLUMN_BLOCK)
         block = out[:, columns]
@@ -305,12 +309,12 @@ class Int8(Strategy):
 
     def multiply(self, x: torch.Tensor, prepared: object, bias: Optional[torch.Tensor]) -> torch.Tensor:
         if isinstance(prepared, Int8Weight):
-            return multiply_matrices(x, prepared, bias, prepared.rows.shape[0], self.multiply_matrix)
+            return multiply_matrices(x, prepared, bias, prepared.columns, self.multiply_matrix)
         assert isinstance(prepared, list)
         # one matrix a direction: every direction's rows quantized at once, the bias added at once (the
         # same operations per element as a direction at a time: the same bits, in fewer calls a step)
         codes, scale = quantize_rows(x)
-        out = x.new_empty(len(prepared), x.shape[1], prepared[0].rows.shape[0], dtype=torch.float32)
+        out = x.new_empty(len(prepared), x.shape[1], prepared[0].columns, dtype=torch.float32)
         for d, matrix in enumerate(prepared):
             int8_scaled_product(codes[d], scale[d], matrix, out[d])
         return out if bias is None else out.add_(bias)
