@@ -33,6 +33,32 @@ def is_out_of_memory(error: BaseException) -> bool:
     return isinstance(error, oom_type) or (isinstance(error, RuntimeError) and "out of memory" in str(error))
 
 
+def parse_device(text: str, option: str = "--device") -> torch.device:
+    """`text` ("cpu", "cuda", "cuda:N") as a device this machine has, or a one-line ValueError naming
+    `option`: torch's own errors for a device it cannot use are tracebacks deep inside the first forward."""
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        raise ValueError(f"{option} {text!r} is not a device; use cpu, cuda or cuda:N") from None
+    if device.type == "cpu":
+        return device
+    if device.type != "cuda":
+        raise ValueError(f"{option} {text!r}: spacy-elmo runs on cpu or cuda[:N], not {device.type}")
+    if not torch.cuda.is_available():
+        raise ValueError(f"{option} {text!r}: this machine has no CUDA device that torch can use; use --device cpu")
+    count = torch.cuda.device_count()
+    if device.index is not None and device.index >= count:
+        raise ValueError(f"{option} {text!r}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
+    return device
+
+
+def check_threads(n_threads: int, option: str = "--threads") -> int:
+    """`n_threads` if it is a thread count (0: the runtime's default), else a ValueError naming `option`."""
+    if n_threads < 0:
+        raise ValueError(f"{option} is {n_threads}; give a number of threads, or 0 for the runtime's default")
+    return n_threads
+
+
 @contextlib.contextmanager
 def torch_threads(n_threads: int) -> Iterator[None]:
     """Run with `n_threads` intra-op threads (0: leave torch's setting alone), then restore the caller's:

@@ -174,3 +174,28 @@ def test_windowed_sentences_are_stitched_from_their_windows(reference_bilm, all_
         assert numpy.array_equal(got[0][:, start + keep_start : start + keep_end], alone[:, keep_start:keep_end])
     for a, b in zip(got[1:5], BiLMRunner(reference_bilm, token_budget=60).embed_sentences(short)):
         assert numpy.array_equal(a, b)
+
+
+@pytest.mark.parametrize("text", ["tpu", "xyz", "mps", "cuda:99"])
+def test_parse_device_refuses_a_device_this_machine_cannot_use_naming_the_option(text: str) -> None:
+    from spacy_elmo.bilm.runner import parse_device
+
+    with pytest.raises(ValueError, match=rf"^--device {text!r}"):
+        parse_device(text)
+
+
+def test_parse_device_accepts_the_cpu_and_refuses_cuda_without_it() -> None:
+    from spacy_elmo.bilm.runner import parse_device
+
+    assert parse_device("cpu") == torch.device("cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA device"):
+            parse_device("cuda")
+
+
+def test_check_threads_refuses_a_negative_count_naming_the_option() -> None:
+    from spacy_elmo.bilm.runner import check_threads
+
+    assert check_threads(0) == 0 and check_threads(3) == 3
+    with pytest.raises(ValueError, match="^--evaluate-threads is -1"):
+        check_threads(-1, "--evaluate-threads")
