@@ -45,7 +45,7 @@ def parse_device(text: str, option: str = "--device") -> torch.device:
     if device.type != "cuda":
         raise ValueError(f"{option} {text!r}: spacy-elmo runs on cpu or cuda[:N], not {device.type}")
     if not torch.cuda.is_available():
-        raise ValueError(f"{option} {text!r}: this machine has no CUDA device that torch can use; use --device cpu")
+        raise ValueError(f"{option} {text!r}: this machine has no CUDA device that torch can use; use cpu")
     count = torch.cuda.device_count()
     if device.index is not None and device.index >= count:
         raise ValueError(f"{option} {text!r}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")

@@ -44,8 +44,7 @@ def convert_cli(
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None
     target = to or ("native" if loaded.source.kind != "native" else "efml" if loaded.bilm.lexicon else "bilm-tf")
-    file_name = loaded.source.path.name if loaded.source.kind == "efml" else loaded.source.weight_file.name
-    origin = {"format": loaded.source.kind, "file": file_name, "sha256": loaded.sha256}
+    origin = loaded.provenance()
     try:
         if target == "native":
             save_native(loaded.bilm, output, converted_from=origin)

@@ -30,17 +30,17 @@ def evaluate_cli(
     threads: int = typer.Option(0, "--threads", help="torch threads (0: torch's default)"),
 ) -> None:
     """Perplexity (full softmax) of each direction and their average, over whole sentences."""
-    import torch
-
-    from ..bilm.runner import torch_threads
+    from ..bilm.runner import check_threads, parse_device, torch_threads
     from ..io.resolve import load_bilm
     from ..pretrain.corpus import CorpusError, CorpusSettings, prepare_corpus
     from ..pretrain.perplexity import NoSoftmaxError, stream_perplexity
     from ..text import detect_format
 
     try:
+        check_threads(threads)  # before the model loads: a bad option is the first thing said
+        place = parse_device(device)
         bilm = load_bilm(model)
-        bilm.to(torch.device(device))
+        bilm.to(place)
         settings = CorpusSettings(format=fmt or detect_format(text), text_field=text_field, max_tokens=max_tokens)
         with tempfile.TemporaryDirectory() as tmp, torch_threads(threads):
             stream = prepare_corpus(text, settings, cache_dir if cache_dir is not None else tmp)

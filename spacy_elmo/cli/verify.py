@@ -59,8 +59,8 @@ def verify_cli(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of text"),
 ) -> None:
     """Check a model (every array against its options and for damaged values; a native model against its
-    recorded digest; the digest against --sha256) and print its digest, options and shapes. Exit status 1
-    if it does not load."""
+    recorded digest; the digest against --sha256) and print its digest (the one to pin: it covers every
+    file of the model), each file's own digest, its options and shapes. Exit status 1 if it does not load."""
     from ..io.arrays import MAX_ABS_WEIGHT, bilm_arrays, weight_range  # torch: see cli/__init__
     from ..io.resolve import load_model
 
@@ -76,12 +76,15 @@ def verify_cli(
         *(["the digest recorded in the file"] if loaded.source.kind == "native" else []),
         *(["the pinned digest (--sha256)"] if sha256 else []),
     ]
+    # the formats without a checksum of their own: a changed weight within range loads unless pinned
+    unchecked = loaded.source.kind != "native" and not sha256
     report = {
         "model": str(loaded.source.path),
         "format": loaded.source.kind,
         "sha256": loaded.sha256,
         "sha256_of": loaded.sha256_of,
         "content_sha256": loaded.content_sha256,
+        "files": [{"role": f.role, "path": f.path, "sha256": f.sha256} for f in loaded.files],
         "converted_from": loaded.converted_from,
         "max_abs_weight": {"value": largest, "array": holder},
         "checked": checked,
@@ -92,7 +95,9 @@ def verify_cli(
         return
     lstm, cnn, params = report["lstm"], report["char_cnn"], report["parameters"]
     typer.echo(f"model    {report['model']} ({report['format']})")
-    typer.echo(f"sha256   {loaded.sha256} ({loaded.sha256_of})")
+    typer.echo(f"sha256   {loaded.sha256} ({loaded.sha256_of}): the digest to pin (--sha256, model.sha256)")
+    for file in loaded.files:
+        typer.echo(f"file     {file.sha256} {file.role}: {file.path}")
     if loaded.converted_from:
         source = loaded.converted_from
         typer.echo(
@@ -114,4 +119,9 @@ def verify_cli(
     )
     typer.echo(f"weights  largest |w| {largest:.4g} (in {holder})")
     typer.echo("checked  " + "; ".join(checked))
+    if unchecked:
+        typer.echo(
+            f"note     {report['format']} files carry no checksum: a weight changed within range (one flipped low "
+            "exponent bit doubles or halves it) loads unnoticed unless the model digest above is pinned"
+        )
     typer.echo("ok")

@@ -1,12 +1,20 @@
-"""SHA-256 digests of files, and the digest a user pins a model to.
+"""SHA-256 digests of files, the one digest of a model, and the digest a user pins a model to.
 
-bilm-tf's HDF5 format carries no checksum, so the digest of the file is the only way to tell a damaged
-or replaced weight file from the one a user validated; the native format records its own (`native.py`).
+bilm-tf's HDF5 format and ELMoForManyLangs' pickles carry no checksum, so a digest is the only way to tell
+a damaged or replaced model from the one a user validated; the native format records its own
+(`native.py`). A model is made of several files (options, weights, vocabularies), and a pin must cover all
+of them: an options.json edited under a pin of the weights alone (relu to tanh, a clip changed) gives other
+vectors. So each model has ONE digest, `model_digest` (`resolve.py` says which files make each format),
+which `spacy elmo verify` prints and every pin is checked against (`check_pin`); a pin that names one of
+the model's files alone (what a pin was before: the .hdf5 file's SHA-256) is refused, naming the digest to
+pin instead.
 Files are read in blocks, so a multi-gigabyte corpus or weight file is hashed in constant memory.
 """
 
 import hashlib
 import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
@@ -25,11 +33,30 @@ def file_sha256(path: PathLike) -> str:
 
 
 def combined_sha256(parts: dict[str, Optional[str]]) -> str:
-    """One digest over several named digests (e.g. a weight file's and its options file's)."""
+    """One digest over several named digests: SHA-256 of the lines "name:digest" ("-" for none), sorted
+    by name, each ending in a newline."""
     digest = hashlib.sha256()
     for name in sorted(parts):
         digest.update(f"{name}:{parts[name] or '-'}\n".encode())
     return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """One file a model is made of: its role in the model ("options", "weights", "vocab"; for
+    ELMoForManyLangs, the file's name in the model), where it is (a path, or `archive.zip/member`) and the
+    SHA-256 of its bytes (as `sha256sum` prints it)."""
+
+    role: str
+    path: str
+    sha256: str
+
+
+def model_digest(files: Iterable[ModelFile]) -> str:
+    """THE digest of a model made of files: `combined_sha256` over each file's role and own SHA-256 (the
+    lines "role:sha256", sorted by role). Roles rather than names or places, so a model has the same digest
+    in a directory, as an .hdf5 file with options.json beside it and in a .zip archive."""
+    return combined_sha256({file.role: file.sha256 for file in files})
 
 
 def parse_pin(pin: Optional[str], option: str) -> Optional[str]:
@@ -42,11 +69,24 @@ def parse_pin(pin: Optional[str], option: str) -> Optional[str]:
     return normalized
 
 
-def check_pin(actual: str, pin: Optional[str], what: str, option: str) -> None:
-    """Refuse a model whose digest is not the pinned one, naming both."""
+def check_pin(actual: str, pin: Optional[str], what: str, option: str, files: Sequence[ModelFile] = ()) -> None:
+    """Refuse a model whose digest `actual` is not the pinned one, naming both. Every pin goes through
+    here. A pin equal to the digest of one of the model's `files` alone (a pin of the weight file, as
+    pins were before the model digest) is refused too: it does not cover the model's other files, and
+    accepting it would keep loading whatever options sit beside the weights; the error names the digest
+    to pin instead."""
     expected = parse_pin(pin, option)
-    if expected is not None and actual != expected:
+    if expected is None or actual == expected:
+        return
+    alone = next((file for file in files if file.sha256 == expected), None)
+    if alone is not None:
+        names = ", ".join(Path(file.path).name for file in files)
         raise ValueError(
-            f"{what}: SHA-256 {actual} differs from the digest pinned by {option} ({expected}); the file was "
-            "changed, damaged or replaced since it was pinned (`spacy elmo verify` prints a model's digest)"
+            f"{what}: {option} pins {expected}, the SHA-256 of {alone.path} alone; a pin must be the digest of "
+            f"the whole model ({names}), or an edited file beside it would load unnoticed: if these are the "
+            f"files you validated, pin {actual} instead (`spacy elmo verify` prints it)"
         )
+    raise ValueError(
+        f"{what}: SHA-256 {actual} differs from the digest pinned by {option} ({expected}); the model was "
+        "changed, damaged or replaced since it was pinned (`spacy elmo verify` prints a model's digest)"
+    )

@@ -165,21 +165,27 @@ def bilm_from_bytes(data: bytes, source: str = "model bytes") -> BiLM:
 
 @dataclass(frozen=True)
 class NativeModel:
-    """A loaded native model, its digest (recorded in the file and checked) and, for a converted model,
+    """A loaded native model, its digest (recorded in the file and checked: the model's digest, which a
+    pin names), the SHA-256 of model.msgpack's bytes (as `sha256sum` prints it) and, for a converted model,
     the format, file name and SHA-256 of what it was converted from."""
 
     bilm: BiLM
     sha256: str
     converted_from: Optional[dict[str, Any]]
+    file_sha256: str = ""
 
 
 def inspect_native(directory: Union[str, Path]) -> NativeModel:
     path = Path(directory) / MODEL_FILE
     if not path.exists():
         raise FileNotFoundError(f"no native spacy-elmo model at {directory} (missing {MODEL_FILE})")
-    payload = _checked_payload(path.read_bytes(), str(path))
+    data = path.read_bytes()
+    file_sha256 = hashlib.sha256(data).hexdigest()
+    payload = _checked_payload(data, str(path))
+    del data  # the payload holds copies: the file's bytes need not stay alive while the model is built
     _check_readable_copy(Path(directory), payload["options"])
-    return NativeModel(_bilm_from_payload(payload, str(path)), payload[DIGEST_KEY], payload.get(SOURCE_KEY))
+    bilm = _bilm_from_payload(payload, str(path))
+    return NativeModel(bilm, payload[DIGEST_KEY], payload.get(SOURCE_KEY), file_sha256)
 
 
 def save_native(

@@ -3,11 +3,18 @@ directory or HDF5 file, or the name of a model shipped in the package ("" is the
 
 `resolve_model` is the one place that turns such a path into files, and `load_model` loads them with
 every check: each array's shape and values (`arrays.py`), a native file's recorded digest, and the digest
-a user pinned. `load_model` also says what was loaded, by content: `sha256` is what `verify` prints and a
-pin is compared with (a native model's recorded digest, or the SHA-256 of a bilm-tf .hdf5 file, as
-`sha256sum` prints it), `content_sha256` covers everything that shapes the vectors (for bilm-tf: the .hdf5
-and options.json), which is what `embed` outputs are bound to.
-Every error names the path and says what was expected there.
+a user pinned. `load_model` also says what was loaded, by content: each model has ONE digest (`sha256`),
+which `spacy elmo verify` prints, a pin is checked against (`digest.check_pin`) and `embed` outputs are
+bound to. It covers everything the model is made of:
+- native: the digest recorded in model.msgpack (over the options, the vocabulary, the character and word
+  vocabularies, every array and the source it was converted from), checked against its contents;
+  options.json beside it is a readable copy, checked against the stored options;
+- bilm-tf/AllenNLP (a directory, an .hdf5 file, a .zip archive): `digest.model_digest` over options.json,
+  the .hdf5 file and, when there is one, vocab.txt, by role ("options", "weights", "vocab"): the same
+  for the directory, the .hdf5 file with its options and the archive of them;
+- ELMoForManyLangs: `digest.model_digest` over its files by name (config.json and the other .json files,
+  char.dic, word.dic, token_embedder.pkl, encoder.pkl, and an architecture JSON read from elsewhere).
+Each file's own SHA-256 is in `LoadedModel.files`. Every error names the path and says what was expected.
 """
 
 import hashlib
@@ -17,7 +24,7 @@ from typing import Any, Optional, Union
 
 from ..bilm.bilm import BiLM
 from .archive import ArchiveModel, find_model, is_archive, member_names
-from .digest import check_pin, combined_sha256, file_sha256, parse_pin
+from .digest import ModelFile, check_pin, file_sha256, model_digest, parse_pin
 from .efml import (
     CHAR_DIC,
     CONFIG_FILE,
@@ -124,14 +131,20 @@ def resolve_model(path: PathLike, options_file: Optional[PathLike] = None, optio
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """A biLM and what it was loaded from (see the module docstring for the two digests)."""
+    """A biLM and what it was loaded from: `sha256` is the model's one digest (see the module docstring),
+    `sha256_of` says what it covers, `files` are the files the model is made of, each with its own SHA-256."""
 
     bilm: BiLM
     source: ModelSource
     sha256: str
     sha256_of: str
-    content_sha256: str
+    files: tuple[ModelFile, ...] = ()
     converted_from: Optional[dict[str, Any]] = None
+
+    @property
+    def content_sha256(self) -> str:
+        """The model digest under the name `embed` outputs record it by: one model, one digest."""
+        return self.sha256
 
     def describe(self) -> dict[str, Any]:
         """What an output records of its model."""
@@ -142,6 +155,17 @@ class LoadedModel:
             "content_sha256": self.content_sha256,
         }
 
+    def provenance(self) -> dict[str, str]:
+        """What a model converted from this one records of it: its format, the file that holds its weights
+        and that file's own SHA-256 (for a model that is a directory of files, ELMoForManyLangs', the
+        directory and the model digest)."""
+        if self.source.kind == "efml":
+            return {"format": self.source.kind, "file": self.source.path.name, "sha256": self.sha256}
+        if self.source.kind == "native":  # its recorded digest, which converted models have always named
+            return {"format": self.source.kind, "file": self.source.weight_file.name, "sha256": self.sha256}
+        weights = next(file for file in self.files if file.role == "weights")
+        return {"format": self.source.kind, "file": self.source.weight_file.name, "sha256": weights.sha256}
+
 
 def load_model(
     path: PathLike,
@@ -150,58 +174,82 @@ def load_model(
     sha256: Optional[str] = None,
     sha256_option: str = "--sha256",
 ) -> LoadedModel:
-    """Load a biLM from anything `resolve_model` accepts, with every check; `sha256` pins its digest."""
+    """Load a biLM from anything `resolve_model` accepts, with every check; `sha256` pins its digest (the
+    model's, which `spacy elmo verify` prints), checked before the weights of a bilm-tf model are read."""
     parse_pin(sha256, sha256_option)  # a malformed pin is refused before any file is read
     source = resolve_model(path, options_file, option)
+    what = str(source.path)
     if source.kind == "native":
         native = inspect_native(source.path)
-        check_pin(native.sha256, sha256, str(source.weight_file), sha256_option)
+        files = [ModelFile("model", str(source.weight_file), native.file_sha256)]
+        if source.options_file.is_file():  # a readable copy of the stored options, checked against them
+            files.append(ModelFile("options", str(source.options_file), file_sha256(source.options_file)))
+        check_pin(native.sha256, sha256, what, sha256_option, files)
         return LoadedModel(
-            native.bilm,
-            source,
-            native.sha256,
-            "recorded in the file and checked",
-            native.sha256,
-            native.converted_from,
+            native.bilm, source, native.sha256, "recorded in the file and checked", tuple(files), native.converted_from
         )
-    if source.kind == "efml":  # one digest over every file the model is made of
-        files, parts = _efml_parts(source)
-        content = combined_sha256(parts)
-        check_pin(content, sha256, str(source.path), sha256_option)
-        return LoadedModel(read_efml(files), source, content, "of the model's files", content)
-    if source.archive is not None:  # the digests of the members' bytes: the same as the unzipped files'
-        members = source.archive
-        weights_sha256 = members.sha256(members.weights)
-        check_pin(weights_sha256, sha256, str(source.weight_file), sha256_option)
-        bilm = members.load()
-        options_sha256 = members.sha256(members.options)
-        sha256_of = f"of {source.weight_file.name} in {source.path.name}"
+    if source.kind == "efml":
+        bilm, files = _read_efml(source)
+        digest = model_digest(files)
+        check_pin(digest, sha256, what, sha256_option, files)
+        return LoadedModel(bilm, source, digest, _covering(files), tuple(files))
+    files = _bilm_tf_files(source)
+    digest = model_digest(files)
+    check_pin(digest, sha256, what, sha256_option, files)  # before the weights are parsed
+    if source.archive is not None:
+        bilm = source.archive.load()
     else:
-        if not source.weight_file.exists():
-            raise FileNotFoundError(f"weight file not found: {source.weight_file}")
-        weights_sha256 = file_sha256(source.weight_file)
-        check_pin(weights_sha256, sha256, str(source.weight_file), sha256_option)
         bilm = load_bilm_tf(source.options_file, source.weight_file, source.vocab_file)
-        options_sha256 = file_sha256(source.options_file)
-        sha256_of = f"of {source.weight_file.name}"
-    content = combined_sha256({"weights": weights_sha256, "options": options_sha256})
-    return LoadedModel(bilm, source, weights_sha256, sha256_of, content)
+    return LoadedModel(bilm, source, digest, _covering(files), tuple(files))
 
 
-def _efml_parts(source: ModelSource) -> tuple[EfmlFiles, dict[str, Optional[str]]]:
-    """How to read an ELMoForManyLangs model, and the SHA-256 of each of its files (its .dic, .pkl and
-    .json files), by name: the same for a directory and for the zip archive of it."""
+def _covering(files: list[ModelFile]) -> str:
+    """What a model digest covers, in words."""
+    return "the model digest, over " + ", ".join(Path(file.path).name for file in files)
 
-    def wanted(name: str) -> bool:
-        return name in EFML_FILES or name.endswith(".json")
 
+def _bilm_tf_files(source: ModelSource) -> list[ModelFile]:
+    """The files of a bilm-tf model, by role: options.json, the HDF5 weights and, when there is one, the
+    vocabulary (the softmax's words); the members' bytes for a model in a zip archive, so the archive and
+    the unzipped directory have one digest."""
+    if source.archive is not None:
+        members = source.archive
+        roles = [("options", members.options), ("weights", members.weights), ("vocab", members.vocab)]
+        return [ModelFile(role, members.name(name), members.sha256(name)) for role, name in roles if name]
+    for what, file in (("weight", source.weight_file), ("options", source.options_file)):
+        if not file.is_file():
+            raise FileNotFoundError(f"{what} file not found: {file}")
+    paths = [("options", source.options_file), ("weights", source.weight_file), ("vocab", source.vocab_file)]
+    return [ModelFile(role, str(file), file_sha256(file)) for role, file in paths if file is not None]
+
+
+def _read_efml(source: ModelSource) -> tuple[BiLM, list[ModelFile]]:
+    """An ELMoForManyLangs model and its files, by name: its .dic, .pkl and .json files (a directory, or the
+    archive's folder, the same names either way) and any other file reading it took (an architecture JSON
+    that config.json names elsewhere), each hashed from the very bytes that were read."""
     if source.efml_prefix is None:
-        paths = [p for p in sorted(source.path.iterdir()) if p.is_file() and wanted(p.name)]
-        return EfmlFiles.directory(source.path), {p.name: file_sha256(p) for p in paths}
-    _, inside = member_names(source.path)
-    files = EfmlFiles.archive(source.path, source.efml_prefix)
-    names = sorted(name for name in inside if "/" not in name and wanted(name))
-    return files, {name: hashlib.sha256(files.read(name)).hexdigest() for name in names}
+        base = EfmlFiles.directory(source.path)
+        names = [p.name for p in sorted(source.path.iterdir()) if p.is_file() and _efml_file(p.name)]
+    else:
+        base = EfmlFiles.archive(source.path, source.efml_prefix)
+        _, inside = member_names(source.path)
+        names = sorted(name for name in inside if "/" not in name and _efml_file(name))
+    digests: dict[str, str] = {}
+
+    def read(name: str) -> bytes:
+        data = base.read(name)
+        digests[name] = hashlib.sha256(data).hexdigest()
+        return data
+
+    bilm = read_efml(EfmlFiles(base.name, read))
+    for name in names:
+        if name not in digests:
+            read(name)
+    return bilm, [ModelFile(name, base.where(name), digests[name]) for name in sorted(digests)]
+
+
+def _efml_file(name: str) -> bool:
+    return name in EFML_FILES or name.endswith(".json")
 
 
 def load_bilm(

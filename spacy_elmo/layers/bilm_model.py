@@ -48,6 +48,12 @@ ARCHITECTURE = "spacy-elmo.BiLM.v1"
 PATH_OPTION = f"{ARCHITECTURE} model.path"
 SHA256_OPTION = f"{ARCHITECTURE} model.sha256"
 RUNTIMES = ("torch", "onnxruntime")
+TORCH_MISSING = (
+    f'{ARCHITECTURE}: this pipeline runs its biLM with runtime "torch", and torch is not installed: install '
+    'torch, or serve it without torch with runtime "onnxruntime": where torch is installed, load it with '
+    'spacy.load(PATH, config={"components": {"elmo": {"model": {"runtime": "onnxruntime"}}}}) and save it '
+    "with nlp.to_disk (the README's recipe)"
+)
 
 
 @dataclass(frozen=True)
@@ -214,9 +220,9 @@ def BiLM_v1(
         only, inference only: dynamic quantization, weights quantized once when loaded, never saved so)
         or "fp16" (GPU). Outputs are float32 whatever the precision; `spacy_elmo.bilm.precision` says
         how each is computed, benchmarks/RESULTS.md what each costs. The onnxruntime runtime is fp32.
-    sha256: pin the weights: loading refuses a model whose digest (as `spacy elmo verify` prints it: a
-        native model's recorded digest, the SHA-256 of a bilm-tf .hdf5 file, of an .onnx file) is not
-        this one.
+    sha256: pin the model: loading refuses a model whose digest is not this one (the model digest
+        `spacy elmo verify` prints, covering every file that makes the model: options, weights and
+        vocabularies; for an .onnx file, the file's SHA-256).
     runtime: "torch" (default) or "onnxruntime": serve the exported graph on the CPU, without torch
         (fp32, stateless and frozen only; see `spacy_elmo.layers.onnx_bilm`).
     """
@@ -238,8 +244,13 @@ def BiLM_v1(
 
         check_onnx_settings(stateful=stateful, fine_tune=fine_tune, precision=precision)
         return build_onnx_layer(path, sha256, token_budget, n_threads, attrs)
-    from ..bilm.precision import check_precision
-    from .torch_bilm import build_torch_layer
+    try:
+        from ..bilm.precision import check_precision
+        from .torch_bilm import build_torch_layer
+    except ModuleNotFoundError as err:
+        if err.name != "torch" and not (err.name or "").startswith("torch."):
+            raise
+        raise ModuleNotFoundError(TORCH_MISSING, name=err.name) from None
 
     check_precision(precision, f"{ARCHITECTURE} precision")
     if fine_tune and precision == "int8":

@@ -36,6 +36,7 @@ import torch
 from thinc.api import Config
 
 from ..bilm.bilm import BiLM
+from ..bilm.runner import parse_device
 from ..io.arrays import bilm_arrays, build_bilm
 from ..io.native import bilm_from_bytes
 from ..io.resolve import load_bilm
@@ -164,12 +165,14 @@ def place_process(device_name: str) -> Placement:
 
 
 def _device(name: str, local_rank: int) -> torch.device:
+    """The device `training.device` names, checked as `--device` is (`runner.parse_device`: a GPU this
+    machine has); "cuda" is the GPU of this process's LOCAL_RANK."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
             raise PretrainConfigError(f"training.device is {name!r} but PyTorch sees no CUDA device")
-        return torch.device("cuda", local_rank) if name == "cuda" else torch.device(name)
+        return parse_device(f"cuda:{local_rank}" if name == "cuda" else name, "training.device")
     return torch.device("cpu")
 
 

@@ -27,7 +27,7 @@ def test_convert_records_a_digest_that_verify_checks(fixture_dir, tmp_path):
     assert done.exit_code == 0 and "recorded in the file and checked" in done.output
     assert "3 x 32" in done.output and done.output.rstrip().endswith("ok")
     hdf5 = runner.invoke(elmo_cli, ["verify", str(fixture_dir)])
-    assert hdf5.exit_code == 0 and "of lm_weights.hdf5" in hdf5.output
+    assert hdf5.exit_code == 0 and "the model digest, over options.json, lm_weights.hdf5" in hdf5.output
 
     path = tmp_path / "native" / MODEL_FILE
     data = bytearray(path.read_bytes())

@@ -244,14 +244,13 @@ def test_a_finished_output_refuses_a_run_with_another_model(reference_bilm, fixt
 def test_an_output_records_the_model_input_and_settings_by_content(fixture_dir, text_file, tmp_path):
     out = tmp_path / "out.hdf5"
     embed_file(text_file, out, EmbedSettings(model=str(fixture_dir), layers="top"))
-    weights = fixture_dir / "lm_weights.hdf5"
     with h5py.File(out, "r") as handle:
         attrs = dict(handle.attrs)
         binding = json.loads(attrs["binding"])
         datasets = [(name, handle[name][...]) for name in sorted(handle.keys(), key=int)]
     assert attrs["format"] == "spacy-elmo.embed.v2" and attrs["complete"] and attrs["n_input_lines"] == len(LINES)
     assert binding["input"]["sha256"] == sha256_of(text_file)
-    assert binding["model"]["sha256"] == sha256_of(weights)
+    assert binding["model"]["sha256"] == load_model(str(fixture_dir)).sha256  # what `verify` prints and a pin is
     assert binding["settings"]["layers"] == "top" and binding["shard"] is None
     assert attrs["content_sha256"] == dataset_digest(datasets)
 

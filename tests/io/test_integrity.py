@@ -1,26 +1,30 @@
 """What loading checks beyond shapes: damaged weight values, pinned digests, the recorded source of a
 conversion, and the temporaries a killed process leaves (io/digest.py, io/arrays.py, io/atomic.py)."""
 
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import zipfile
 
 import h5py
 import numpy
 import pytest
 from typer.testing import CliRunner
 
+from fixture_paths import FIXTURES
 from kills import sha256_of
 from spacy_elmo.cli import elmo_cli
-from spacy_elmo.io.arrays import MAX_ABS_WEIGHT, WeightsError
+from spacy_elmo.io.arrays import MAX_ABS_WEIGHT, WeightsError, bilm_arrays
 from spacy_elmo.io.atomic import remove_stale_temporaries
-from spacy_elmo.io.digest import combined_sha256, parse_pin
+from spacy_elmo.io.digest import parse_pin
 from spacy_elmo.io.resolve import load_bilm, load_model
 
 runner = CliRunner()
 DATASET = "RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/W_0"
+EFML_CHAR_ONLY = FIXTURES / "elmoformanylangs" / "char_only"
 
 
 @pytest.fixture
@@ -75,27 +79,175 @@ def test_no_trained_elmo_comes_near_the_bound(reference_bilm):
         assert 0 < largest < MAX_ABS_WEIGHT / 100
 
 
+def fixture_model_digest(directory):
+    """The model digest of a bilm-tf directory, computed here from the definition in io/digest.py: SHA-256
+    of "role:sha256" lines, sorted by role, over options.json, the weights and (if any) vocab.txt."""
+    parts = {"options": directory / "options.json", "weights": directory / "lm_weights.hdf5"}
+    if (directory / "vocab.txt").exists():
+        parts["vocab"] = directory / "vocab.txt"
+    listing = "".join(f"{role}:{sha256_of(parts[role])}\n" for role in sorted(parts))
+    return hashlib.sha256(listing.encode()).hexdigest()
+
+
 def test_verify_reports_digest_range_and_what_was_checked(fixture_dir):
     done = runner.invoke(elmo_cli, ["verify", str(fixture_dir), "--json"])
     assert done.exit_code == 0, done.output
     report = json.loads(done.output)
-    weights_sha256 = sha256_of(fixture_dir / "lm_weights.hdf5")
-    assert report["sha256"] == weights_sha256 and report["sha256_of"] == "of lm_weights.hdf5"
-    assert report["content_sha256"] == combined_sha256(
-        {"weights": weights_sha256, "options": sha256_of(fixture_dir / "options.json")}
-    )
+    assert report["sha256"] == fixture_model_digest(fixture_dir) == report["content_sha256"]
+    assert report["sha256_of"] == "the model digest, over options.json, lm_weights.hdf5"
     assert 0 < report["max_abs_weight"]["value"] < 10 and report["max_abs_weight"]["array"]
     assert any("finite" in line for line in report["checked"]) and report["converted_from"] is None
     text = runner.invoke(elmo_cli, ["verify", str(fixture_dir)]).output
     assert "weights  largest |w|" in text and "checked  " in text
 
 
+def test_verify_prints_the_digest_to_pin_and_each_files_own(fixture_dir):
+    report = json.loads(runner.invoke(elmo_cli, ["verify", str(fixture_dir), "--json"]).output)
+    assert report["files"] == [
+        {"role": role, "path": str(fixture_dir / name), "sha256": sha256_of(fixture_dir / name)}
+        for role, name in (("options", "options.json"), ("weights", "lm_weights.hdf5"))
+    ]
+    text = runner.invoke(elmo_cli, ["verify", str(fixture_dir)]).output.splitlines()
+    assert f"sha256   {report['sha256']} (the model digest, over options.json, lm_weights.hdf5): the digest to pin" in (
+        "\n".join(text)
+    )
+    for file in report["files"]:
+        assert f"file     {file['sha256']} {file['role']}: {file['path']}" in text
+    assert any(line.startswith("note     bilm-tf files carry no checksum") for line in text)
+    pinned = runner.invoke(elmo_cli, ["verify", str(fixture_dir), "--sha256", report["sha256"]]).output
+    assert "note " not in pinned and pinned.rstrip().endswith("ok")
+
+
+def test_a_pin_covers_the_options_and_the_vocabulary(model_copy):
+    """The weights unchanged, an edited options.json (relu to tanh, a clip) or vocab.txt under a pin is
+    refused: the pin is the model's digest, over every file of it."""
+    (model_copy / "vocab.txt").write_text("<S>\n</S>\n<UNK>\nthe\n", encoding="utf-8")
+    report = json.loads(runner.invoke(elmo_cli, ["verify", str(model_copy), "--json"]).output)
+    pin = report["sha256"]
+    assert pin == fixture_model_digest(model_copy) and [f["role"] for f in report["files"]] == [
+        "options",
+        "weights",
+        "vocab",
+    ]
+    original = (model_copy / "options.json").read_text(encoding="utf-8")
+    edits = {
+        "options.json": (original.replace('"relu"', '"tanh"'), original.replace('"cell_clip": 3', '"cell_clip": 4')),
+        "vocab.txt": ("<S>\n</S>\n<UNK>\nthat\n",),
+    }
+    for name, texts in edits.items():
+        before = (model_copy / name).read_text(encoding="utf-8")
+        for text in texts:
+            assert text != before
+            (model_copy / name).write_text(text, encoding="utf-8")
+            assert load_model(model_copy).sha256 != pin  # it loads unpinned (another model) ...
+            with pytest.raises(
+                ValueError, match=rf"^{model_copy}: SHA-256 [0-9a-f]{{64}} differs from the digest pinned"
+            ):
+                load_model(model_copy, sha256=pin)  # ... and never under the pin
+            done = runner.invoke(elmo_cli, ["verify", str(model_copy), "--sha256", pin])
+            assert done.exit_code == 1 and f"pinned by --sha256 ({pin})" in done.output
+        (model_copy / name).write_text(before, encoding="utf-8")
+    assert load_model(model_copy, sha256=pin).sha256 == pin
+
+
+def test_a_pin_of_the_weight_file_alone_is_refused_naming_the_model_digest(model_copy, tmp_path):
+    """A pin made before the model digest (the .hdf5 file's SHA-256) is refused, not accepted: it cannot
+    cover the options beside the weights, and a warning would let an edited options.json load."""
+    weights_pin = sha256_of(model_copy / "lm_weights.hdf5")
+    digest = fixture_model_digest(model_copy)
+    message = (
+        rf"{model_copy}: --sha256 pins {weights_pin}, the SHA-256 of {model_copy / 'lm_weights.hdf5'} alone; a pin "
+        rf"must be the digest of the whole model \(options\.json, lm_weights\.hdf5\).* pin {digest} instead"
+    )
+    with pytest.raises(ValueError, match=message):
+        load_model(model_copy, sha256=weights_pin)
+    for args in (
+        ["verify", str(model_copy), "--sha256", weights_pin],
+        ["convert", str(model_copy), str(tmp_path / "native"), "--sha256", weights_pin],
+        [
+            "embed",
+            str(model_copy),
+            str(model_copy / "vocab_test.txt"),
+            str(tmp_path / "o.hdf5"),
+            "--sha256",
+            weights_pin,
+        ],
+    ):
+        done = runner.invoke(elmo_cli, args)
+        assert done.exit_code == 1 and f"pin {digest} instead" in done.output, args
+        errors = [line for line in done.output.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and f"pin {digest} instead" in errors[0] and "Traceback" not in done.output, args
+    assert not (tmp_path / "native").exists() and not list(tmp_path.glob("o.hdf5*"))
+    with pytest.raises(ValueError, match=rf"model\.sha256 pins {weights_pin}, the SHA-256 of .* pin {digest} instead"):
+        pipe_with_pin(model_copy, weights_pin).initialize()
+
+
+def test_a_flip_of_the_lowest_exponent_bit_is_refused_only_under_a_pin(model_copy):
+    """HDF5 has no checksum: a weight doubled or halved (the lowest exponent bit flipped) is finite and in
+    range, so it loads unpinned (the format's limit, stated here); pinned, it is refused."""
+    pin = fixture_model_digest(model_copy)
+    weights = model_copy / "lm_weights.hdf5"
+    with h5py.File(weights, "r") as handle:
+        before = handle[DATASET][...].flat[5]
+    flip_bit(weights, DATASET, index=5, bit=23)
+    with h5py.File(weights, "r") as handle:
+        after = handle[DATASET][...].flat[5]
+    assert after in (2 * before, before / 2)
+    unpinned = load_model(model_copy)
+    assert unpinned.sha256 != pin
+    loaded = dict(bilm_arrays(unpinned.bilm))[DATASET].flat[5]
+    assert loaded == after  # the limit: nothing in the file tells the damage apart from a real weight
+    with pytest.raises(ValueError, match=rf"{model_copy}: SHA-256 {unpinned.sha256} differs from the digest pinned"):
+        load_model(model_copy, sha256=pin)
+    done = runner.invoke(elmo_cli, ["verify", str(model_copy), "--sha256", pin])
+    assert done.exit_code == 1 and "ok" not in done.output
+
+
+def test_a_model_in_a_zip_has_the_digest_of_the_unzipped_one_and_its_pin_covers_the_options(model_copy, tmp_path):
+    pin = fixture_model_digest(model_copy)
+    archive = tmp_path / "model.zip"
+
+    def pack(options_text):
+        with zipfile.ZipFile(archive, "w") as handle:
+            handle.write(model_copy / "lm_weights.hdf5", "elmo/model.hdf5")
+            handle.writestr("elmo/options.json", options_text)
+
+    options = (model_copy / "options.json").read_text(encoding="utf-8")
+    pack(options)
+    assert load_model(archive, sha256=pin).sha256 == pin
+    pack(options.replace('"relu"', '"tanh"'))
+    with pytest.raises(ValueError, match=rf"{archive}: SHA-256 [0-9a-f]{{64}} differs from the digest pinned"):
+        load_model(archive, sha256=pin)
+    with pytest.raises(ValueError, match=rf"the SHA-256 of {archive}/elmo/model\.hdf5 alone"):
+        load_model(archive, sha256=sha256_of(model_copy / "lm_weights.hdf5"))
+
+
+def test_an_elmoformanylangs_pin_covers_an_architecture_json_in_a_folder(tmp_path):
+    """config.json may name its architecture JSON in a folder of the model: the digest covers the files
+    that reading the model took, wherever they are."""
+    model = tmp_path / "efml"
+    shutil.copytree(EFML_CHAR_ONLY, model)
+    (model / "arch").mkdir()
+    name = "cnn_0_5_20_8_fixture.json"
+    (model / name).rename(model / "arch" / name)
+    config = json.loads((model / "config.json").read_text(encoding="utf-8"))
+    config["config_path"] = f"arch/{name}"
+    (model / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    pin = load_model(model).sha256
+    architecture = (model / "arch" / name).read_text(encoding="utf-8")
+    assert '"tanh"' in architecture
+    (model / "arch" / name).write_text(architecture.replace('"tanh"', '"relu"'), encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"{model}: SHA-256 [0-9a-f]{{64}} differs from the digest pinned"):
+        load_model(model, sha256=pin)
+    assert f"arch/{name}" in {file.role for file in load_model(model).files}
+
+
 def test_a_pinned_digest_is_checked_by_every_entry(fixture_dir, tmp_path):
-    good = sha256_of(fixture_dir / "lm_weights.hdf5")
+    good = fixture_model_digest(fixture_dir)
     bad = "0" * 64
     assert load_model(fixture_dir, sha256=good.upper()).sha256 == good  # any case
     with pytest.raises(
-        ValueError, match=rf"lm_weights\.hdf5: SHA-256 {good} differs from the digest pinned by --sha256 \({bad}\)"
+        ValueError, match=rf"^{fixture_dir}: SHA-256 {good} differs from the digest pinned by --sha256 \({bad}\)"
     ):
         load_model(fixture_dir, sha256=bad)
     with pytest.raises(ValueError, match=r"--sha256 must be a SHA-256 digest \(64 hexadecimal digits\), got 'abc'"):
@@ -112,14 +264,19 @@ def test_a_pinned_digest_is_checked_by_every_entry(fixture_dir, tmp_path):
     assert not (tmp_path / "native").exists() and not list(tmp_path.glob("out.hdf5*"))
 
 
+def pipe_with_pin(path, pin):
+    import spacy
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"model": {"@architectures": "spacy-elmo.BiLM.v1", "path": str(path), "sha256": pin}})
+    return nlp
+
+
 def test_the_pipe_checks_a_pinned_digest_at_initialize(fixture_dir):
     import spacy
 
-    good = sha256_of(fixture_dir / "lm_weights.hdf5")
-    for pin, ok in ((good, True), ("f" * 64, False)):
-        nlp = spacy.blank("en")
-        model = {"@architectures": "spacy-elmo.BiLM.v1", "path": str(fixture_dir), "sha256": pin}
-        nlp.add_pipe("elmo", config={"model": model})
+    for pin, ok in ((fixture_model_digest(fixture_dir), True), ("f" * 64, False)):
+        nlp = pipe_with_pin(fixture_dir, pin)
         if ok:
             nlp.initialize()
             assert nlp("a b")._.elmo.shape == (2, 32)

@@ -85,3 +85,16 @@ def test_compact_native_copy_stores_the_softmax_as_float16(trained_tiny, tmp_pat
     assert (tmp_path / "compact" / "model.msgpack").stat().st_size < (
         trained_tiny.output_dir / "model" / "model.msgpack"
     ).stat().st_size
+
+
+def test_pretrain_refuses_a_gpu_the_machine_lacks_in_one_line(monkeypatch, tmp_path, sample_train):
+    """training.device is checked as `--device` is (`runner.parse_device`): cuda:3 on a machine with one GPU
+    is an error naming the setting, not a CUDA traceback from the first tensor moved there."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    args = ["pretrain", "pretrain_tiny.cfg", str(tmp_path / "out"), "--paths.train", str(sample_train)]
+    done = runner.invoke(elmo_cli, [*args, "--training.device", "cuda:3"])
+    assert done.exit_code == 1 and isinstance(done.exception, SystemExit), done.output
+    assert done.output == "error: training.device 'cuda:3': this machine has 1 CUDA device(s), cuda:0 to cuda:0\n"
