@@ -10,7 +10,10 @@ vocabularies and the roles of their entries as data, so the same biLM code serve
 - a code point or a word the vocabulary lacks maps to its `unknown` entry, a position past the end of a
   token to `padding`;
 - a sentence is framed by the `sentence_start` and `sentence_end` words, whose characters are the single
-  vocabulary entry of that name (as any token spelled so in the text is, as in ELMoForManyLangs).
+  vocabulary entry of that name (as any token spelled so in the text is, as in ELMoForManyLangs); a word
+  vocabulary without them reads them as its `unknown` word, as ELMoForManyLangs does;
+- several entries may share one id (`character_aliases`, `word_aliases`: entry -> id, beside the entries
+  in id order), as in an ELMoForManyLangs dictionary that lists an id twice; an id no entry has is a `gap`.
 
 Ids are written as in AllenNLP's layout, entry id + 1, so that 0 means "no token" whatever the vocabulary:
 the embedding tables have a zero row 0 in front of the model's rows. With a word vocabulary, the word's id
@@ -26,12 +29,18 @@ import numpy
 from .. import chars
 
 ID_SHIFT = 1
+_GAP = "\x00unreachable-{}"
 CHARACTER_ROLES = ("begin_of_word", "end_of_word", "padding", "unknown")
 WORD_ROLES = ("padding", "unknown")
 
 
 class LexiconError(ValueError):
     """A vocabulary that lacks an entry a role names, or a stored lexicon that is malformed."""
+
+
+def gap(i: int) -> str:
+    """The entry at id `i` when no entry has that id: no token and no character is ever looked up as it."""
+    return _GAP.format(i)
 
 
 @dataclass
@@ -45,10 +54,12 @@ class Lexicon:
     word_roles: dict[str, str] = field(default_factory=dict)
     sentence_start: str = "<bos>"
     sentence_end: str = "<eos>"
+    character_aliases: dict[str, int] = field(default_factory=dict)
+    word_aliases: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self._char_ids = _index(self.characters, "character")
-        self._word_ids = _index(self.words, "word") if self.words is not None else None
+        self._char_ids = _index(self.characters, self.character_aliases, "character")
+        self._word_ids = _index(self.words, self.word_aliases, "word") if self.words is not None else None
         self._roles = {
             role: self._role_id(self._char_ids, self.character_roles, role, "character") for role in CHARACTER_ROLES
         }
@@ -60,9 +71,6 @@ class Lexicon:
             self._word_roles = {
                 role: self._role_id(self._word_ids, self.word_roles, role, "word") for role in WORD_ROLES
             }
-            for boundary in (self.sentence_start, self.sentence_end):
-                if boundary not in self._word_ids:
-                    raise LexiconError(f"the word vocabulary has no entry {boundary!r} (a sentence boundary)")
         if self.max_characters_per_token < 3:
             raise LexiconError(f"max_characters_per_token must be >= 3, got {self.max_characters_per_token}")
 
@@ -116,8 +124,8 @@ class Lexicon:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        """What a native model stores."""
-        return {
+        """What a native model stores (the aliases only when there are some)."""
+        data: dict[str, Any] = {
             "characters": list(self.characters),
             "character_roles": dict(self.character_roles),
             "max_characters_per_token": self.max_characters_per_token,
@@ -126,6 +134,10 @@ class Lexicon:
             "sentence_start": self.sentence_start,
             "sentence_end": self.sentence_end,
         }
+        for key, aliases in (("character_aliases", self.character_aliases), ("word_aliases", self.word_aliases)):
+            if aliases:
+                data[key] = dict(aliases)
+        return data
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "lexicon") -> "Lexicon":
@@ -140,16 +152,35 @@ class Lexicon:
                 word_roles=dict(data.get("word_roles") or {}),
                 sentence_start=str(data.get("sentence_start", "<bos>")),
                 sentence_end=str(data.get("sentence_end", "<eos>")),
+                character_aliases=_aliases(data.get("character_aliases")),
+                word_aliases=_aliases(data.get("word_aliases")),
             )
         except (KeyError, TypeError, ValueError) as err:
             raise LexiconError(f"{source}: malformed lexicon ({err})") from None
 
 
-def _index(entries: Sequence[str], what: str) -> dict[str, int]:
+def _aliases(data: Any) -> dict[str, int]:
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not all(isinstance(i, int) and not isinstance(i, bool) for i in data.values()):
+        raise TypeError(f"aliases must map entries to ids, got {data!r:.80}")
+    return {str(entry): i for entry, i in data.items()}
+
+
+def _index(entries: Sequence[str], aliases: dict[str, int], what: str) -> dict[str, int]:
+    """entry -> id: the entries by position (gaps left out), then the aliases, each sharing an entry's id."""
     ids: dict[str, int] = {}
     for i, entry in enumerate(entries):
+        if entry == gap(i):
+            continue
         if entry in ids:
             raise LexiconError(f"the {what} vocabulary lists {entry!r} twice (ids {ids[entry]} and {i})")
+        ids[entry] = i
+    for entry, i in aliases.items():
+        if entry in ids:
+            raise LexiconError(f"the {what} vocabulary lists {entry!r} twice (ids {ids[entry]} and {i})")
+        if not 0 <= i < len(entries) or entries[i] == gap(i):
+            raise LexiconError(f"the {what} vocabulary's entry {entry!r} shares id {i}, which no entry has")
         ids[entry] = i
     return ids
 

@@ -3,31 +3,80 @@
 The NLPL repository ships its ELMo models as zip archives holding a bilm-tf model (`model.hdf5`,
 `options.json`, usually `vocab.txt`) and a `meta.json` describing the corpus; a few hold an
 ELMoForManyLangs model instead (read by `efml.py` through `member_names` and `read_member`). The members are read from
-the archive into memory (nothing is unpacked on disk); the files may be at the archive's root or in one
-top-level folder. A member's digest is that of its bytes, so a model gets the same digests from its
-archive as from the unzipped directory (`resolve.py`).
+the archive into memory (nothing is unpacked on disk); the model may be at the archive's root or in a
+folder, and must be the only one in the archive. A member's digest is that of its bytes, so a model gets
+the same digests from its archive as from the unzipped directory (`resolve.py`).
+
+Nothing is inflated without a bound: each member has a `Limit`, what its role can need (a JSON file, a
+vocabulary, the weights the options describe), checked against the size the archive declares before
+inflating and against the bytes actually inflated while streaming. An encrypted member, or one compressed
+with a method Python's zipfile cannot inflate, is refused naming it.
 """
 
 import hashlib
 import io
 import json
+import math
 import zipfile
+import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from ..bilm.bilm import BiLM
 from ..bilm.options import BiLMOptions, OptionsError
+from .arrays import expected_shapes
 from .hdf5 import parse_vocab, read_bilm_tf
 
 OPTIONS_MEMBER = "options.json"
 WEIGHT_MEMBERS = ("model.hdf5", "weights.hdf5", "lm_weights.hdf5")
+WEIGHT_SUFFIXES = (".hdf5", ".h5")
+PICKLE_SUFFIX = ".pkl"  # ELMoForManyLangs' state dicts (token_embedder.pkl, encoder.pkl)
 VOCAB_MEMBER = "vocab.txt"
 META_MEMBER = "meta.json"
+_MiB = 1 << 20
+_BLOCK = _MiB
+_METHOD_NAMES: dict[int, str] = getattr(zipfile, "compressor_names", {})  # zipfile's names of zip methods
+_INFLATE_ERRORS: tuple[type[Exception], ...] = (zipfile.BadZipFile, OSError, EOFError, zlib.error)
+try:
+    import lzma
+
+    _INFLATE_ERRORS += (lzma.LZMAError,)
+except ImportError:  # a Python built without lzma: zipfile then refuses lzma members at open
+    pass
 
 
 class ArchiveError(ValueError):
     """A zip archive that is unreadable or does not hold one model."""
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The most bytes a member may inflate to, and what that bound is (for the refusal)."""
+
+    size: int
+    what: str
+
+
+# options.json, meta.json, config.json and an architecture JSON are a few hundred bytes to a few kB.
+JSON_LIMIT = Limit(1 * _MiB, "a JSON file (options, config, meta)")
+# The largest public vocabularies (1B Word Benchmark's vocab.txt: 793k words, 6.6 MB; ELMoForManyLangs'
+# word.dic: at most 150k words by default) are well under this.
+VOCABULARY_LIMIT = Limit(64 * _MiB, "a vocabulary (vocab.txt, char.dic, word.dic)")
+# The largest public ELMo (the original and the 5.5B models: 93.6M float32 weights, a 374 MB HDF5 file)
+# fits this nearly three times over, and in float64 too; no weight file above it is an ELMo's.
+WEIGHTS_LIMIT = Limit(1 << 30, "any ELMo weight file (the largest public one is 374 MB)")
+WEIGHTS_SLACK = 16 * _MiB  # a container's own structure (HDF5 headers and B-trees, pickle framing)
+
+
+def role_limit(member: str) -> Limit:
+    """A member's limit by its kind when nothing more is known (its file name's suffix)."""
+    if member.endswith(".json"):
+        return JSON_LIMIT
+    if member.endswith((".txt", ".dic")):
+        return VOCABULARY_LIMIT
+    return WEIGHTS_LIMIT
 
 
 def is_archive(path: Path) -> bool:
@@ -48,11 +97,16 @@ class ArchiveModel:
         """How errors name a member: `archive.zip/member`, as `zipfile.Path` does."""
         return f"{self.archive}/{member}"
 
+    def limit(self, member: str) -> Limit:
+        """The weights: what the options describe; the other members: what their kind can need."""
+        return self.weights_limit(self.parse_options()) if member == self.weights else role_limit(member)
+
     def read(self, member: str) -> bytes:
-        return read_member(self.archive, member)
+        return read_member(self.archive, member, self.limit(member))
 
     def sha256(self, member: str) -> str:
-        return hashlib.sha256(self.read(member)).hexdigest()
+        """The SHA-256 of a member's bytes, streamed (the member is never held whole)."""
+        return member_sha256(self.archive, member, self.limit(member))
 
     def metadata(self) -> Optional[dict[str, Any]]:
         """The archive's meta.json (the NLPL repository's description of the model), if it has one."""
@@ -64,51 +118,148 @@ class ArchiveModel:
             raise ArchiveError(f"{self.name(self.meta)}: not valid JSON ({err})") from None
         return data if isinstance(data, dict) else {"meta": data}
 
-    def load(self) -> BiLM:
-        """The biLM, with the same checks as a bilm-tf directory (`hdf5.read_bilm_tf`)."""
+    def parse_options(self) -> BiLMOptions:
         options_source = self.name(self.options)
+        raw = read_member(self.archive, self.options, JSON_LIMIT)
         try:
-            data = json.loads(self.read(self.options).decode("utf-8"))
+            data = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as err:
             raise OptionsError(f"{options_source}: not a valid JSON options file ({err})") from None
-        options = BiLMOptions.from_dict(data, source=options_source)
+        return BiLMOptions.from_dict(data, source=options_source)
+
+    def weights_limit(self, options: BiLMOptions) -> Limit:
+        """What the weight file can need: 8 bytes (float64, the widest any ELMo is stored in) for each
+        weight of the options' arrays and of the softmax their `n_tokens_vocab` announces (the files
+        bilm-tf and this package write announce theirs), and its container's structure; never more than
+        `WEIGHTS_LIMIT`."""
+        n_weights = sum(math.prod(shape) for shape in expected_shapes(options).values())
+        n_weights += options.n_tokens_vocab * (options.projection_dim + 1)
+        size = 8 * n_weights + WEIGHTS_SLACK
+        if size >= WEIGHTS_LIMIT.size:
+            return WEIGHTS_LIMIT
+        return Limit(size, f"the {n_weights} weights {self.options} describes (8 bytes each at most, and 16 MiB)")
+
+    def load(self) -> BiLM:
+        """The biLM, with the same checks as a bilm-tf directory (`hdf5.read_bilm_tf`)."""
+        options = self.parse_options()
         vocab = parse_vocab(self.read(self.vocab).decode("utf-8")) if self.vocab is not None else None
-        weights = io.BytesIO(self.read(self.weights))
+        weights = io.BytesIO(read_member(self.archive, self.weights, self.weights_limit(options)))
         return read_bilm_tf(options, Path(self.name(self.weights)), data=weights, vocab=vocab)
 
 
+def _model_kind(base: str) -> Optional[str]:
+    """Which format a file marks its folder as holding a model of, if any."""
+    if base == OPTIONS_MEMBER or base.endswith(WEIGHT_SUFFIXES):
+        return "bilm-tf"
+    return "ELMoForManyLangs" if base.endswith(PICKLE_SUFFIX) else None
+
+
+def _models(names: list[str]) -> dict[tuple[str, str], list[str]]:
+    """{(folder: "" for the root, else ending in "/"; format): its model files} for every place a model
+    is (options.json or an .hdf5/.h5 weight file: bilm-tf; a .pkl state dict: ELMoForManyLangs)."""
+    models: dict[tuple[str, str], list[str]] = {}
+    for name in names:
+        folder, _, base = name.rpartition("/")
+        kind = _model_kind(base)
+        if kind is not None:
+            models.setdefault((folder + "/" if folder else "", kind), []).append(base)
+    return models
+
+
 def member_names(archive: Path, where: str = "") -> tuple[str, dict[str, str]]:
-    """(the folder the files are in, {name inside it: full member name}) of an archive's files."""
+    """(the folder the model's files are in, {name inside it: full member name}); an archive holding
+    models in more than one place, or of two formats, is refused, listing them."""
     try:
         with zipfile.ZipFile(archive) as handle:
             names = [info.filename for info in handle.infolist() if not info.is_dir()]
     except (zipfile.BadZipFile, OSError) as err:
         raise ArchiveError(f"{archive}{where}: not a readable zip archive ({err})") from None
-    folders = {name.split("/", 1)[0] + "/" if "/" in name else "" for name in names}
-    prefix = folders.pop() if len(folders) == 1 else ""
+    models = _models(names)
+    if len(models) > 1:
+        found = "; ".join(
+            f"{'in ' + folder if folder else 'at the root'} ({kind}): {', '.join(sorted(files))}"
+            for (folder, kind), files in sorted(models.items())
+        )
+        raise ArchiveError(
+            f"{archive}{where}: holds more than one model ({found}); a model cannot be chosen inside an "
+            "archive: unzip it and give the folder (or weight file) of the one you mean"
+        )
+    if models:
+        ((prefix, _),) = models
+    else:  # no model anywhere: the one top-level folder, for find_model to say what is missing there
+        tops = {name.split("/", 1)[0] + "/" if "/" in name else "" for name in names}
+        prefix = tops.pop() if len(tops) == 1 else ""
     return prefix, {name[len(prefix) :]: name for name in names if name.startswith(prefix)}
 
 
-def read_member(archive: Path, member: str) -> bytes:
-    """A member's bytes; FileNotFoundError naming it when the archive lacks it."""
+def _blocks(archive: Path, member: str, limit: Limit) -> Iterator[bytes]:
+    """A member's bytes in blocks, refused (ArchiveError naming it) when it is encrypted, compressed in a
+    way zipfile cannot inflate, or declares or inflates to more than `limit`; FileNotFoundError naming
+    it when the archive lacks it."""
+    name = f"{archive}/{member}"
+    beyond = f"more than {limit.what} can need ({limit.size} bytes)"
+    why = "a damaged archive or a zip bomb (a model really this large loads from its unzipped directory)"
     try:
-        with zipfile.ZipFile(archive) as handle:
-            return handle.read(member)
-    except KeyError:
-        raise FileNotFoundError(f"{archive}/{member}: missing from the archive") from None
+        handle = zipfile.ZipFile(archive)
     except (zipfile.BadZipFile, OSError) as err:
-        raise ArchiveError(f"{archive}/{member}: cannot be read from the archive ({err})") from None
+        raise ArchiveError(f"{name}: cannot be read from the archive ({err})") from None
+    with handle:
+        try:
+            info = handle.getinfo(member)
+        except KeyError:
+            raise FileNotFoundError(f"{name}: missing from the archive") from None
+        if info.flag_bits & 0x1:  # ZipCrypto or AES
+            raise ArchiveError(
+                f"{name}: encrypted (password-protected), which spacy-elmo does not read: unzip it with its password"
+            )
+        if info.file_size > limit.size:
+            raise ArchiveError(f"{name}: declares {info.file_size} bytes inflated, {beyond}; refused unread: {why}")
+        try:
+            stream = handle.open(info)
+        except (NotImplementedError, RuntimeError) as err:  # a method zipfile lacks (or its bz2, lzma module)
+            method = info.compress_type
+            raise ArchiveError(
+                f"{name}: compressed with method {method} ({_METHOD_NAMES.get(method, 'unknown')}), which Python's "
+                f"zipfile cannot inflate ({err}): unzip it with a tool that can, or zip it again with deflate"
+            ) from None
+        try:
+            with stream:
+                read = 0
+                while block := stream.read(min(_BLOCK, limit.size + 1 - read)):
+                    read += len(block)
+                    if read > limit.size:  # more than the header declares: stop at limit + 1 bytes
+                        raise ArchiveError(f"{name}: inflates past {limit.size} bytes, {beyond}: {why}")
+                    yield block
+        except _INFLATE_ERRORS as err:  # a bad CRC, a damaged compressed stream
+            raise ArchiveError(f"{name}: cannot be read from the archive ({err})") from None
+
+
+def read_member(archive: Path, member: str, limit: Optional[Limit] = None) -> bytes:
+    """A member's bytes (at most `limit`, by default what its kind can need: `role_limit`); FileNotFoundError
+    naming it when the archive lacks it."""
+    return b"".join(_blocks(archive, member, limit or role_limit(member)))
+
+
+def member_sha256(archive: Path, member: str, limit: Optional[Limit] = None) -> str:
+    """The SHA-256 of a member's bytes, streamed in blocks (within the same limit as `read_member`)."""
+    digest = hashlib.sha256()
+    for block in _blocks(archive, member, limit or role_limit(member)):
+        digest.update(block)
+    return digest.hexdigest()
 
 
 def find_model(archive: Path, where: str = "") -> ArchiveModel:
-    """The model members of `archive` (at its root or in one top-level folder), or an ArchiveError naming
-    what is missing."""
+    """The model members of `archive` (the one folder holding a model, maybe its root), or an ArchiveError
+    naming what is missing or what is ambiguous."""
     _, inside = member_names(archive, where)
     names = list(inside.values())
-    weights = [inside[n] for n in WEIGHT_MEMBERS if n in inside][:1]
-    weights = weights or [
-        full for short, full in inside.items() if short.endswith((".hdf5", ".h5")) and "/" not in short
-    ]
+    weights = sorted(full for short, full in inside.items() if short.endswith(WEIGHT_SUFFIXES) and "/" not in short)
+    if OPTIONS_MEMBER in inside and len(weights) > 1:
+        raise ArchiveError(
+            f"{archive}{where}: holds {len(weights)} weight files beside {inside[OPTIONS_MEMBER]} "
+            f"({', '.join(weights)}); which one is the model's cannot be chosen inside an archive: unzip it "
+            "and give the weight file you mean (the options.json beside it is read)"
+        )
     if OPTIONS_MEMBER not in inside or len(weights) != 1:
         found = ", ".join(sorted(names)[:12]) or "nothing"
         raise ArchiveError(

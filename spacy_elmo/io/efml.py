@@ -21,6 +21,7 @@ Each step is a transpose, a slice or a permutation, so EFML -> native -> EFML is
 
 import io
 import json
+import pickle
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,8 +31,9 @@ from typing import Any, Callable, Union
 import numpy
 
 from ..bilm.bilm import BiLM
-from ..bilm.lexicon import Lexicon, LexiconError
+from ..bilm.lexicon import Lexicon, LexiconError, gap
 from ..bilm.options import BiLMOptions, OptionsError
+from .archive import read_member
 from .arrays import bilm_arrays, build_bilm, lstm_name
 from .atomic import atomic_write_bytes, atomic_write_text
 
@@ -64,7 +66,6 @@ PACKAGED_ARCHITECTURES = {"cnn_50_100_512_4096_sample.json": _SAMPLE, "cnn_0_100
 CHARACTER_ROLES = {"begin_of_word": "<eow>", "end_of_word": "<bow>", "padding": "<pad>", "unknown": "<oov>"}
 WORD_ROLES = {"padding": "<pad>", "unknown": "<oov>"}
 GATES_TO_BILM_TF = (0, 2, 1, 3)  # AllenNLP's i, f, g, o -> bilm-tf's i, j(g), f, o (its own inverse)
-_UNREACHABLE = "\x00unreachable-{}"  # an id no entry maps to (its entry was listed again with another id)
 
 
 class EfmlError(ValueError):
@@ -94,9 +95,8 @@ class EfmlFiles:
 
     @classmethod
     def archive(cls, path: Path, prefix: str) -> "EfmlFiles":
-        """The model's files as members of a zip archive (under `prefix`), read in place."""
-        from .archive import read_member
-
+        """The model's files as members of a zip archive (under `prefix`), read in place, each within what
+        its kind can need (`archive.role_limit`)."""
         return cls(str(path), lambda name: read_member(path, prefix + name))
 
     def where(self, name: str) -> str:
@@ -110,13 +110,13 @@ def read_efml(files: EfmlFiles) -> BiLM:
     embedder_config, encoder_config = _sections(architecture, files.where(architecture_name))
     token_embedder = _state_dict(files, TOKEN_EMBEDDER_FILE)
     encoder = _state_dict(files, ENCODER_FILE)
-    chars = _dictionary(files, CHAR_DIC) if embedder_config["char_dim"] > 0 else None
-    words = _dictionary(files, WORD_DIC) if embedder_config["word_dim"] > 0 else None
-    if chars is None:
+    if not embedder_config["char_dim"] > 0:
         raise EfmlError(
             f"{files.where(architecture_name)}: token_embedder.char_dim is 0 (a word-only model); only models "
             "with a character CNN are supported"
         )
+    chars, char_aliases = _dictionary(files, CHAR_DIC)
+    words, word_aliases = _dictionary(files, WORD_DIC) if embedder_config["word_dim"] > 0 else (None, {})
     options = _options(architecture, embedder_config, encoder_config, len(chars), len(words or []))
     arrays = _arrays(options, token_embedder, encoder, files)
     try:
@@ -126,6 +126,8 @@ def read_efml(files: EfmlFiles) -> BiLM:
             max_characters_per_token=options.max_characters_per_token,
             words=words,
             word_roles=dict(WORD_ROLES) if words is not None else {},
+            character_aliases=char_aliases,
+            word_aliases=word_aliases,
         )
     except LexiconError as err:
         raise EfmlError(f"{files.name}: {err}") from None
@@ -226,8 +228,6 @@ def _options(
 
 def _state_dict(files: EfmlFiles, name: str) -> dict[str, numpy.ndarray]:
     """A state dict as float32 arrays, read without running pickled code."""
-    import pickle
-
     import torch
 
     data = files.read(name)
@@ -236,40 +236,68 @@ def _state_dict(files: EfmlFiles, name: str) -> dict[str, numpy.ndarray]:
     except pickle.UnpicklingError as err:
         raise EfmlError(
             f"{files.where(name)}: refused: it holds something other than tensors, which loading would have to "
-            f"execute ({str(err).splitlines()[0][:200]})"
+            f"execute ({_first_line(err)})"
         ) from None
-    except (RuntimeError, EOFError, OSError, ValueError) as err:
-        raise EfmlError(f"{files.where(name)}: not a readable PyTorch state dict ({err})") from None
+    except Exception as err:  # a cut or damaged file: EOFError, IndexError, KeyError, struct.error, RuntimeError...
+        raise EfmlError(
+            f"{files.where(name)}: not a readable PyTorch state dict (cut short or damaged? "
+            f"{type(err).__name__}: {_first_line(err)})"
+        ) from None
     if not isinstance(loaded, dict) or not all(isinstance(v, torch.Tensor) for v in loaded.values()):
         raise EfmlError(f"{files.where(name)}: expected a state dict (names -> tensors)")
     return {str(k): v.detach().to(torch.float32).numpy() for k, v in loaded.items()}
 
 
-def _dictionary(files: EfmlFiles, name: str) -> list[str]:
-    """Entries in id order, read as ELMoForManyLangs reads them: each line stripped and split at tabs,
-    a line with one field being the entry '\u3000' (whitespace that the strip removed), the last line
-    of an entry winning. An id no entry maps to gets a placeholder that no text can spell."""
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [""])[0][:200]
+
+
+def _dictionary(files: EfmlFiles, name: str) -> tuple[list[str], dict[str, int]]:
+    """(entries in id order, {further entry: the id it shares}), read as ELMoForManyLangs reads a .dic
+    file: each line stripped and split at tabs, a line with one field being the entry '\u3000' (whitespace
+    that the strip removed), the id read by `int`, the last line of an entry winning. Its embedding has one
+    row per distinct entry, so the ids must be below that count: a file whose ids are not (a line removed,
+    an id out of range) is refused, as ELMoForManyLangs fails on it (a shape mismatch at load, an index
+    error at run time), before anything is allocated per id. Entries sharing an id all read its row; an
+    id no entry has (there is then one such id for each shared one) gets a `gap` that no text reaches."""
     try:
         text = files.read(name).decode("utf-8")
     except UnicodeDecodeError as err:
         raise EfmlError(f"{files.where(name)}: not UTF-8 ({err})") from None
     ids: dict[str, int] = {}
+    lines: dict[str, int] = {}  # the line each entry's id was read from
     for number, line in enumerate(text.splitlines(True), start=1):  # codecs' line splitting, as EFML reads
         fields = line.strip().split("\t")
         if len(fields) == 1:
             fields.insert(0, "\u3000")
-        if len(fields) != 2 or not fields[1].lstrip("-").isdigit():
-            raise EfmlError(f"{files.where(name)}, line {number}: expected 'entry<TAB>id', got {line.rstrip()!r}")
-        ids[fields[0]] = int(fields[1])
+        try:
+            entry, value = fields
+            ids[entry] = int(value)
+        except ValueError:
+            raise EfmlError(
+                f"{files.where(name)}, line {number}: expected 'entry<TAB>id', got {line.rstrip()!r}"
+            ) from None
+        lines[entry] = number
     if not ids:
         raise EfmlError(f"{files.where(name)}: empty")
-    size = max(ids.values()) + 1
-    if min(ids.values()) < 0:
-        raise EfmlError(f"{files.where(name)}: negative id {min(ids.values())}")
-    entries = [_UNREACHABLE.format(i) for i in range(size)]
+    size = len(ids)
+    outside = [entry for entry, i in ids.items() if not 0 <= i < size]
+    if outside:
+        entry = min(outside, key=lines.__getitem__)
+        missing = min(set(range(size)) - set(ids.values()), default=None)
+        raise EfmlError(
+            f"{files.where(name)}, line {lines[entry]}: id {ids[entry]} of {entry!r} is out of range: the file "
+            f"has {size} entries, and ELMoForManyLangs gives its embedding one row per entry, so ids run from 0 "
+            f"to {size - 1}" + (f" (no entry has id {missing}: a line removed?)" if missing is not None else "")
+        )
+    entries = [gap(i) for i in range(size)]
+    aliases: dict[str, int] = {}
     for entry, i in ids.items():
-        entries[i] = entry
-    return entries
+        if entries[i] == gap(i):
+            entries[i] = entry
+        else:
+            aliases[entry] = i
+    return entries, aliases
 
 
 def _efml_shapes(options: BiLMOptions) -> dict[str, dict[str, tuple[int, ...]]]:
@@ -433,13 +461,19 @@ def save_efml(bilm: BiLM, directory: PathLike) -> Path:
     }
     atomic_write_text(target / ARCHITECTURE_FILE, json.dumps(architecture, indent=2) + "\n")
     atomic_write_text(target / CONFIG_FILE, json.dumps({"config_path": ARCHITECTURE_FILE}, indent=2) + "\n")
-    atomic_write_text(target / CHAR_DIC, "".join(_dic_lines(lexicon.characters)))
+    atomic_write_text(target / CHAR_DIC, "".join(_dic_lines(lexicon.characters, lexicon.character_aliases)))
     if lexicon.words is not None:
-        atomic_write_text(target / WORD_DIC, "".join(_dic_lines(lexicon.words)))
+        atomic_write_text(target / WORD_DIC, "".join(_dic_lines(lexicon.words, lexicon.word_aliases)))
     return target
 
 
-def _dic_lines(entries: list[str]) -> Iterator[str]:
+def _dic_lines(entries: list[str], aliases: dict[str, int]) -> Iterator[str]:
+    """`entry<TAB>id` lines in id order, the entries sharing an id after its first (`_dictionary`)."""
+    shared: dict[int, list[str]] = {}
+    for entry, i in aliases.items():
+        shared.setdefault(i, []).append(entry)
     for i, entry in enumerate(entries):
-        if entry != _UNREACHABLE.format(i):
+        if entry != gap(i):
             yield f"{entry}\t{i}\n"
+        for alias in shared.get(i, []):
+            yield f"{alias}\t{i}\n"

@@ -4,6 +4,7 @@ import hashlib
 import io
 import json
 import pickle
+import re
 import shutil
 from pathlib import Path
 
@@ -384,3 +385,109 @@ def test_the_weights_are_the_ones_the_reference_activations_were_computed_from()
             for key, tensor in torch.load(REFERENCE / name / part, weights_only=True).items():
                 digest.update(key.encode() + tensor.contiguous().numpy().tobytes())
             assert digest.hexdigest() == manifest["models"][name]["tensor_sha256"][part], (name, part)
+
+
+def copy_with_dic(name: str, target: Path, dic: str, edit) -> Path:
+    """A copy of a reference model whose `dic` (char.dic or word.dic) has its lines passed through `edit`."""
+    shutil.copytree(REFERENCE / name, target)
+    lines = (target / dic).read_text(encoding="utf-8").splitlines(True)
+    (target / dic).write_text("".join(edit(lines)), encoding="utf-8")
+    return target
+
+
+def efml_ids_of(path: Path) -> dict[str, int]:
+    """A .dic file as ELMoForManyLangs' Embedder reads it (the test's oracle): each line stripped and split at
+    tabs, one field meaning the entry U+3000, entry -> int(id), the last line of an entry winning."""
+    pairs = [line.strip().split("\t") for line in path.read_text(encoding="utf-8").splitlines()]
+    return {(pair if len(pair) == 2 else ["\u3000", *pair])[0]: int(pair[-1]) for pair in pairs}
+
+
+@pytest.mark.parametrize("dic", ["char.dic", "word.dic"])
+def test_a_dictionary_with_an_interior_line_removed_is_refused_naming_the_line(dic, tmp_path):
+    """ELMoForManyLangs sizes the embedding by the number of entries: one line fewer no longer fits the
+    weights (its load_state_dict fails), and the last id is past the table's end."""
+    n = len((REFERENCE / "word_char" / dic).read_text(encoding="utf-8").splitlines())
+    model = copy_with_dic("word_char", tmp_path / "model", dic, lambda lines: lines[:20] + lines[21:])
+    last = (REFERENCE / "word_char" / dic).read_text(encoding="utf-8").splitlines()[-1].split("\t")[0]
+    with pytest.raises(
+        EfmlError,
+        match=rf"{dic}, line {n - 1}: id {n - 1} of {re.escape(repr(last))} is out of range: the file has {n - 1} "
+        rf"entries, .* \(no entry has id 20: a line removed\?\)$",
+    ):
+        load_efml(model)
+
+
+@pytest.mark.parametrize("dic", ["char.dic", "word.dic"])
+def test_an_id_written_twice_reads_that_row_for_both_entries_as_elmoformanylangs_does(dic, tmp_path):
+    """Entry 21's line given entry 20's id: ELMoForManyLangs still has one row per entry (the weights fit) and
+    looks both entries up at row 20 (row 21 is read by nothing)."""
+
+    def share(lines):
+        entry, _ = lines[21].split("\t")
+        return [*lines[:21], f"{entry}\t20\n", *lines[22:]]
+
+    model = copy_with_dic("word_char", tmp_path / "model", dic, share)
+    expected = efml_ids_of(model / dic)
+    first, second = (line.split("\t")[0] for line in (model / dic).read_text(encoding="utf-8").splitlines()[20:22])
+    assert expected[first] == expected[second] == 20 and 21 not in expected.values()
+    bilm = load_efml(model)
+    lexicon = bilm.lexicon
+    n_chars = lexicon.max_characters_per_token
+    for entry, i in expected.items():  # every entry reads the id ELMoForManyLangs reads it at
+        if dic == "word.dic":
+            assert lexicon.token_row(entry)[n_chars] - ID_SHIFT == i, entry
+        elif len(entry) == 1:
+            assert lexicon.token_row(entry)[1] - ID_SHIFT == i, entry
+    if dic == "char.dic":  # a word spelled with either reads the same rows: the same vector
+        layers = BiLMRunner(bilm).embed_sentences([[f"a{first}b", f"a{second}b"]])[0]
+        numpy.testing.assert_array_equal(layers[0, 0], layers[0, 1])
+    save_native(bilm, tmp_path / "native")
+    save_efml(load_native(tmp_path / "native"), tmp_path / "back")
+    again = load_efml(tmp_path / "back")
+    assert again.lexicon == lexicon and same_parameters(again, bilm)
+    assert efml_ids_of(tmp_path / "back" / dic) == expected
+
+
+def test_ids_are_read_with_int_as_elmoformanylangs_reads_them(tmp_path):
+    """`int(i)`: a sign, digits of any script and underscores are ids; a superscript digit is not."""
+    spelled = {5: "+5", 6: "\u0666", 10: "1_0"}
+
+    def respell(lines):
+        return [f"{line.split(chr(9))[0]}\t{spelled[k]}\n" if k in spelled else line for k, line in enumerate(lines)]
+
+    model = copy_with_dic("word_char", tmp_path / "model", "char.dic", respell)
+    assert load_efml(model).lexicon == load_efml(REFERENCE / "word_char").lexicon
+    broken = copy_with_dic("word_char", tmp_path / "broken", "char.dic", lambda lines: [*lines[:7], "x\t\u00b2\n"])
+    with pytest.raises(EfmlError, match=r"char\.dic, line 8: expected 'entry<TAB>id', got 'x\\t²'"):
+        load_efml(broken)
+
+
+def test_an_id_far_out_of_range_is_refused_before_anything_is_allocated_per_id(tmp_path):
+    import tracemalloc
+
+    def far(lines):
+        entry, _ = lines[30].split("\t")
+        return [*lines[:30], f"{entry}\t{10**8}\n", *lines[31:]]
+
+    model = copy_with_dic("word_char", tmp_path / "model", "char.dic", far)
+    tracemalloc.start()
+    try:
+        with pytest.raises(EfmlError, match=r"char\.dic, line 31: id 100000000 of .* is out of range: the file has 90"):
+            load_efml(model)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, peak
+
+
+@pytest.mark.parametrize("name", ["encoder.pkl", "token_embedder.pkl"])
+def test_a_cut_state_dict_is_refused_naming_it(name, tmp_path):
+    """Cut anywhere (inside the header, the pickle, the storages), one line naming the file."""
+    data = (REFERENCE / "word_char" / name).read_bytes()
+    shutil.copytree(REFERENCE / "word_char", tmp_path / "model")
+    for cut in (3, 10, 30, 60, 200, len(data) // 2, len(data) - 1):
+        (tmp_path / "model" / name).write_bytes(data[:cut])
+        with pytest.raises(EfmlError) as caught:
+            load_efml(tmp_path / "model")
+        message = str(caught.value)
+        assert message.startswith(f"{tmp_path / 'model' / name}: ") and "\n" not in message, (cut, message)
