@@ -1,7 +1,11 @@
 """`spacy elmo embed`: a text or JSONL file to HDF5 (all layers, the top one, or their average)."""
 
+import contextlib
+import sys
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from tqdm import tqdm
@@ -9,6 +13,7 @@ from tqdm import tqdm
 from ..bilm.batching import DEFAULT_WINDOW_CONTEXT, DEFAULT_WINDOW_SIZE
 from ..embed import (
     EmbedSettings,
+    EmbedWarning,
     embed_file,
     merge_shards,
     parse_shard,
@@ -28,6 +33,11 @@ def embed_cli(
     output_path: Path = typer.Argument(..., help="HDF5 output; a run killed before it finished is resumed by a re-run"),
     layers: str = typer.Option("all", "--layers", help=f"one of {', '.join(REDUCTIONS)}"),
     text_field: str = typer.Option("text", "--text-field", help="JSONL field holding the text"),
+    encoding: str = typer.Option(
+        "utf-8",
+        "--encoding",
+        help="the input's encoding (a UTF-8 byte-order mark is skipped); bytes that do not decode are refused",
+    ),
     tokenizer: str = typer.Option("whitespace", "--tokenizer", help="'whitespace' or a spaCy language code"),
     token_budget: int = typer.Option(4096, "--batch-tokens", help="padded tokens per batch"),
     dtype: str = typer.Option("float32", "--dtype", help="float32 or float16 storage"),
@@ -79,15 +89,34 @@ def embed_cli(
             window_context=window_context,
             sha256=sha256,
             runtime=runtime,
+            encoding=encoding,
         )
         part = parse_shard(shard) if shard is not None else shard_from_env()
-        with tqdm(unit=" lines", desc="embedding" if part is None else f"embedding shard {part[0]}/{part[1]}") as bar:
+        desc = "embedding" if part is None else f"embedding shard {part[0]}/{part[1]}"
+        with tqdm(unit=" lines", desc=desc) as bar, warnings_as_lines():
             written = embed_file(input_path, output_path, settings, workers=workers, progress=bar.update, shard=part)
     except (FileNotFoundError, ValueError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None
     target = output_path if part is None else shard_path(output_path, part)
     typer.echo(f"embedded {written} lines now; {target} is finished")
+
+
+@contextlib.contextmanager
+def warnings_as_lines() -> Iterator[None]:
+    """Show what a run tells its user (`EmbedWarning`) as one line on stderr, not a warning's two lines of
+    source location; other warnings as Python shows them."""
+    with warnings.catch_warnings():
+        shown = warnings.showwarning
+
+        def show(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+            if issubclass(category, EmbedWarning):
+                tqdm.write(f"warning: {message}", file=sys.stderr)  # above the progress bar, not inside it
+            else:
+                shown(message, category, *args, **kwargs)
+
+        warnings.showwarning = show
+        yield
 
 
 @elmo_cli.command("embed-merge")

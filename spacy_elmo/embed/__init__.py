@@ -2,9 +2,12 @@
 
 from .output import EmbedSettings, device_for_rank, embed_file, read_lines, word_splitter
 from .shards import Shard, ShardError, merge_shards, parse_shard, shard_from_env, shard_path
+from .store import EmbedWarning, OutputError
 
 __all__ = [
     "EmbedSettings",
+    "EmbedWarning",
+    "OutputError",
     "Shard",
     "ShardError",
     "device_for_rank",

@@ -1,5 +1,7 @@
 """Embed a text or JSONL file into HDF5, like the old `allennlp elmo` command, but resumable.
 
+The input is UTF-8 unless `--encoding` names another, decoded strictly and checked whole before anything
+is written (`text.check_text`: a byte that does not decode is refused, naming its line and offset).
 Every input line (or JSONL record) is one sentence; its vectors go to the dataset named by its line
 index ("0", "1", ...): all layers (L+1, n_tokens, 2P), the top layer or the average (n_tokens, 2P).
 Lines longer than the window are cut into overlapping windows as the pipe cuts docs, so memory stays
@@ -13,6 +15,8 @@ With a shard (`shards.py`), only that shard's lines are embedded, into the shard
 """
 
 import multiprocessing
+import os
+import warnings
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -26,9 +30,9 @@ from ..bilm.batching import DEFAULT_WINDOW_CONTEXT, DEFAULT_WINDOW_SIZE, check_w
 from ..io.digest import check_pin, file_sha256, parse_pin
 from ..launch_env import launch_env
 from ..mix import REDUCTIONS, reduce_layers
-from ..text import detect_format, make_tokenizer, open_text, texts_from_jsonl
+from ..text import UTF8, check_encoding, check_text, detect_format, make_tokenizer, text_lines, texts_from_jsonl
 from .shards import Shard, shard_path
-from .store import PartialRun, finished_output
+from .store import EmbedWarning, PartialRun, finished_output
 
 STORAGE_DTYPES = ("float32", "float16")
 RUNTIMES = ("torch", "onnxruntime")
@@ -51,9 +55,11 @@ class EmbedSettings:
     window_context: int = DEFAULT_WINDOW_CONTEXT
     sha256: Optional[str] = None  # the model's pinned digest
     runtime: str = "torch"  # or "onnxruntime": the exported graph, CPU, fp32 (no torch with an .onnx MODEL)
+    encoding: str = UTF8  # the input's; anything that does not decode is refused (`text.decode_failure`)
 
     def __post_init__(self) -> None:
         """Refuse a bad setting, naming the option, before any file is read or written."""
+        self.encoding = check_encoding(self.encoding, "--encoding")
         if self.runtime not in RUNTIMES:
             raise ValueError(f"--runtime must be one of {', '.join(RUNTIMES)}, got {self.runtime!r}")
         if self.runtime == "onnxruntime":
@@ -66,9 +72,13 @@ class EmbedSettings:
             import torch
 
             from ..bilm.precision import check_device, check_precision
+            from ..bilm.runner import parse_device
 
             check_precision(self.precision, "--precision")
-            check_device(self.precision, torch.device(self.device.split(":")[0]))
+            kind = self.device.split(":")[0]
+            if kind in ("cpu", "cuda"):  # a precision for another device is refused first, on any machine
+                check_device(self.precision, torch.device(kind))
+            parse_device(self.device, "--device")
         if self.layers not in REDUCTIONS:
             raise ValueError(f"--layers must be one of {', '.join(REDUCTIONS)}, got {self.layers!r}")
         if self.dtype not in STORAGE_DTYPES:
@@ -102,19 +112,23 @@ class EmbedSettings:
             "window_context": self.window_context,
             "chunk_lines": self.chunk_size,
         }
-        if self.runtime != "torch":  # recorded only when not the default, so outputs written before still resume
+        # recorded only when not the default, so that outputs written before still resume
+        if self.runtime != "torch":
             numbers["runtime"] = self.runtime
+        if self.encoding != UTF8:  # the same bytes read in another encoding are another text
+            numbers["encoding"] = self.encoding
         return numbers
 
 
-def read_lines(path: Path, text_field: str = "text") -> Iterator[str]:
-    """Lines of a text file, or the `text_field` of each record of a JSONL file (`text.detect_format`)."""
-    with open_text(path, errors="surrogateescape") as handle:
-        if detect_format(path) == "jsonl":
-            yield from texts_from_jsonl(handle, path, text_field, option="--text-field")
-        else:
-            for line in handle:
-                yield line.rstrip("\n")
+def read_lines(path: Path, text_field: str = "text", encoding: str = UTF8) -> Iterator[str]:
+    """Lines of a text file, or the `text_field` of each record of a JSONL file (`text.detect_format`),
+    decoded strictly (`text.text_lines`)."""
+    lines = text_lines(path, encoding, option="--encoding")
+    if detect_format(path) == "jsonl":
+        yield from texts_from_jsonl(lines, path, text_field, option="--text-field")
+    else:
+        for line in lines:
+            yield line.rstrip("\n")
 
 
 def word_splitter(name: str) -> Callable[[str], list[str]]:
@@ -258,10 +272,12 @@ def embed_file(
     file, see `shard_path`); returns the number of lines embedded now (0 when the output was finished)."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"--workers must be an integer >= 1, got {workers!r}")
-    if not input_path.exists():
-        raise FileNotFoundError(f"input file not found: {input_path}")
     if shard is not None:
         output_path = shard_path(output_path, shard)
+    check_paths(input_path, output_path)
+    if settings.runtime == "torch":
+        _check_rank_device(settings.device)
+    check_text(input_path, settings.encoding, option="--encoding")  # all of it, before anything is written
     # the model first (every check, the pinned digest): a model that does not load leaves nothing behind
     model = load_embed_model(settings)
     bound = binding(model, input_path, settings, shard)
@@ -271,7 +287,7 @@ def embed_file(
     run.open()
     done = run.finished_chunks()
     counter = _LineCounter()
-    lines = _chunks(read_lines(input_path, settings.text_field), settings.chunk_size, shard, counter)
+    lines = _chunks(read_lines(input_path, settings.text_field, settings.encoding), settings.chunk_size, shard, counter)
     todo = ((k, chunk) for k, chunk in lines if k not in done)
     written = 0
     results: Iterable[tuple[int, list[tuple[int, numpy.ndarray]]]]
@@ -301,7 +317,38 @@ def embed_file(
             pool.shutdown(cancel_futures=True)
     n_chunks = -(-len(counter.names) // settings.chunk_size)
     run.publish(n_chunks, counter.names, counter.n_lines)
+    if counter.n_lines == 0:  # likely the wrong file; the empty output is still what was asked for
+        what = "records" if detect_format(input_path) == "jsonl" else "lines"
+        warnings.warn(f"{input_path} has no {what}; wrote an empty {output_path}", EmbedWarning, stacklevel=2)
     return written
+
+
+def check_paths(input_path: Path, output_path: Path) -> None:
+    """Refuse, before anything is read or written, an input that is not a file and an output that is a
+    directory or the input itself (whose "finished output" check would otherwise talk about the input)."""
+    if not input_path.exists():
+        raise FileNotFoundError(f"input file not found: {input_path}")
+    if input_path.is_dir():
+        raise ValueError(f"{input_path}: INPUT is a directory; give a text or JSONL file")
+    if output_path.is_dir():
+        raise ValueError(f"{output_path}: OUTPUT is a directory; give the name of an HDF5 file to write")
+    if output_path.resolve() == input_path.resolve() or (
+        output_path.exists() and os.path.samefile(output_path, input_path)
+    ):
+        raise ValueError(f"{output_path}: OUTPUT is the input file {input_path}; give another output name")
+
+
+def _check_rank_device(device: str) -> None:
+    """Under a launcher, "cuda" is this process's GPU (`device_for_rank`): one this machine must have too
+    (the settings checked `device` itself)."""
+    from ..bilm.runner import parse_device
+
+    mine = device_for_rank(device)
+    if mine != device:
+        try:
+            parse_device(mine, "--device")
+        except ValueError as err:
+            raise ValueError(f"{err} (--device {device} under a launcher is cuda:LOCAL_RANK, here {mine})") from None
 
 
 def _pooled(

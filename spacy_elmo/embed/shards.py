@@ -17,7 +17,16 @@ import numpy
 
 from ..io.atomic import remove_stale_temporaries
 from ..launch_env import launch_env
-from .store import INFORMATIONAL, OutputError, add_dataset, differences, partial_dir, read_binding, write_finished
+from .store import (
+    INFORMATIONAL,
+    OutputError,
+    add_dataset,
+    check_digest,
+    differences,
+    partial_dir,
+    read_binding,
+    write_finished,
+)
 
 
 class ShardError(OutputError):
@@ -140,8 +149,4 @@ def _interleaved(handles: list, paths: list[Path], n_lines: int) -> Iterator[tup
         yield str(line), array
     for handle, path, digest in zip(handles, paths, digests):
         recorded = handle.attrs.get("content_sha256")
-        if digest.hexdigest() != recorded:
-            raise ShardError(
-                f"{path}: its datasets have SHA-256 {digest.hexdigest()}, but it was written with {recorded}: "
-                "the shard was damaged or edited after it was written; delete it and run that shard again"
-            )
+        check_digest(path, digest.hexdigest(), recorded, "shard", "delete it and run that shard again", ShardError)

@@ -3,15 +3,18 @@
 An output file (a shard's too) only ever appears whole. While a run is under way its work lives beside
 it, in `<output>.partial/`: `binding.json` first (what the output is bound to: the model and the input by
 content, and every setting that changes the numbers), then one `chunk-<k>.hdf5` per finished chunk, each
-published by an atomic rename. A re-run compares the binding and refuses, naming what differs; otherwise
-it skips the finished chunks and embeds the rest. Once every chunk is there, the output is assembled from
-them in line order into a temporary file and renamed into place, then the partial directory is removed:
-killed before the rename, the re-run assembles again; after it, the re-run finds the finished output and
-only tidies up. The assembly is deterministic, so an interrupted and resumed run gives the same bytes as
-an uninterrupted one.
+published by an atomic rename with the digest of its datasets inside. A re-run compares the binding and
+refuses, naming what differs; otherwise it checks the finished chunks' digests, embeds again (saying so)
+any chunk that is damaged, and embeds the rest. Once every chunk is there, the output is assembled from
+them in line order into a temporary file (each chunk's digest checked again as it is copied) and renamed
+into place, then the partial directory is removed: killed before the rename, the re-run assembles again;
+after it, the re-run finds the finished output and only tidies up. The assembly is deterministic, so an
+interrupted and resumed run gives the same bytes as an uninterrupted one.
 
 A finished file records its binding and `content_sha256`, a digest of every dataset (name, dtype, shape
-and bytes, in line order), so a merge refuses a shard damaged after it was written.
+and bytes, in line order): a re-run of a finished output and a merge of shards refuse a file damaged
+after it was written. A damaged chunk is embedded again rather than refused: it is this run's own work,
+its lines are at hand, and the result is the same bytes.
 """
 
 import contextlib
@@ -37,6 +40,10 @@ INFORMATIONAL = ("model.path", "input.path")
 
 class OutputError(ValueError):
     """An output, a partial run or a shard that does not belong with the run asked for, or is damaged."""
+
+
+class EmbedWarning(UserWarning):
+    """What a run did that its user should hear of: a damaged chunk embedded again, an empty input."""
 
 
 def partial_dir(output: Path) -> Path:
@@ -83,6 +90,23 @@ def dataset_digest(items: Iterable[tuple[str, numpy.ndarray]]) -> str:
 
 def line_names(names: Iterable[str]) -> list[str]:
     return sorted(names, key=int)
+
+
+def file_datasets(handle: Any) -> Iterator[tuple[str, numpy.ndarray]]:
+    """The datasets of an open output, shard or chunk file in line order (the order they were written)."""
+    for name in line_names(handle.keys()):
+        yield name, handle[name][...]
+
+
+def check_digest(
+    path: Path, actual: str, recorded: Any, what: str, remedy: str, error: type[OutputError] = OutputError
+) -> None:
+    """Refuse a file whose datasets' digest is not the one recorded when it was written."""
+    if actual != recorded:
+        raise error(
+            f"{path}: its datasets have SHA-256 {actual}, but the recorded digest is {recorded}: the {what} was "
+            f"damaged or edited after it was written; {remedy}"
+        )
 
 
 def write_finished(
@@ -159,8 +183,9 @@ class PartialRun:
             )
 
     def finished_chunks(self) -> set[int]:
-        """The chunks already written; a chunk file that cannot be read (damaged on disk) is removed, and
-        embedded again."""
+        """The chunks already written whose datasets still have the digest written with them; any other
+        chunk file (unreadable, damaged on disk, or written without a digest) is removed, with a warning,
+        and embedded again."""
         import h5py
 
         done = set()
@@ -170,37 +195,56 @@ class PartialRun:
                 continue
             try:
                 with h5py.File(path, "r") as handle:
-                    ok = handle.attrs.get("complete", False)
-            except OSError:
-                ok = False
-            if ok:
-                done.add(int(match.group(1)))
+                    recorded = handle.attrs.get("content_sha256")
+                    actual = dataset_digest(file_datasets(handle)) if handle.attrs.get("complete", False) else None
+            except (OSError, KeyError, ValueError):
+                recorded = actual = None
+            if actual is None:
+                why = "unreadable"
+            elif recorded is None:
+                why = "written without a digest (by an earlier version)"
+            elif actual != recorded:
+                why = f"damaged (its datasets have SHA-256 {actual}, written with {recorded})"
             else:
-                warnings.warn(f"{path}: unreadable chunk removed; it is embedded again", stacklevel=2)
-                path.unlink()
+                done.add(int(match.group(1)))
+                continue
+            warnings.warn(f"{path}: {why}; removed, its lines are embedded again", EmbedWarning, stacklevel=2)
+            path.unlink()
         return done
 
     def write_chunk(self, k: int, items: list[tuple[int, numpy.ndarray]]) -> None:
+        """Publish chunk k with the digest of its datasets, written in the same atomic write."""
         import h5py
 
+        digest = hashlib.sha256()
         with atomic_path(chunk_file(self.directory, k)) as tmp, h5py.File(tmp, "w") as handle:
             for index, array in items:
                 handle.create_dataset(str(index), data=array)
+                add_dataset(digest, str(index), array)
+            handle.attrs["content_sha256"] = digest.hexdigest()
             handle.attrs["complete"] = True
 
     def _datasets(self, n_chunks: int, expected: list[str]) -> Iterator[tuple[str, numpy.ndarray]]:
+        """Every chunk's datasets in line order, each chunk's digest checked once it is read (a chunk
+        damaged since the run started is refused, and the output is not published)."""
         import h5py
 
         position = 0
         for k in range(n_chunks):
             path = chunk_file(self.directory, k)
+            digest = hashlib.sha256()
             with h5py.File(path, "r") as handle:
-                for name in line_names(handle.keys()):
+                for name, array in file_datasets(handle):
                     if position >= len(expected) or name != expected[position]:
                         want = expected[position] if position < len(expected) else "none"
                         raise OutputError(f"{path}: holds line {name} where line {want} belongs; delete it and re-run")
                     position += 1
-                    yield name, handle[name][...]
+                    add_dataset(digest, name, array)
+                    yield name, array
+                recorded = handle.attrs.get("content_sha256")
+            check_digest(
+                path, digest.hexdigest(), recorded, "chunk", "run the same command again: it embeds its lines again"
+            )
         if position != len(expected):
             raise OutputError(f"{self.directory}: {len(expected) - position} lines missing; run it again")
 
@@ -215,9 +259,11 @@ class PartialRun:
 
 
 def finished_output(output: Path, binding: dict[str, Any]) -> Optional[bool]:
-    """None when `output` does not exist; True when it is a finished output bound to `binding` (and any
-    partial directory left by a kill after publishing is removed); otherwise an OutputError naming what
-    differs."""
+    """None when `output` does not exist; True when it is a finished output bound to `binding` whose
+    datasets still have their recorded digest (and any partial directory left by a kill after publishing
+    is removed); otherwise an OutputError naming what differs."""
+    import h5py
+
     if not output.exists():
         return None
     recorded = read_binding(output)
@@ -227,5 +273,11 @@ def finished_output(output: Path, binding: dict[str, Any]) -> Optional[bool]:
             f"{output} already holds a finished output of another model, input or settings: {'; '.join(differ)}. "
             "Choose another output name, or delete it to embed again"
         )
+    try:
+        with h5py.File(output, "r") as handle:
+            actual, digest = dataset_digest(file_datasets(handle)), handle.attrs.get("content_sha256")
+    except (OSError, KeyError, ValueError) as err:
+        raise OutputError(f"{output}: damaged ({err}); delete it and run again") from None
+    check_digest(output, actual, digest, "output", "delete it and run again")
     PartialRun(output, binding).discard()
     return True

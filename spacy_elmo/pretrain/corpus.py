@@ -6,6 +6,8 @@ Input formats:
 - "jsonl": one JSON object a line (.jsonl or .jsonl.gz), its `text_field` tokenized as above.
 - "tokenized": whitespace-separated tokens, a line a paragraph; sentences split by the sentencizer.
 - "bilm-tf": bilm-tf's training format, one tokenized sentence a line.
+Every file is UTF-8, decoded strictly (`text.text_lines`): bytes that do not decode are refused, naming
+the file, line and byte offset, never replaced by U+FFFD (the biLM would learn the replacement character).
 
 The stream holds *type* ids (every distinct token string seen, not only the vocabulary's words),
 each sentence framed by `<S>` (type 0) and `</S>` (type 1). Keeping the real strings matters: the
@@ -33,10 +35,12 @@ import srsly
 from .. import chars
 from ..io.atomic import atomic_directory, atomic_path
 from ..io.digest import file_sha256
-from ..text import make_tokenizer, open_text, texts_from_jsonl
+from ..text import make_tokenizer, text_lines, texts_from_jsonl
 from .vocab import BOS, EOS, Vocab
 
-CACHE_VERSION = 1
+# 2: text decoded strictly, a UTF-8 byte-order mark skipped; a cache of version 1 may hold U+FFFD tokens of
+# text that does not decode (or a mark glued to the first word), so it is built again once
+CACHE_VERSION = 2
 FORMATS = ("text", "jsonl", "tokenized", "bilm-tf")
 PathLike = Union[str, Path]
 
@@ -148,29 +152,27 @@ def file_digests(paths: Union[PathLike, Sequence[PathLike]]) -> list[list[str]]:
 def iter_paragraphs(path: Path) -> Iterator[str]:
     """Paragraphs of a plain-text file: runs of non-blank lines, joined by single spaces."""
     lines: list[str] = []
-    with open_text(path) as handle:
-        for line in handle:
-            line = line.strip()
-            if line:
-                lines.append(line)
-            elif lines:
-                yield " ".join(lines)
-                lines = []
+    for line in text_lines(path, error=CorpusError):
+        line = line.strip()
+        if line:
+            lines.append(line)
+        elif lines:
+            yield " ".join(lines)
+            lines = []
     if lines:
         yield " ".join(lines)
 
 
 def iter_jsonl(path: Path, field: str) -> Iterator[str]:
-    with open_text(path) as handle:
-        yield from texts_from_jsonl(handle, path, field, option="corpus.text_field", error=CorpusError)
+    lines = text_lines(path, error=CorpusError)
+    yield from texts_from_jsonl(lines, path, field, option="corpus.text_field", error=CorpusError)
 
 
 def iter_lines(path: Path) -> Iterator[list[str]]:
-    with open_text(path) as handle:
-        for line in handle:
-            tokens = line.split()
-            if tokens:
-                yield tokens
+    for line in text_lines(path, error=CorpusError):
+        tokens = line.split()
+        if tokens:
+            yield tokens
 
 
 def _frame(hashes: numpy.ndarray, starts: numpy.ndarray, bos: int, eos: int) -> numpy.ndarray:

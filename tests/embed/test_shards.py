@@ -166,15 +166,9 @@ def test_merge_refuses_a_shard_of_an_edited_input(corpus, tmp_path):
     assert not out.exists()
 
 
-def test_merge_refuses_a_shard_with_a_flipped_bit(two_shards):
+def test_merge_refuses_a_shard_with_a_flipped_bit(two_shards, flip_a_bit):
     out, files = two_shards
-    with h5py.File(files[1], "r") as handle:
-        offset = handle["3"].id.get_offset()  # line 3's data, stored contiguously
-    with open(files[1], "r+b") as raw:
-        raw.seek(offset + 5)
-        byte = raw.read(1)
-        raw.seek(offset + 5)
-        raw.write(bytes([byte[0] ^ 0x10]))
+    flip_a_bit(files[1], "3")  # line 3's data
     with pytest.raises(
         ShardError, match=rf"{files[1]}: its datasets have SHA-256 .* damaged or edited after it was written"
     ):

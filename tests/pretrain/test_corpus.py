@@ -125,3 +125,48 @@ def test_a_damaged_or_pickled_cache_file_is_named_with_how_to_rebuild(tmp_path, 
     message = str(error.value)
     assert message.startswith(f"{target}: not a readable corpus cache file")
     assert f"delete the cache entry {stream.directory}" in message
+
+
+@pytest.mark.parametrize("fmt", ["text", "jsonl", "tokenized", "bilm-tf"])
+def test_a_corpus_that_is_not_utf8_is_refused_naming_line_and_byte(tmp_path, fmt):
+    """Strict as `embed` is, with the same error: never U+FFFD tokens that the biLM would learn."""
+    path = tmp_path / ("latin.jsonl" if fmt == "jsonl" else "latin.txt")
+    lines = (
+        ['{"text": "A first line."}', '{"text": "Un caf\xe9."}'] if fmt == "jsonl" else ["A first line.", "Un caf\xe9."]
+    )
+    path.write_bytes("\n".join(lines).encode("latin-1") + b"\n")
+    offset = len(lines[0]) + 1 + lines[1].index("\xe9")
+    with pytest.raises(
+        CorpusError, match=rf"{path.name}, line 2, byte {offset}: not valid UTF-8 \(invalid continuation"
+    ):
+        prepare_corpus(path, CorpusSettings(format=fmt), tmp_path / "cache")
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir()), "no cache entry is written"
+    wide = tmp_path / "wide.txt"
+    wide.write_bytes("A line.\n".encode("utf-16"))
+    with pytest.raises(
+        CorpusError, match=r"wide.txt, line 1, byte 0: starts with a UTF-16 \(little-endian\) byte-order"
+    ):
+        prepare_corpus(wide, CorpusSettings(format="text" if fmt == "jsonl" else fmt), tmp_path / "cache")
+
+
+def test_a_utf8_byte_order_mark_is_no_part_of_the_first_word(tmp_path):
+    plain, marked = tmp_path / "plain.txt", tmp_path / "marked.txt"
+    plain.write_text("Hello world.\n", encoding="utf-8")
+    marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    assert words_of(prepare_corpus(marked, CorpusSettings(), tmp_path / "c")) == words_of(
+        prepare_corpus(plain, CorpusSettings(), tmp_path / "c")
+    )
+
+
+def test_evaluate_refuses_text_that_is_not_utf8_in_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import elmo_cli
+
+    path = tmp_path / "heldout.txt"
+    path.write_bytes("A line.\nUn caf\xe9.\n".encode("latin-1"))
+    result = CliRunner().invoke(elmo_cli, ["evaluate", "en_elmo_small", str(path)])
+    assert result.exit_code == 1 and (result.exception is None or isinstance(result.exception, SystemExit))
+    assert result.output.strip().splitlines() == [
+        f"error: {path}, line 2, byte 14: not valid UTF-8 (invalid continuation byte: e9); convert it to UTF-8"
+    ]
