@@ -53,7 +53,7 @@ from spacy_elmo.bilm.bilm import BiLM
 from spacy_elmo.bilm.options import full_options
 from spacy_elmo.bilm.runner import BiLMRunner
 from spacy_elmo.io import resolve as loading
-from spacy_elmo.onnx.export import export_bytes
+from spacy_elmo.onnx.export import export_bytes, record_graph_sha256
 from spacy_elmo.onnx.runtime import OnnxBiLM
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,7 +110,7 @@ def quantize(graph: bytes, variant: str, tmp: Path) -> bytes:
         model = fold_weight_unsqueezes(model)
     out = tmp / "quantized.onnx"
     quantize_dynamic(model, out, **settings)
-    data = out.read_bytes()
+    data = record_graph_sha256(onnx.load(str(out)))  # a quantized graph is a new graph: its own digest
     out.unlink()
     return data
 

@@ -16,9 +16,9 @@ def export_cli(
         None, "--sha256", help="refuse the model unless its digest is this one (as `spacy elmo verify` prints it)"
     ),
 ) -> None:
-    """Export the biLM as an ONNX graph: character ids (batch, length, width; 0 = no token) in, every layer
+    r"""Export the biLM as an ONNX graph: character ids (batch, length, width; 0 = no token) in, every layer
     (layers, batch, length, 2 x projection) out, fp32, stateless, any batch size and length (the LSTMs are
-    ONNX Scans over the run-time length). Needs `pip install spacy-elmo[onnx]`."""
+    ONNX Scans over the run-time length). Needs `pip install spacy-elmo\[onnx]`."""
     try:
         from ..io.resolve import load_model
         from ..onnx.export import export_onnx

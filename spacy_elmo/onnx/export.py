@@ -7,8 +7,12 @@ within its length, as `lstm.py` does), so the exported graph holds an ONNX `Scan
 at run time instead of a copy of the cell per step. It shares the weights of the `BiLM` it wraps.
 """
 
+import contextlib
+import logging
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import torch
 from torch import nn
@@ -16,10 +20,33 @@ from torch import nn
 from ..bilm.bilm import BiLM
 from ..bilm.lstm import reverse_within_lengths
 from ..io.atomic import atomic_write_bytes
-from .metadata import GraphMetadata
+from .metadata import GRAPH_SHA256_KEY, GraphMetadata, graph_sha256
 from .runtime import INPUT_NAME, OUTPUT_NAME
 
 OPSET = 18
+# what torch's exporter says on every export that is about torch, not about the biLM: it looks up
+# torchvision's operators (absent, and never used here) and trips torch's own deprecation of `LeafSpec`
+_EXPORTER_LOGGER = "torch.onnx._internal.exporter._registration"
+_EXPORTER_NOISE = "torchvision is not installed"
+_PYTREE_DEPRECATION = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
+
+
+class _DropExporterNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(_EXPORTER_NOISE)
+
+
+@contextlib.contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """Silence only the exporter's messages about torch itself (above); any other warning still shows."""
+    logger, noise = logging.getLogger(_EXPORTER_LOGGER), _DropExporterNoise()
+    logger.addFilter(noise)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_PYTREE_DEPRECATION, category=FutureWarning)
+            yield
+    finally:
+        logger.removeFilter(noise)
 
 
 class ExportableBiLM(nn.Module):
@@ -111,7 +138,7 @@ def export_bytes(bilm: BiLM, source_sha256: Optional[str] = None) -> bytes:
     assert example.shape[-1] == width
     batch, length = torch.export.Dim("batch"), torch.export.Dim("length")
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _quiet_exporter():
             program = torch.onnx.export(
                 module,
                 (example,),
@@ -129,7 +156,22 @@ def export_bytes(bilm: BiLM, source_sha256: Optional[str] = None) -> bytes:
     proto = program.model_proto
     for key, value in GraphMetadata(bilm.options, bilm.lexicon, source_sha256).to_strings().items():
         proto.metadata_props.add(key=key, value=value)
-    return proto.SerializeToString()
+    return record_graph_sha256(proto)
+
+
+def record_graph_sha256(proto: Any) -> bytes:
+    """The graph serialized with the digest of its own bytes recorded in it (`metadata.graph_sha256`), in
+    place of any it recorded before: for a graph changed after export (quantized, say), which is a new
+    graph whose digest is its own."""
+    kept = [entry for entry in proto.metadata_props if entry.key != GRAPH_SHA256_KEY]
+    del proto.metadata_props[:]
+    proto.metadata_props.extend(kept)
+    digest, _ = graph_sha256(proto.SerializeToString(), "the exported graph")
+    proto.metadata_props.add(key=GRAPH_SHA256_KEY, value=digest)
+    graph: bytes = proto.SerializeToString()
+    if graph_sha256(graph, "the exported graph") != (digest, digest):  # protobuf writes the same bytes again
+        raise RuntimeError("the exported graph's recorded digest does not cover its bytes")
+    return graph
 
 
 def export_onnx(bilm: BiLM, path: Union[str, Path], source_sha256: Optional[str] = None) -> Path:

@@ -4,14 +4,22 @@
 graph's metadata: how words become the ids the graph reads, and the dims of what it returns. A runtime
 needs nothing else, and no torch, to serve it. Plain strings (JSON) under `spacy_elmo.*` keys, read back
 through ONNX Runtime's model metadata (no `onnx` package needed to serve).
+
+The graph also records the SHA-256 of its own bytes (every initializer, node, input, output and metadata
+entry; all but the record holding the digest, `graph_sha256`), so that a flipped byte in a weight is
+refused at load rather than served: ONNX Runtime checks nothing of the kind. The top-level fields of the
+ModelProto are walked in protobuf's wire format (a tag, then a varint, a fixed width or a length), which
+needs no `onnx` package and copies nothing.
 """
 
+import hashlib
 import json
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from ..bilm.lexicon import Lexicon, LexiconError
-from ..bilm.options import BiLMOptions
+from ..bilm.options import FILE_KEYS, BiLMOptions
 
 FORMAT = "spacy-elmo.onnx.v1"
 FORMAT_KEY = "spacy_elmo.format"
@@ -19,6 +27,10 @@ OPTIONS_KEY = "spacy_elmo.options"
 LEXICON_KEY = "spacy_elmo.lexicon"
 SOURCE_SHA256_KEY = "spacy_elmo.source_sha256"
 VERSION_KEY = "spacy_elmo.version"
+GRAPH_SHA256_KEY = "spacy_elmo.graph_sha256"
+
+_METADATA_PROPS = 14  # ModelProto.metadata_props: repeated StringStringEntryProto {key = 1; value = 2}
+_LENGTH_DELIMITED = 2
 
 
 class OnnxModelError(ValueError):
@@ -65,3 +77,115 @@ class GraphMetadata:
         except (KeyError, json.JSONDecodeError, LexiconError) as err:
             raise OnnxModelError(f"{source}: the ONNX graph's spacy-elmo metadata is damaged ({err})") from None
         return cls(options, lexicon, strings.get(SOURCE_SHA256_KEY))
+
+    def check_shapes(self, input_shape: Sequence[Any], output_shape: Sequence[Any], source: str) -> None:
+        """Refuse metadata that disagrees with the shapes the graph declares for its input (B, T, width) and
+        output (L+1, B, T, 2P), naming the key: an edited value would otherwise fail at the first doc (a
+        wrong width) or be placed into arrays of the wrong size, or be ignored by `embed`."""
+        o, lexicon = self.options, self.lexicon
+        width_key = f"{OPTIONS_KEY} {FILE_KEYS['max_characters_per_token']}"
+        if lexicon is not None and lexicon.max_characters_per_token != o.max_characters_per_token:
+            raise OnnxModelError(
+                f"{source}: {width_key} = {o.max_characters_per_token} but {LEXICON_KEY} max_characters_per_token "
+                f"= {lexicon.max_characters_per_token}; the graph's metadata was edited"
+            )
+        if len(input_shape) != 3 or len(output_shape) != 4:
+            raise OnnxModelError(
+                f"{source}: the graph's input has shape {list(input_shape)} and its output {list(output_shape)}; a "
+                "spacy-elmo graph takes (batch, length, width) ids and returns (layers, batch, length, 2P) layers"
+            )
+        width = o.max_characters_per_token
+        if lexicon is not None:
+            width_key = f"{LEXICON_KEY} max_characters_per_token" + (" (+1: a word id)" if lexicon.words else "")
+            width = lexicon.width
+        layers_key, projection_key = (f"{OPTIONS_KEY} {FILE_KEYS[name]}" for name in ("n_layers", "projection_dim"))
+        stated = (  # (key, its value, what in the graph, the graph's dim, the dim the value implies)
+            (width_key, o.max_characters_per_token, "input's last dim", input_shape[-1], width),
+            (layers_key, o.n_layers, "output's first dim", output_shape[0], o.n_layers + 1),
+            (projection_key, o.projection_dim, "output's last dim", output_shape[-1], o.output_dim),
+        )
+        for key, value, what, declared, implied in stated:
+            if isinstance(declared, int) and declared != implied:  # a named (dynamic) dim states nothing
+                raise OnnxModelError(
+                    f"{source}: {key} = {value} disagrees with the graph, whose {what} is {declared} (not "
+                    f"{implied}); the graph's metadata was edited or comes from another graph: export the model again"
+                )
+
+
+def _varint(data: memoryview, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise ValueError("a varint runs past the end")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, pos
+
+
+def _fields(data: memoryview) -> Iterator[tuple[int, int, int, memoryview]]:
+    """(field number, start, end, payload of a length-delimited field) of each field of one message."""
+    pos = 0
+    while pos < len(data):
+        start = pos
+        tag, pos = _varint(data, pos)
+        wire_type = tag & 7
+        payload = data[pos:pos]
+        if wire_type == 0:
+            _, pos = _varint(data, pos)
+        elif wire_type == 1:
+            pos += 8
+        elif wire_type == _LENGTH_DELIMITED:
+            size, pos = _varint(data, pos)
+            payload = data[pos : pos + size]
+            pos += size
+        elif wire_type == 5:
+            pos += 4
+        else:
+            raise ValueError(f"wire type {wire_type} at byte {start}")
+        if pos > len(data):
+            raise ValueError(f"field {tag >> 3} at byte {start} runs past the end")
+        yield tag >> 3, start, pos, payload
+
+
+def _entry(payload: memoryview) -> tuple[bytes, bytes]:
+    """A StringStringEntryProto's (key, value)."""
+    found = {1: b"", 2: b""}
+    for number, _, _, value in _fields(payload):
+        found[number] = bytes(value)
+    return found[1], found[2]
+
+
+def graph_sha256(graph: bytes, source: str) -> tuple[str, Optional[str]]:
+    """(the SHA-256 of the graph's bytes without its `GRAPH_SHA256_KEY` entry, the digest that entry
+    records, or None for a graph without one)."""
+    data = memoryview(graph)
+    digest = hashlib.sha256()
+    recorded: Optional[str] = None
+    try:
+        for number, start, end, payload in _fields(data):
+            if number == _METADATA_PROPS:
+                key, value = _entry(payload)
+                if key == GRAPH_SHA256_KEY.encode():
+                    recorded = value.decode("ascii", "replace")
+                    continue
+            digest.update(data[start:end])
+    except ValueError as err:
+        raise OnnxModelError(f"{source}: not a readable ONNX graph ({err})") from None
+    return digest.hexdigest(), recorded
+
+
+def check_graph_sha256(graph: bytes, source: str) -> bool:
+    """Refuse a graph whose bytes are not those its recorded digest was taken of (a damaged weight, an
+    edited metadata entry); False for a graph that records no digest (exported before graphs did)."""
+    actual, recorded = graph_sha256(graph, source)
+    if recorded is None:
+        return False
+    if actual != recorded:
+        raise OnnxModelError(
+            f"{source}: the ONNX graph's content has SHA-256 {actual}, not the {recorded} recorded in it "
+            f"({GRAPH_SHA256_KEY}) when it was exported: the file is damaged or was edited; export it again"
+        )
+    return True

@@ -3,13 +3,23 @@
 `OnnxBiLM` is the stateless, fp32 counterpart of `BiLMRunner`: words in, one (L+1, n_tokens, 2P) array
 per sentence out, with the same ids (`bilm.lexicon.batch_to_ids`), the same token-budget batches and
 windows (`bilm.batching`), so the pipe and `embed` place its outputs exactly as they place the torch
-runner's. It holds the graph's bytes (what a saved pipeline stores) and makes its session from them when
-first used, again in a forked child (ONNX Runtime's thread pool does not survive a fork), and after
-unpickling (a session cannot be pickled; `nlp.pipe(n_process=...)` with spawn pickles the pipe).
+runner's. It holds the graph's bytes (what a saved pipeline stores); loading checks the digest the graph
+records of itself and its metadata against its declared shapes (`metadata.py`).
+
+Sessions belong to the process that made them, never to the object: each process keeps its own
+(`_sessions`, by object), made when first used. A forked child (`nlp.pipe(n_process=...)`) inherits the
+parent's sessions in memory but cannot use them (ONNX Runtime's thread pool does not survive a fork), and
+must never free them either: freeing one destroys the pool's condition variables, whose waiters (the
+parent's idle pool threads) do not exist in the child, so `pthread_cond_destroy` waits forever (the hang of
+a second `nlp.pipe(n_process=2)` call). At fork, the child moves them where nothing frees them
+(`_inherited`; a worker leaves with `os._exit`). A pickled object carries no session (spawn).
 """
 
 import hashlib
+import itertools
 import os
+import warnings
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -19,13 +29,31 @@ import numpy
 from ..bilm.batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET, embed_windowed, token_slice
 from ..bilm.lexicon import Lexicon, batch_to_ids
 from ..bilm.options import BiLMOptions
-from .metadata import GraphMetadata, OnnxModelError
+from .metadata import GraphMetadata, OnnxModelError, check_graph_sha256
 
 INPUT_NAME, OUTPUT_NAME = "char_ids", "layers"
 MISSING_RUNTIME = (
     "the 'onnxruntime' runtime needs the onnxruntime package: pip install 'spacy-elmo[onnx]' (or onnxruntime "
     "alone, to serve without torch)"
 )
+
+
+# this process's sessions, by `OnnxBiLM._key`; and those inherited through a fork, never freed (see above)
+_sessions: dict[int, Any] = {}
+_inherited: list[dict[int, Any]] = []
+_keys = itertools.count()
+
+
+def _keep_inherited_sessions() -> None:
+    _inherited.append(dict(_sessions))
+    _sessions.clear()
+
+
+os.register_at_fork(after_in_child=_keep_inherited_sessions)
+
+
+class OnnxGraphWarning(UserWarning):
+    """A graph that loads but whose content cannot be checked (exported before graphs recorded a digest)."""
 
 
 def import_onnxruntime() -> Any:
@@ -60,10 +88,14 @@ class OnnxBiLM:
         self.n_threads = n_threads
         self.token_budget = token_budget
         self.max_batch_size = max_batch_size
-        self._session: Any = None
-        self._pid = -1
         self._origin_pid = os.getpid()
+        self._register()
         self.metadata = self._read_metadata()
+
+    def _register(self) -> None:
+        """A key of this object's own for `_sessions`; its session there is freed with it."""
+        self._key = next(_keys)
+        weakref.finalize(self, _sessions.pop, self._key, None)
 
     @classmethod
     def from_file(cls, path: Union[str, Path], **settings: Any) -> "OnnxBiLM":
@@ -88,24 +120,27 @@ class OnnxBiLM:
         return hashlib.sha256(self.graph).hexdigest()
 
     def session(self) -> Any:
-        """The ONNX Runtime session, made on first use and again in a new process. A process other than the
-        one that made this object (`nlp.pipe(n_process=N)`, pools) runs with one thread, whatever
-        `n_threads` says: N processes on N cores want one each."""
-        if self._session is None or self._pid != os.getpid():
+        """This process's ONNX Runtime session, made on first use. A process other than the one that made
+        this object (`nlp.pipe(n_process=N)`, pools) runs with one thread, whatever `n_threads` says: N
+        processes on N cores want one each."""
+        session = _sessions.get(self._key)
+        if session is None:
             ort = import_onnxruntime()
             settings = ort.SessionOptions()
             settings.intra_op_num_threads = self.n_threads if os.getpid() == self._origin_pid else 1
             settings.log_severity_level = 3  # errors only: its warnings are about graph rewrites
             try:
-                self._session = ort.InferenceSession(self.graph, settings, providers=["CPUExecutionProvider"])
+                session = ort.InferenceSession(self.graph, settings, providers=["CPUExecutionProvider"])
             except Exception as err:  # ONNX Runtime raises its own exception types for bad graphs
                 raise OnnxModelError(
                     f"{self.source}: not a readable ONNX graph ({type(err).__name__}: {err})"
                 ) from None
-            self._pid = os.getpid()
-        return self._session
+            _sessions[self._key] = session
+        return session
 
     def _read_metadata(self) -> GraphMetadata:
+        """The graph's metadata, checked against the graph: its input and output names and shapes, then
+        the digest it records of its own bytes (a graph without one loads with a warning)."""
         session = self.session()
         metadata = GraphMetadata.from_strings(dict(session.get_modelmeta().custom_metadata_map), self.source)
         inputs, outputs = session.get_inputs(), session.get_outputs()
@@ -113,6 +148,15 @@ class OnnxBiLM:
             raise OnnxModelError(
                 f"{self.source}: the graph takes {[i.name for i in inputs]} and returns {[o.name for o in outputs]}; "
                 f"a spacy-elmo graph takes [{INPUT_NAME!r}] and returns [{OUTPUT_NAME!r}]"
+            )
+        metadata.check_shapes(inputs[0].shape, outputs[0].shape, self.source)
+        if not check_graph_sha256(self.graph, self.source):
+            warnings.warn(
+                f"{self.source}: the ONNX graph records no digest of its content (exported before spacy-elmo "
+                "recorded one), so a damaged weight cannot be detected; export it again with `python -m "
+                "spacy_elmo export` (or pin its sha256)",
+                OnnxGraphWarning,
+                stacklevel=3,
             )
         return metadata
 
@@ -150,8 +194,9 @@ class OnnxBiLM:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_session"], state["_pid"] = None, -1
+        del state["_key"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._register()

@@ -1,12 +1,17 @@
 """The exported graph served by ONNX Runtime (`OnnxBiLM`): the .onnx file alone is the model (options and
 lexicon in its metadata), its layers are the torch runner's within 1e-5 relative (fixture, shipped,
-ELMoForManyLangs-style and full-size models), and a foreign or damaged graph is refused with its name."""
+ELMoForManyLangs-style and full-size models), and a foreign, damaged or edited graph is refused with its
+name (a flipped weight byte by the digest the graph records, an edited option by the graph's shapes)."""
 
 import hashlib
+import json
 import pickle
+from typing import Callable
 
 import numpy
+import onnxruntime
 import pytest
+from typer.testing import CliRunner
 
 import onnx
 from efml_models import efml_bilm
@@ -14,10 +19,11 @@ from fixture_paths import ELMO_FIXTURE
 from spacy_elmo.bilm.bilm import BiLM
 from spacy_elmo.bilm.options import full_options
 from spacy_elmo.bilm.runner import BiLMRunner
+from spacy_elmo.cli import elmo_cli
 from spacy_elmo.io.resolve import load_model
 from spacy_elmo.onnx.export import export_bytes, export_onnx
-from spacy_elmo.onnx.metadata import FORMAT_KEY, OnnxModelError
-from spacy_elmo.onnx.runtime import OnnxBiLM
+from spacy_elmo.onnx.metadata import FORMAT_KEY, GRAPH_SHA256_KEY, OPTIONS_KEY, OnnxModelError
+from spacy_elmo.onnx.runtime import OnnxBiLM, OnnxGraphWarning
 
 SENTENCES = [
     ["The", "cat", "sat", "."],
@@ -99,7 +105,7 @@ def test_a_pickled_copy_runs_the_same(fixture_graph):
     served = OnnxBiLM.from_file(fixture_graph[1])
     expected = served.embed_sentences(SENTENCES[:2])
     copy = pickle.loads(pickle.dumps(served))
-    assert copy._session is None or copy._session is not served._session
+    assert copy.session() is not served.session()  # a session is never pickled: the copy makes its own
     for a, b in zip(expected, copy.embed_sentences(SENTENCES[:2])):
         assert numpy.array_equal(a, b)
 
@@ -132,3 +138,90 @@ def test_serving_imports_no_torch_module_of_its_own():
     for module in (spacy_elmo.onnx.runtime, spacy_elmo.onnx.metadata):
         source = open(module.__file__, encoding="utf-8").read()
         assert "import torch" not in source and "from torch" not in source, module.__name__
+
+
+def edited(path, target, edit: Callable[[onnx.ModelProto], None]):
+    """A copy of the graph at `path`, edited with the `onnx` package, at `target`."""
+    proto = onnx.load(str(path))
+    edit(proto)
+    onnx.save(proto, str(target))
+    return target
+
+
+def edit_option(section: str, key: str, value: int) -> Callable[[onnx.ModelProto], None]:
+    def edit(proto: onnx.ModelProto) -> None:
+        (entry,) = [p for p in proto.metadata_props if p.key == OPTIONS_KEY]
+        options = json.loads(entry.value)
+        options[section][key] = value
+        entry.value = json.dumps(options)
+
+    return edit
+
+
+def test_the_graph_records_the_digest_of_its_own_bytes(fixture_graph):
+    data = fixture_graph[1].read_bytes()
+    (recorded,) = [p.value for p in onnx.load(str(fixture_graph[1])).metadata_props if p.key == GRAPH_SHA256_KEY]
+    entry = onnx.StringStringEntryProto(key=GRAPH_SHA256_KEY, value=recorded).SerializeToString()
+    record = b"\x72" + bytes([len(entry)]) + entry  # ModelProto field 14, length-delimited
+    assert data.count(record) == 1
+    assert hashlib.sha256(data.replace(record, b"")).hexdigest() == recorded
+
+
+def test_a_flipped_byte_in_a_weight_is_refused_naming_the_file(fixture_graph, tmp_path):
+    data = bytearray(fixture_graph[1].read_bytes())
+    (weight,) = [i for i in onnx.load(str(fixture_graph[1])).graph.initializer if i.name.endswith("highway_carry_w.0")]
+    at = bytes(data).find(weight.raw_data)
+    assert at > 0 and bytes(data).count(weight.raw_data) == 1
+    data[at + len(weight.raw_data) // 2] ^= 0x01
+    damaged = tmp_path / "damaged.onnx"
+    damaged.write_bytes(bytes(data))
+    onnxruntime.InferenceSession(bytes(data))  # ONNX Runtime alone would serve it
+    with pytest.raises(OnnxModelError, match=rf"^{damaged}: the ONNX graph's content has SHA-256 [0-9a-f]{{64}}, not"):
+        OnnxBiLM.from_file(damaged)
+
+
+def test_a_graph_exported_before_graphs_recorded_a_digest_loads_with_a_warning(fixture_graph, tmp_path):
+    def forget_digest(proto: onnx.ModelProto) -> None:
+        kept = [p for p in proto.metadata_props if p.key != GRAPH_SHA256_KEY]
+        del proto.metadata_props[:]
+        proto.metadata_props.extend(kept)
+
+    old = edited(fixture_graph[1], tmp_path / "old.onnx", forget_digest)
+    with pytest.warns(OnnxGraphWarning, match=r"old\.onnx: the ONNX graph records no digest of its content"):
+        served = OnnxBiLM.from_file(old)
+    assert_same_layers(served, fixture_graph[0].bilm, SENTENCES[:2])
+
+
+EDITS = [
+    ("char_cnn", "max_characters_per_token", 40, "input's last dim is 50"),
+    ("lstm", "projection_dim", 17, "output's last dim is 32"),
+    ("lstm", "n_layers", 3, "output's first dim is 3"),
+]
+
+
+@pytest.mark.parametrize("section, key, value, graph_says", EDITS)
+def test_an_option_edited_in_the_metadata_is_refused_naming_the_key(
+    fixture_graph, tmp_path, section, key, value, graph_says
+):
+    changed = edited(fixture_graph[1], tmp_path / "edited.onnx", edit_option(section, key, value))
+    message = rf"^{changed}: {OPTIONS_KEY} {section}\.{key} = {value} disagrees with the graph, whose {graph_says}"
+    with pytest.raises(OnnxModelError, match=message):
+        OnnxBiLM.from_file(changed)
+    # `embed` loads through the same class: refused there too, in one line, before writing anything
+    (tmp_path / "in.txt").write_text("The cat sat .\n", encoding="utf-8")
+    out = tmp_path / "out.hdf5"
+    done = CliRunner().invoke(
+        elmo_cli, ["embed", str(changed), str(tmp_path / "in.txt"), str(out), "--runtime", "onnxruntime"]
+    )
+    assert done.exit_code == 1 and not out.exists(), done.output
+    assert f"{OPTIONS_KEY} {section}.{key} = {value} disagrees" in done.output
+
+
+def test_a_lexicon_that_disagrees_with_the_options_is_refused_naming_both(tmp_path):
+    bilm = efml_bilm(seed=3)
+    width = bilm.lexicon.max_characters_per_token
+    path = export_onnx(bilm, tmp_path / "efml.onnx")
+    changed = edited(path, tmp_path / "edited.onnx", edit_option("char_cnn", "max_characters_per_token", width + 3))
+    message = rf"max_characters_per_token = {width + 3} but spacy_elmo\.lexicon max_characters_per_token = {width};"
+    with pytest.raises(OnnxModelError, match=message):
+        OnnxBiLM.from_file(changed)

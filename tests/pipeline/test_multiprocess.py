@@ -1,7 +1,9 @@
 """`nlp.pipe(n_process=2)`: used to hang (the parent's OpenMP threads do not survive the fork); now the
-same layers as one process, for the shipped model, a model by path, and a pipeline from spacy.load.
+same layers as one process, for the shipped model, a model by path, and a pipeline from spacy.load. With
+the onnxruntime runtime, a second call used to hang (a worker freeing the ONNX Runtime session it
+inherited); now any number of calls give the one-process layers.
 
-Runs in a subprocess under a timeout, so that a hang fails the test instead of stalling the suite."""
+Each runs in a subprocess under a timeout, so that a hang fails the test instead of stalling the suite."""
 
 import json
 import os
@@ -45,20 +47,51 @@ print(json.dumps(results))
 """
 
 
-def test_n_process_2_gives_the_same_layers_and_does_not_hang(tmp_path):
+def run_script(script: str, *args: str, timeout: float = 240) -> dict:
+    """Run `script` in a new process group, return the JSON it printed last; fail if it hung."""
     process = subprocess.Popen(
-        [sys.executable, "-c", SCRIPT, str(ELMO_FIXTURE), str(tmp_path / "pipeline")],
+        [sys.executable, "-c", script, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
     )
     try:
-        out, err = process.communicate(timeout=240)
+        out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)  # the workers too
         process.communicate()
-        raise AssertionError("nlp.pipe(n_process=2) did not finish in 240 s (hung)") from None
+        raise AssertionError(f"nlp.pipe(n_process=2) did not finish in {timeout} s (hung)") from None
     assert process.returncode == 0, err[-3000:]
-    results = json.loads(out.strip().splitlines()[-1])
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_n_process_2_gives_the_same_layers_and_does_not_hang(tmp_path):
+    results = run_script(SCRIPT, str(ELMO_FIXTURE), str(tmp_path / "pipeline"))
     assert results == {"shipped": True, "path": True, "spacy.load": True, "parent threads kept": True}, results
+
+
+ONNX_SCRIPT = r"""
+import json, sys
+import numpy, spacy
+from spacy_elmo.io.resolve import load_model
+from spacy_elmo.onnx.export import export_onnx
+
+loaded = load_model(sys.argv[1])
+graph = export_onnx(loaded.bilm, sys.argv[2], loaded.sha256)
+nlp = spacy.blank("en")
+nlp.add_pipe("sentencizer")
+nlp.add_pipe("elmo", config={"model": {"path": str(graph), "runtime": "onnxruntime"}})
+texts = [f"Sentence number {i} talks about the bank of the river. And money {i}." for i in range(30)] + ["", "x"]
+texts += ["Ünïcödé 日本語 👍🏽 " + "x" * 300, " ".join(f"w{i % 41}" for i in range(300))]  # windows too
+one = [d._.elmo_layers for d in nlp.pipe(texts, batch_size=8)]
+same = []
+for call in range(3):  # the second call used to hang
+    two = [d._.elmo_layers for d in nlp.pipe(texts, batch_size=8, n_process=2)]
+    same.append(len(one) == len(two) and all(numpy.array_equal(a, b) for a, b in zip(one, two)))
+print(json.dumps(same))
+"""
+
+
+def test_n_process_2_with_the_onnx_runtime_three_calls_in_a_row(tmp_path):
+    assert run_script(ONNX_SCRIPT, str(ELMO_FIXTURE), str(tmp_path / "fixture.onnx"), timeout=180) == [True] * 3
