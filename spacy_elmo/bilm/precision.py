@@ -19,14 +19,17 @@ A precision is one strategy: `prepare` turns a float32 weight into the form it m
 and `multiply` computes with that form. On the CPU at inference, fp32 and bf16 run through oneDNN with
 each weight packed once (`OneDNN`; its private torch operators are in `_onednn.py`). A row's result
 from oneDNN does not depend on how many rows share the product: a probe checks that for every weight
-when it is packed. Where gradients flow (pretraining, fine-tuning), on a GPU, where oneDNN is missing,
-and for a weight oneDNN cannot pack or that fails its probe, torch's own products run (`TorchFloat`,
-`TorchHalf`). What each costs: benchmarks/RESULTS.md.
+when it is packed. On CPUs where oneDNN's bf16 kernel changes with the row count (AMX), bf16 products run
+in calls of a fixed number of rows (`BLOCK_ROWS`, `depends_on_row_count`). Where gradients flow
+(pretraining, fine-tuning), on a GPU, where oneDNN is missing, and for a weight oneDNN cannot pack or
+that fails its probe, torch's own products run (`TorchFloat`, `TorchHalf`). What each costs:
+benchmarks/RESULTS.md.
 
 Prepared weights live in the `Products` object (kept for the parameter they came from, prepared again
 when it changes), never in the model: saving a model saves its float32 weights whatever the precision.
 """
 
+import functools
 from typing import Callable, Optional, Union
 
 import torch
@@ -173,54 +176,124 @@ def multiply_matrices(
 
 
 # Rows of the probes that check a packed weight's batch independence: the fewest rows the biLM ever
-# multiplies (the LSTM's floor, `lstm.MIN_GEMM_ROWS`), a block and a tail, and a long product.
+# multiplies (the LSTM's floor, `lstm.MIN_GEMM_ROWS`), a block and a tail, and a long product; then a
+# block's rows at an offset (each row with other neighbours).
 PROBE_ROWS = (4, 37, 1031)
+PROBE_OFFSET = 5
+
+# oneDNN picks its bf16 kernel by the number of rows: on CPUs with AMX, tiles for some row counts and
+# AVX-512 for others, accumulating in another order, so a row's bf16 result depended on how many rows
+# shared its product (measured on an AMX Xeon: 1 of the 30 fixture sentences through the shipped model off
+# by 1.5e-5 alone vs in a batch). On such a CPU (`depends_on_row_count`), bf16 products run in calls of
+# exactly this many rows (zero rows pad the last): one kernel for every row whatever its batch. Elsewhere
+# products run whole. What it costs: benchmarks/RESULTS.md.
+BLOCK_ROWS = {"bf16": 32}
+# The row counts `depends_on_row_count` tries, each tiling the first DETECT_ROWS rows of its probe.
+DETECT_COUNTS = (4, 16, 32, 37, 64, 100, 256)
+DETECT_ROWS = 512
 
 
-def pack_for_onednn(w: torch.Tensor, dtype: torch.dtype) -> Optional[torch.Tensor]:
+def onednn_linear(
+    x: torch.Tensor, packed: torch.Tensor, bias: Optional[torch.Tensor], block_rows: Optional[int] = None
+) -> torch.Tensor:
+    """`_onednn.linear` of x (M, K), in calls of exactly `block_rows` rows (zero rows pad the last), or in
+    one call where `block_rows` is None."""
+    rows = x.shape[0]
+    if block_rows is None or rows == block_rows:
+        return _onednn.linear(x, packed, bias)
+    padding = -rows % block_rows
+    if padding:
+        x = torch.cat([x, x.new_zeros(padding, x.shape[1])])
+    blocks = [_onednn.linear(x[start : start + block_rows], packed, bias) for start in range(0, x.shape[0], block_rows)]
+    return (torch.cat(blocks) if len(blocks) > 1 else blocks[0])[:rows]
+
+
+@functools.cache
+def depends_on_row_count(dtype: torch.dtype) -> bool:
+    """Whether oneDNN's product in `dtype` on this CPU gives a row other bits in products of other row
+    counts: once a process, on a weight of the biLM's widths, each of DETECT_COUNTS tiling DETECT_ROWS rows
+    (2M results each: in bf16 such a difference shows in only ~1e-4 to 1e-5 of the results, as rounding
+    to bf16 hides most differences in the float32 sums' last places, so a few rows could miss it)."""
+    generator = torch.Generator().manual_seed(0)
+    w = torch.randn(512, 4096, generator=generator)
+    try:
+        packed = _onednn.pack(w, dtype)
+    except RuntimeError:
+        return False  # nothing to block: `pack_for_onednn` refuses such weights
+    probe = torch.randn(2 * DETECT_ROWS, w.shape[0], generator=generator).to(dtype)
+    longest = _onednn.linear(probe, packed, None)[:DETECT_ROWS]
+    for rows in DETECT_COUNTS:
+        tiles = [_onednn.linear(probe[s : s + rows], packed, None) for s in range(0, DETECT_ROWS, rows)]
+        if not torch.equal(torch.cat(tiles)[:DETECT_ROWS], longest):
+            return True
+    return False
+
+
+def pack_for_onednn(w: torch.Tensor, dtype: torch.dtype, block_rows: Optional[int] = None) -> Optional[torch.Tensor]:
     """A (K, N) weight packed for `_onednn.linear` in `dtype`, or None where oneDNN cannot pack it or
-    where a row's result would depend on how many rows share the product (a probe of PROBE_ROWS rows)."""
+    where a row's result would depend on how many rows share the product or which rows are beside it (a
+    probe of PROBE_ROWS rows, multiplied as `onednn_linear` multiplies with `block_rows`)."""
     try:
         packed = _onednn.pack(w, dtype)
     except RuntimeError:  # e.g. a dtype this CPU has no instructions for
         return None
     generator = torch.Generator().manual_seed(0)
     probe = torch.randn(PROBE_ROWS[-1], w.shape[0], generator=generator).to(dtype)
-    longest = _onednn.linear(probe, packed, None)
+    longest = onednn_linear(probe, packed, None, block_rows)
     for rows in PROBE_ROWS[:-1]:  # every row, those of a short product's tail block included
-        if not torch.equal(_onednn.linear(probe[:rows], packed, None), longest[:rows]):
+        if not torch.equal(onednn_linear(probe[:rows], packed, None, block_rows), longest[:rows]):
             return None
+    shifted = slice(PROBE_OFFSET, PROBE_OFFSET + PROBE_ROWS[1])
+    if not torch.equal(onednn_linear(probe[shifted], packed, None, block_rows), longest[shifted]):
+        return None
     return packed
 
 
+class OneDNNWeight:
+    """A weight packed for oneDNN, and the rows a call of it takes (None: any number)."""
+
+    def __init__(self, packed: torch.Tensor, block_rows: Optional[int]) -> None:
+        self.packed = packed
+        self.block_rows = block_rows
+        self.columns = packed.shape[0]
+
+
 class OneDNN(Strategy):
-    """fp32 or bf16 CPU inference through oneDNN, each weight packed once."""
+    """fp32 or bf16 CPU inference through oneDNN, each weight packed once; bf16 in calls of `BLOCK_ROWS`
+    rows on a CPU where whole products depend on their row count (`depends_on_row_count`)."""
 
     def __init__(self, precision: str) -> None:
         self.kernels = f"onednn-{precision}"
         self.dtype = torch.float32 if precision == "fp32" else HALF_DTYPES[precision]
+        blocks = precision in BLOCK_ROWS and depends_on_row_count(self.dtype)
+        self.block_rows = BLOCK_ROWS[precision] if blocks else None
 
     def runs_on(self, x: torch.Tensor, w: torch.Tensor) -> bool:
         return x.device.type == "cpu" and w.dtype == torch.float32
 
     def prepare(self, w: torch.Tensor) -> Optional[Matrices]:
-        return prepare_matrices(w, lambda matrix: pack_for_onednn(matrix, self.dtype))
+        return prepare_matrices(w, self.prepare_matrix)
+
+    def prepare_matrix(self, w: torch.Tensor) -> Optional[OneDNNWeight]:
+        """`w` packed, or None where it fails the probe (torch's products run)."""
+        packed = pack_for_onednn(w, self.dtype, self.block_rows)
+        return None if packed is None else OneDNNWeight(packed, self.block_rows)
 
     def multiply(self, x: torch.Tensor, prepared: object, bias: Optional[torch.Tensor]) -> torch.Tensor:
         first = prepared[0] if isinstance(prepared, list) else prepared
-        assert isinstance(first, torch.Tensor)
+        assert isinstance(first, OneDNNWeight)
         # cast once for every direction (`multiply_matrix` then finds it cast)
-        return multiply_matrices(x.to(self.dtype), prepared, bias, first.shape[0], self.multiply_matrix)
+        return multiply_matrices(x.to(self.dtype), prepared, bias, first.columns, self.multiply_matrix)
 
     def multiply_matrix(
         self, x: torch.Tensor, matrix: object, bias: Optional[torch.Tensor], out: Optional[torch.Tensor]
     ) -> torch.Tensor:
         """A bias of one row is fused into oneDNN's product, a bias per row (the LSTM's recurrent
         products) added in float32 after it."""
-        assert isinstance(matrix, torch.Tensor)
-        one_row = bias is not None and bias.numel() == matrix.shape[0]
+        assert isinstance(matrix, OneDNNWeight)
+        one_row = bias is not None and bias.numel() == matrix.columns
         fused = bias.reshape(-1).to(self.dtype).contiguous() if bias is not None and one_row else None
-        result = _onednn.linear(x.to(self.dtype).contiguous(), matrix, fused)
+        result = onednn_linear(x.to(self.dtype).contiguous(), matrix.packed, fused, matrix.block_rows)
         if bias is not None and not one_row:
             return torch.add(bias, result, out=out) if out is not None else bias + result
         return out.copy_(result) if out is not None else result.float()
