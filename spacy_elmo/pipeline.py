@@ -21,6 +21,7 @@ training's optimizer) and nothing is cached.
 
 import itertools
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 import numpy
@@ -155,7 +156,9 @@ class Elmo(TrainablePipe):
         return self
 
     def from_disk(self, path: Any, *, exclude: Iterable[str] = tuple()) -> "Elmo":
-        super().from_disk(path, exclude=exclude)
+        """As spaCy's, with errors about the saved weights naming their file (`PATH/model`)."""
+        with bilm_model.saved_weights_at(str(Path(path) / "model")):
+            super().from_disk(path, exclude=exclude)
         self.cache.clear()
         return self
 

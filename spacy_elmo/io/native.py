@@ -27,6 +27,7 @@ from .arrays import SOFTMAX_ARRAYS, WeightsError, bilm_arrays, build_bilm
 from .atomic import atomic_write_bytes, atomic_write_text
 
 FORMAT = "spacy-elmo.bilm.v1"
+REWRITE = "copy or export the model again"
 ALLOWED_DTYPES = ("float32", "float16", "int32", "int64")
 MODEL_FILE = "model.msgpack"
 OPTIONS_FILE = "options.json"
@@ -116,7 +117,7 @@ def bilm_to_bytes(
     return srsly.msgpack_dumps(payload)
 
 
-def _checked_payload(data: bytes, source: str) -> dict[str, Any]:
+def _checked_payload(data: bytes, source: str, remedy: str = REWRITE) -> dict[str, Any]:
     """The file's contents, its format and (when it records one) its digest checked."""
     try:
         payload = srsly.msgpack_loads(data, use_list=True)
@@ -130,7 +131,7 @@ def _checked_payload(data: bytes, source: str) -> dict[str, Any]:
     if not isinstance(recorded, str) or len(recorded) != 64:
         raise WeightsError(
             f"{source}: the model file records no valid SHA-256 digest ({DIGEST_KEY!r} is {recorded!r}); its "
-            "contents cannot be checked (a damaged file, or one not written by spacy-elmo): export the model again"
+            f"contents cannot be checked (a damaged file, or one not written by spacy-elmo): {remedy}"
         )
     converted_from = payload.get(SOURCE_KEY)
     if converted_from is not None and not isinstance(converted_from, dict):
@@ -142,7 +143,7 @@ def _checked_payload(data: bytes, source: str) -> dict[str, Any]:
     if actual != recorded:
         raise WeightsError(
             f"{source}: the model file is corrupt: its contents have SHA-256 {actual}, but it was written "
-            f"with {recorded} (a damaged copy or an edited file; copy or export the model again)"
+            f"with {recorded} (a damaged copy or an edited file): {remedy}"
         )
     return payload
 
@@ -159,8 +160,9 @@ def _bilm_from_payload(payload: dict[str, Any], source: str) -> BiLM:
     return build_bilm(options, arrays, source=source, vocab=vocab, lexicon=lexicon)
 
 
-def bilm_from_bytes(data: bytes, source: str = "model bytes") -> BiLM:
-    return _bilm_from_payload(_checked_payload(data, source), source)
+def bilm_from_bytes(data: bytes, source: str = "model bytes", remedy: str = REWRITE) -> BiLM:
+    """remedy: what a refusal of damaged bytes advises (a saved pipeline's weights are saved again, not exported)."""
+    return _bilm_from_payload(_checked_payload(data, source, remedy), source)
 
 
 @dataclass(frozen=True)

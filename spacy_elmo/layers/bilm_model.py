@@ -13,7 +13,10 @@ outputs back on the docs' tokens (`placements`), so they give the same layers to
 Weights are loaded by the layer's `init` (`nlp.initialize()`), or by `from_bytes`/`from_disk` when a
 saved pipeline is loaded (then the configured path is never read: it may not exist where the pipeline
 is deployed). A pipe added with `nlp.add_pipe("elmo")` and used at once, with no `nlp.initialize()`,
-loads on its first batch, before any doc is processed; a bad path fails there, naming it.
+loads on its first batch, before any doc is processed; a bad path fails there, naming it. Saved weights
+that do not load are named by the file they were read from where spaCy's `from_disk` knows it (thinc's
+`from_bytes`, which the shims see, does not: `saved_weights_at`), and the advice is the saved pipeline's
+(save it again, or train it again), not the model's.
 
 The settings are arguments of `spacy-elmo.BiLM.v1` and nothing else: the runner holds how the biLM
 runs, and a frozen `BiLMLayerSettings` in the attrs (which thinc cannot serialize, so never saves) the
@@ -21,6 +24,8 @@ windows, fine-tuning and runtime; the shim saves only weights. The config a pipe
 decides them, never a saved copy.
 """
 
+import contextlib
+import contextvars
 import copy
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -41,6 +46,7 @@ from ..bilm.batching import (
 )
 from ..bilm.options import BiLMOptions
 from ..io.digest import parse_pin
+from ..onnx.metadata import names_onnx_graph
 from .segments import Segment
 
 BILM_LAYER_NAME = "elmo-bilm"
@@ -54,6 +60,24 @@ TORCH_MISSING = (
     'spacy.load(PATH, config={"components": {"elmo": {"model": {"runtime": "onnxruntime"}}}}) and save it '
     "with nlp.to_disk (the README's recipe)"
 )
+SAVED_WEIGHTS = "spacy-elmo pipeline weights"
+SAVED_REMEDY = "save the pipeline again (nlp.to_disk) from a copy that loads, or train it again"
+_saved_weights = contextvars.ContextVar("spacy_elmo_saved_weights", default=SAVED_WEIGHTS)
+
+
+@contextlib.contextmanager
+def saved_weights_at(path: str) -> Iterator[None]:
+    """While saved weights are loaded from `path` (the pipe's `from_disk`), errors about them name it."""
+    token = _saved_weights.set(path)
+    try:
+        yield
+    finally:
+        _saved_weights.reset(token)
+
+
+def saved_weights_source() -> str:
+    """How errors name the saved weights being loaded: their file, or `SAVED_WEIGHTS` where it is unknown."""
+    return _saved_weights.get()
 
 
 @dataclass(frozen=True)
@@ -230,6 +254,12 @@ def BiLM_v1(
     check_window(window_size, window_context)
     if runtime not in RUNTIMES:
         raise ValueError(f"{ARCHITECTURE}: runtime must be one of {RUNTIMES}, got {runtime!r}")
+    if runtime == "torch" and names_onnx_graph(path):
+        raise ValueError(
+            f'{PATH_OPTION} = {path!r} is an ONNX graph, which runtime "torch" (the default) cannot load: set '
+            '[components.elmo.model] runtime = "onnxruntime" (with add_pipe: config={"model": {"runtime": '
+            '"onnxruntime", ...}})'
+        )
     if isinstance(n_threads, bool) or not isinstance(n_threads, int) or n_threads < 0:
         raise ValueError(
             f"{ARCHITECTURE}: n_threads must be an integer >= 0 (0 = the runtime's own setting), got {n_threads!r}"

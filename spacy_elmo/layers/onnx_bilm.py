@@ -29,12 +29,19 @@ from thinc.types import Floats3d, Floats4d
 
 from ..bilm.batching import token_budget_batches
 from ..io.digest import check_pin
+from ..onnx.metadata import EXPORT_AGAIN, names_onnx_graph
 from ..onnx.runtime import OnnxBiLM
-from .bilm_model import ARCHITECTURE, BILM_LAYER_NAME, PATH_OPTION, SHA256_OPTION, ensure_options, gather_outputs
+from .bilm_model import (
+    ARCHITECTURE,
+    BILM_LAYER_NAME,
+    PATH_OPTION,
+    SAVED_REMEDY,
+    SHA256_OPTION,
+    ensure_options,
+    gather_outputs,
+    saved_weights_source,
+)
 from .segments import segment_docs
-
-ONNX_SUFFIX = ".onnx"
-SAVED_SOURCE = "spacy-elmo pipeline weights (ONNX graph)"
 
 
 def check_onnx_settings(stateful: bool, fine_tune: bool, precision: str) -> None:
@@ -56,7 +63,7 @@ def check_onnx_settings(stateful: bool, fine_tune: bool, precision: str) -> None
 
 def graph_from_model(path: str, sha256: Optional[str]) -> tuple[bytes, str]:
     """(graph bytes, source) for the configured path: an .onnx file as it is, any other model exported."""
-    if path.endswith(ONNX_SUFFIX):
+    if names_onnx_graph(path):
         file = Path(path)
         if not file.is_file():
             raise FileNotFoundError(f"{PATH_OPTION}: no such ONNX file: {path}")
@@ -76,9 +83,9 @@ def graph_from_model(path: str, sha256: Optional[str]) -> tuple[bytes, str]:
     return export_bytes(loaded.bilm, source_sha256=loaded.sha256), str(loaded.source.path)
 
 
-def graph_from_weights(data: bytes) -> bytes:
-    """Saved weights as a graph: a graph as it is; a torch-runtime pipeline's weights (thinc's PyTorch shim
-    message around the native msgpack model) exported."""
+def graph_from_weights(data: bytes, source: str) -> bytes:
+    """Saved weights (`source` names them) as a graph: a graph as it is; a torch-runtime pipeline's weights
+    (thinc's PyTorch shim message around the native msgpack model) exported."""
     if data.startswith(b"\x08"):  # an ONNX ModelProto starts with its ir_version field
         return data
     try:
@@ -87,7 +94,8 @@ def graph_from_weights(data: bytes) -> bytes:
         native = srsly.msgpack_loads(data)["state"]
     except Exception:  # msgpack raises several unrelated types on corrupt input
         raise ValueError(
-            f"{SAVED_SOURCE}: neither an ONNX graph nor the weights of a torch-runtime pipeline (a damaged file?)"
+            f"{source}: neither an ONNX graph nor the weights of a torch-runtime pipeline (a damaged file?): "
+            + SAVED_REMEDY
         ) from None
     try:
         from ..io.native import bilm_from_bytes
@@ -98,7 +106,7 @@ def graph_from_weights(data: bytes) -> bytes:
             f"exports them first, which needs torch and the [onnx] extra ({err}). Save the pipeline for "
             "serving where torch is installed (load it with runtime 'onnxruntime', then nlp.to_disk)"
         ) from None
-    bilm = bilm_from_bytes(native, source="spacy-elmo pipeline weights")
+    bilm = bilm_from_bytes(native, source=source, remedy=SAVED_REMEDY)
     return export_bytes(bilm)
 
 
@@ -123,8 +131,11 @@ class OnnxRunner:
         assert self.bilm is not None
         return self.bilm
 
-    def set_graph(self, graph: bytes, source: str) -> None:
-        self.bilm = OnnxBiLM(graph, source=source, n_threads=self.n_threads, token_budget=self.token_budget)
+    def set_graph(self, graph: bytes, source: str, remedy: str = EXPORT_AGAIN) -> None:
+        """remedy: what errors about a damaged graph advise (a saved pipeline's: `SAVED_REMEDY`)."""
+        self.bilm = OnnxBiLM(
+            graph, source=source, n_threads=self.n_threads, token_budget=self.token_budget, remedy=remedy
+        )
 
     def reset_state(self) -> None:
         """Nothing is carried between batches."""
@@ -139,7 +150,8 @@ class OnnxRuntimeShim(Shim):
         return self._model.load().graph
 
     def from_bytes(self, data: bytes) -> "OnnxRuntimeShim":
-        self._model.set_graph(graph_from_weights(data), SAVED_SOURCE)
+        source = saved_weights_source()
+        self._model.set_graph(graph_from_weights(data, source), source, SAVED_REMEDY)
         return self
 
     def to_device(self, device_type: str, device_id: int) -> None:

@@ -27,10 +27,12 @@ from ..io.resolve import load_model
 from .bilm_model import (
     BILM_LAYER_NAME,
     PATH_OPTION,
+    SAVED_REMEDY,
     SHA256_OPTION,
     gather_outputs,
     layer_settings,
     placements,
+    saved_weights_source,
     set_dims_from_options,
 )
 from .segments import segment_docs
@@ -68,7 +70,8 @@ def serialize_runner(runner: BiLMRunner) -> bytes:
 
 
 def deserialize_runner(runner: BiLMRunner, data: bytes, device: torch.device) -> BiLMRunner:
-    runner.set_bilm(prepare_for_pipe(bilm_from_bytes(data, source="spacy-elmo pipeline weights")), device)
+    """The shim's deserializer; errors name the file the weights come from where it is known."""
+    runner.set_bilm(prepare_for_pipe(bilm_from_bytes(data, source=saved_weights_source(), remedy=SAVED_REMEDY)), device)
     return runner
 
 

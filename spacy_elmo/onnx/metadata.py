@@ -10,6 +10,13 @@ entry; all but the record holding the digest, `graph_sha256`), so that a flipped
 refused at load rather than served: ONNX Runtime checks nothing of the kind. The top-level fields of the
 ModelProto are walked in protobuf's wire format (a tag, then a varint, a fixed width or a length), which
 needs no `onnx` package and copies nothing.
+
+The format entry says whether the digest must be there: graphs written since it was recorded are in
+format 2 (`FORMAT`), which requires it, so a deleted digest entry is refused, never a reason to skip the
+check; format 1 (`FORMAT_V1`, exported before) may lack one and loads with a warning. A graph without the
+format entry is refused (every spacy-elmo graph has carried one). None of this is security: anyone can
+write metadata (a format and a digest to match their edits); what it buys is that damage or a careless
+edit is never served silently. A pinned sha256 is what ties a graph to one the user trusts.
 """
 
 import hashlib
@@ -21,16 +28,25 @@ from typing import Any, Optional
 from ..bilm.lexicon import Lexicon, LexiconError
 from ..bilm.options import FILE_KEYS, BiLMOptions
 
-FORMAT = "spacy-elmo.onnx.v1"
+FORMAT = "spacy-elmo.onnx.v2"  # what export writes: records GRAPH_SHA256_KEY, which loading then requires
+FORMAT_V1 = "spacy-elmo.onnx.v1"  # exported before graphs recorded their digest: one may be missing
+FORMATS = (FORMAT_V1, FORMAT)
 FORMAT_KEY = "spacy_elmo.format"
 OPTIONS_KEY = "spacy_elmo.options"
 LEXICON_KEY = "spacy_elmo.lexicon"
 SOURCE_SHA256_KEY = "spacy_elmo.source_sha256"
 VERSION_KEY = "spacy_elmo.version"
 GRAPH_SHA256_KEY = "spacy_elmo.graph_sha256"
+ONNX_SUFFIX = ".onnx"
+EXPORT_AGAIN = "export it again (`python -m spacy_elmo export`)"
 
 _METADATA_PROPS = 14  # ModelProto.metadata_props: repeated StringStringEntryProto {key = 1; value = 2}
 _LENGTH_DELIMITED = 2
+
+
+def names_onnx_graph(path: str) -> bool:
+    """Whether a configured path names an .onnx graph (which only the onnxruntime runtime serves)."""
+    return path.lower().endswith(ONNX_SUFFIX)
 
 
 class OnnxModelError(ValueError):
@@ -40,11 +56,13 @@ class OnnxModelError(ValueError):
 @dataclass(frozen=True)
 class GraphMetadata:
     """options: the biLM's (dims, ids); lexicon: its vocabularies (None: bilm-tf byte ids);
-    source_sha256: the digest of the model it was exported from, as `spacy elmo verify` prints it."""
+    source_sha256: the digest of the model it was exported from, as `spacy elmo verify` prints it;
+    format: the graph's (`FORMATS`); `to_strings` writes `FORMAT`, the one export writes."""
 
     options: BiLMOptions
     lexicon: Optional[Lexicon]
     source_sha256: Optional[str]
+    format: str = FORMAT
 
     def to_strings(self) -> dict[str, str]:
         from ..about import __version__
@@ -63,7 +81,7 @@ class GraphMetadata:
     @classmethod
     def from_strings(cls, strings: dict[str, str], source: str) -> "GraphMetadata":
         found = strings.get(FORMAT_KEY)
-        if found != FORMAT:
+        if found not in FORMATS:
             what = "records no spacy-elmo metadata" if found is None else f"is in format {found!r}"
             raise OnnxModelError(
                 f"{source}: the ONNX graph {what}, expected {FORMAT!r}: serve graphs written by "
@@ -76,9 +94,11 @@ class GraphMetadata:
             lexicon = Lexicon.from_dict(json.loads(lexicon_json), source) if lexicon_json is not None else None
         except (KeyError, json.JSONDecodeError, LexiconError) as err:
             raise OnnxModelError(f"{source}: the ONNX graph's spacy-elmo metadata is damaged ({err})") from None
-        return cls(options, lexicon, strings.get(SOURCE_SHA256_KEY))
+        return cls(options, lexicon, strings.get(SOURCE_SHA256_KEY), found)
 
-    def check_shapes(self, input_shape: Sequence[Any], output_shape: Sequence[Any], source: str) -> None:
+    def check_shapes(
+        self, input_shape: Sequence[Any], output_shape: Sequence[Any], source: str, remedy: str = EXPORT_AGAIN
+    ) -> None:
         """Refuse metadata that disagrees with the shapes the graph declares for its input (B, T, width) and
         output (L+1, B, T, 2P), naming the key: an edited value would otherwise fail at the first doc (a
         wrong width) or be placed into arrays of the wrong size, or be ignored by `embed`."""
@@ -108,7 +128,7 @@ class GraphMetadata:
             if isinstance(declared, int) and declared != implied:  # a named (dynamic) dim states nothing
                 raise OnnxModelError(
                     f"{source}: {key} = {value} disagrees with the graph, whose {what} is {declared} (not "
-                    f"{implied}); the graph's metadata was edited or comes from another graph: export the model again"
+                    f"{implied}); the graph's metadata was edited or comes from another graph: {remedy}"
                 )
 
 
@@ -177,15 +197,21 @@ def graph_sha256(graph: bytes, source: str) -> tuple[str, Optional[str]]:
     return digest.hexdigest(), recorded
 
 
-def check_graph_sha256(graph: bytes, source: str) -> bool:
+def check_graph_sha256(graph: bytes, source: str, graph_format: str, remedy: str = EXPORT_AGAIN) -> bool:
     """Refuse a graph whose bytes are not those its recorded digest was taken of (a damaged weight, an
-    edited metadata entry); False for a graph that records no digest (exported before graphs did)."""
+    edited metadata entry), or one in `FORMAT` that records none (its entry deleted); False for a graph in
+    `FORMAT_V1` that records none (exported before graphs did). `remedy`: what to do instead."""
     actual, recorded = graph_sha256(graph, source)
     if recorded is None:
-        return False
+        if graph_format == FORMAT_V1:
+            return False
+        raise OnnxModelError(
+            f"{source}: the ONNX graph is in format {graph_format!r} ({FORMAT_KEY}), which records the digest of "
+            f"its content, and its {GRAPH_SHA256_KEY} entry is missing: the file was edited or damaged; {remedy}"
+        )
     if actual != recorded:
         raise OnnxModelError(
             f"{source}: the ONNX graph's content has SHA-256 {actual}, not the {recorded} recorded in it "
-            f"({GRAPH_SHA256_KEY}) when it was exported: the file is damaged or was edited; export it again"
+            f"({GRAPH_SHA256_KEY}) when it was exported: the file is damaged or was edited; {remedy}"
         )
     return True

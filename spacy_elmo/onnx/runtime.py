@@ -4,7 +4,7 @@
 per sentence out, with the same ids (`bilm.lexicon.batch_to_ids`), the same token-budget batches and
 windows (`bilm.batching`), so the pipe and `embed` place its outputs exactly as they place the torch
 runner's. It holds the graph's bytes (what a saved pipeline stores); loading checks the digest the graph
-records of itself and its metadata against its declared shapes (`metadata.py`).
+records of itself (required in format 2) and its metadata against its declared shapes (`metadata.py`).
 
 Sessions belong to the process that made them, never to the object: each process keeps its own
 (`_sessions`, by object), made when first used. A forked child (`nlp.pipe(n_process=...)`) inherits the
@@ -29,7 +29,7 @@ import numpy
 from ..bilm.batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET, embed_windowed, token_slice
 from ..bilm.lexicon import Lexicon, batch_to_ids
 from ..bilm.options import BiLMOptions
-from .metadata import GraphMetadata, OnnxModelError, check_graph_sha256
+from .metadata import EXPORT_AGAIN, GraphMetadata, OnnxModelError, check_graph_sha256
 
 INPUT_NAME, OUTPUT_NAME = "char_ids", "layers"
 MISSING_RUNTIME = (
@@ -53,7 +53,8 @@ os.register_at_fork(after_in_child=_keep_inherited_sessions)
 
 
 class OnnxGraphWarning(UserWarning):
-    """A graph that loads but whose content cannot be checked (exported before graphs recorded a digest)."""
+    """A graph that loads but whose content cannot be checked (format 1: exported before graphs recorded a
+    digest)."""
 
 
 def import_onnxruntime() -> Any:
@@ -68,6 +69,7 @@ class OnnxBiLM:
     """An exported biLM (`spacy elmo export`) served by ONNX Runtime.
 
     graph: the .onnx file's bytes; source: how errors name it (a path, "pipeline weights");
+    remedy: what errors about a damaged or edited graph tell the user to do (a saved pipeline's differs);
     n_threads: ONNX Runtime's intra-op threads (0: its default, one per physical core);
     token_budget, max_batch_size: as for `BiLMRunner` (padded tokens and rows per batch).
     """
@@ -82,9 +84,11 @@ class OnnxBiLM:
         n_threads: int = 0,
         token_budget: int = DEFAULT_TOKEN_BUDGET,
         max_batch_size: Optional[int] = DEFAULT_MAX_BATCH_SIZE,
+        remedy: str = EXPORT_AGAIN,
     ) -> None:
         self.graph = graph
         self.source = source
+        self.remedy = remedy
         self.n_threads = n_threads
         self.token_budget = token_budget
         self.max_batch_size = max_batch_size
@@ -140,7 +144,8 @@ class OnnxBiLM:
 
     def _read_metadata(self) -> GraphMetadata:
         """The graph's metadata, checked against the graph: its input and output names and shapes, then
-        the digest it records of its own bytes (a graph without one loads with a warning)."""
+        the digest it records of its own bytes (required in format 2; a format-1 graph without one loads with
+        a warning)."""
         session = self.session()
         metadata = GraphMetadata.from_strings(dict(session.get_modelmeta().custom_metadata_map), self.source)
         inputs, outputs = session.get_inputs(), session.get_outputs()
@@ -149,12 +154,12 @@ class OnnxBiLM:
                 f"{self.source}: the graph takes {[i.name for i in inputs]} and returns {[o.name for o in outputs]}; "
                 f"a spacy-elmo graph takes [{INPUT_NAME!r}] and returns [{OUTPUT_NAME!r}]"
             )
-        metadata.check_shapes(inputs[0].shape, outputs[0].shape, self.source)
-        if not check_graph_sha256(self.graph, self.source):
+        metadata.check_shapes(inputs[0].shape, outputs[0].shape, self.source, self.remedy)
+        if not check_graph_sha256(self.graph, self.source, metadata.format, self.remedy):
             warnings.warn(
-                f"{self.source}: the ONNX graph records no digest of its content (exported before spacy-elmo "
-                "recorded one), so a damaged weight cannot be detected; export it again with `python -m "
-                "spacy_elmo export` (or pin its sha256)",
+                f"{self.source}: the ONNX graph records no digest of its content (format {metadata.format!r}: "
+                "exported before spacy-elmo recorded one), so a damaged weight cannot be detected; export it again "
+                "with `python -m spacy_elmo export` (or pin its sha256)",
                 OnnxGraphWarning,
                 stacklevel=3,
             )

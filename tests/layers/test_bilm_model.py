@@ -67,6 +67,19 @@ def test_a_missing_path_names_the_config_option_before_any_doc_is_processed(tmp_
     assert not seen
 
 
+@pytest.mark.parametrize("path", ["model.onnx", "/served/MODEL.ONNX"])
+def test_an_onnx_graph_with_the_torch_runtime_is_refused_naming_the_setting(path):
+    """Refused when the pipe is built, in one line: the torch runtime reads model directories, not graphs."""
+    with pytest.raises(ValueError) as refused:
+        fixture_nlp(path=path)
+    assert str(refused.value) == (
+        f'spacy-elmo.BiLM.v1 model.path = {path!r} is an ONNX graph, which runtime "torch" (the default) cannot '
+        'load: set [components.elmo.model] runtime = "onnxruntime" (with add_pipe: config={"model": {"runtime": '
+        '"onnxruntime", ...}})'
+    )
+    assert fixture_nlp(path=path, runtime="onnxruntime")  # that runtime takes it (read at initialize)
+
+
 @pytest.mark.parametrize("precision", ["int8", "bf16"])
 def test_a_saved_pipe_keeps_its_precision_and_reproduces_its_outputs(tmp_path, precision):
     nlp = fixture_nlp(precision)

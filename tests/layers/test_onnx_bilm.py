@@ -2,6 +2,7 @@
 as the pipeline's weights, and a saved pipeline that loads and runs with torch hidden."""
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -136,6 +137,30 @@ def test_an_option_edited_in_the_graphs_metadata_is_refused_by_the_pipe_naming_t
     edited = options["lstm"]["projection_dim"]
     with pytest.raises(OnnxModelError, match=rf"edited\.onnx: {OPTIONS_KEY} lstm\.projection_dim = {edited} disagrees"):
         nlp("A b.")
+
+
+def test_a_damaged_saved_pipeline_is_refused_naming_its_file_and_how_to_mend_it(graph, tmp_path):
+    """A saved pipeline's graph is its own: the advice is to save the pipeline again, not to export a model."""
+    import onnx
+
+    make_nlp(path=str(graph), runtime="onnxruntime").to_disk(tmp_path / "served")
+    weights = tmp_path / "served" / "elmo" / "model"
+    data = bytearray(weights.read_bytes())
+    (weight,) = [i for i in onnx.load(str(graph)).graph.initializer if i.name.endswith("highway_carry_w.0")]
+    at = bytes(data).find(weight.raw_data)
+    assert at > 0
+    data[at + len(weight.raw_data) // 2] ^= 0x01
+    weights.write_bytes(bytes(data))
+    damaged = (
+        r": the ONNX graph's content has SHA-256 [0-9a-f]{64}, not the [0-9a-f]{64} recorded in it .*: the file is "
+    )
+    mend = r"damaged or was edited; save the pipeline again \(nlp\.to_disk\) from a copy that loads, or train it again$"
+    with pytest.raises(OnnxModelError, match=f"^{re.escape(str(weights))}{damaged}{mend}"):
+        spacy.load(tmp_path / "served")
+    # from bytes no file is known: the weights are named as the pipeline's, with the same advice
+    model = make_nlp(path=str(graph), runtime="onnxruntime").get_pipe("elmo").model
+    with pytest.raises(OnnxModelError, match=f"^spacy-elmo pipeline weights{damaged}{mend}"):
+        model.from_bytes(bytes(data))
 
 
 # as where torch is not installed: importing it fails as Python's import system fails it

@@ -22,7 +22,14 @@ from spacy_elmo.bilm.runner import BiLMRunner
 from spacy_elmo.cli import elmo_cli
 from spacy_elmo.io.resolve import load_model
 from spacy_elmo.onnx.export import export_bytes, export_onnx
-from spacy_elmo.onnx.metadata import FORMAT_KEY, GRAPH_SHA256_KEY, OPTIONS_KEY, OnnxModelError
+from spacy_elmo.onnx.metadata import (
+    FORMAT,
+    FORMAT_KEY,
+    FORMAT_V1,
+    GRAPH_SHA256_KEY,
+    OPTIONS_KEY,
+    OnnxModelError,
+)
 from spacy_elmo.onnx.runtime import OnnxBiLM, OnnxGraphWarning
 
 SENTENCES = [
@@ -167,29 +174,75 @@ def test_the_graph_records_the_digest_of_its_own_bytes(fixture_graph):
     assert hashlib.sha256(data.replace(record, b"")).hexdigest() == recorded
 
 
-def test_a_flipped_byte_in_a_weight_is_refused_naming_the_file(fixture_graph, tmp_path):
-    data = bytearray(fixture_graph[1].read_bytes())
-    (weight,) = [i for i in onnx.load(str(fixture_graph[1])).graph.initializer if i.name.endswith("highway_carry_w.0")]
+def flip_a_weight_byte(path) -> None:
+    """One bit of a weight of the graph at `path` flipped in place; ONNX Runtime alone would serve the file."""
+    data = bytearray(path.read_bytes())
+    (weight,) = [i for i in onnx.load(str(path)).graph.initializer if i.name.endswith("highway_carry_w.0")]
     at = bytes(data).find(weight.raw_data)
     assert at > 0 and bytes(data).count(weight.raw_data) == 1
     data[at + len(weight.raw_data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    onnxruntime.InferenceSession(bytes(data))
+
+
+def test_a_flipped_byte_in_a_weight_is_refused_naming_the_file(fixture_graph, tmp_path):
     damaged = tmp_path / "damaged.onnx"
-    damaged.write_bytes(bytes(data))
-    onnxruntime.InferenceSession(bytes(data))  # ONNX Runtime alone would serve it
+    damaged.write_bytes(fixture_graph[1].read_bytes())
+    flip_a_weight_byte(damaged)
     with pytest.raises(OnnxModelError, match=rf"^{damaged}: the ONNX graph's content has SHA-256 [0-9a-f]{{64}}, not"):
         OnnxBiLM.from_file(damaged)
 
 
-def test_a_graph_exported_before_graphs_recorded_a_digest_loads_with_a_warning(fixture_graph, tmp_path):
-    def forget_digest(proto: onnx.ModelProto) -> None:
-        kept = [p for p in proto.metadata_props if p.key != GRAPH_SHA256_KEY]
-        del proto.metadata_props[:]
-        proto.metadata_props.extend(kept)
+def forget_digest(proto: onnx.ModelProto) -> None:
+    kept = [p for p in proto.metadata_props if p.key != GRAPH_SHA256_KEY]
+    del proto.metadata_props[:]
+    proto.metadata_props.extend(kept)
 
-    old = edited(fixture_graph[1], tmp_path / "old.onnx", forget_digest)
+
+def in_format(graph_format: str) -> Callable[[onnx.ModelProto], None]:
+    def edit(proto: onnx.ModelProto) -> None:
+        (entry,) = [p for p in proto.metadata_props if p.key == FORMAT_KEY]
+        entry.value = graph_format
+
+    return edit
+
+
+def test_a_graph_exported_before_graphs_recorded_a_digest_loads_with_a_warning(fixture_graph, tmp_path):
+    def as_exported_before(proto: onnx.ModelProto) -> None:
+        in_format(FORMAT_V1)(proto)
+        forget_digest(proto)
+
+    old = edited(fixture_graph[1], tmp_path / "old.onnx", as_exported_before)
     with pytest.warns(OnnxGraphWarning, match=r"old\.onnx: the ONNX graph records no digest of its content"):
         served = OnnxBiLM.from_file(old)
     assert_same_layers(served, fixture_graph[0].bilm, SENTENCES[:2])
+
+
+def test_export_writes_the_format_that_requires_the_digest(fixture_graph):
+    strings = {p.key: p.value for p in onnx.load(str(fixture_graph[1])).metadata_props}
+    assert strings[FORMAT_KEY] == FORMAT == "spacy-elmo.onnx.v2" != FORMAT_V1
+    assert len(strings[GRAPH_SHA256_KEY]) == 64
+
+
+@pytest.mark.parametrize("flip", [False, True], ids=["as exported", "a weight byte flipped"])
+def test_a_graph_whose_digest_entry_was_deleted_is_refused_naming_the_file(fixture_graph, tmp_path, flip):
+    """Format 2 requires the digest: deleting its entry (with a damaged weight or not) is no way around it."""
+    stripped = edited(fixture_graph[1], tmp_path / "stripped.onnx", forget_digest)
+    if flip:
+        flip_a_weight_byte(stripped)
+    message = (
+        rf"^{stripped}: the ONNX graph is in format '{FORMAT}' \({FORMAT_KEY}\), which records the digest of its "
+        rf"content, and its {GRAPH_SHA256_KEY} entry is missing: the file was edited or damaged; export it again"
+    )
+    with pytest.raises(OnnxModelError, match=message):
+        OnnxBiLM.from_file(stripped)
+
+
+def test_a_format_entry_edited_to_the_old_format_is_refused_by_the_digest(fixture_graph, tmp_path):
+    """The format entry is covered by the digest: calling a graph format 1 does not make its digest optional."""
+    changed = edited(fixture_graph[1], tmp_path / "changed.onnx", in_format(FORMAT_V1))
+    with pytest.raises(OnnxModelError, match=rf"^{changed}: the ONNX graph's content has SHA-256 [0-9a-f]{{64}}, not"):
+        OnnxBiLM.from_file(changed)
 
 
 EDITS = [

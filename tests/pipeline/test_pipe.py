@@ -1,18 +1,20 @@
 """The `elmo` pipe on the bilm-tf fixture model: loading, layers, mixes, batching, bad input, storage."""
 
 import json
+import re
 import shutil
 
 import numpy
 import pytest
 import spacy
+import srsly
 from spacy.tokens import Doc
 
 import spacy_elmo.io.resolve
 from fixture_paths import ELMO_FIXTURE
 from spacy_elmo.bilm.runner import BiLMRunner
 from spacy_elmo.io.arrays import WeightsError
-from spacy_elmo.io.native import save_native
+from spacy_elmo.io.native import bilm_to_bytes, save_native
 from spacy_elmo.layers.bilm_model import get_runner
 from spacy_elmo.pipeline import Elmo
 
@@ -272,6 +274,24 @@ def test_saved_weights_hold_no_pickle(nlp, tmp_path):
     data = (tmp_path / "pipeline" / "elmo" / "model").read_bytes()
     assert b"spacy-elmo.bilm.v1" in data
     assert b"\x80\x02" not in data[:2] and b"PK\x03\x04" not in data, "no torch.save / pickle payloads"
+
+
+def test_damaged_saved_weights_are_refused_naming_their_file(nlp, tmp_path):
+    nlp("load the weights")
+    nlp.to_disk(tmp_path / "pipeline")
+    weights = tmp_path / "pipeline" / "elmo" / "model"
+    data = bytearray(weights.read_bytes())
+    arrays = srsly.msgpack_loads(bilm_to_bytes(get_runner(nlp.get_pipe("elmo").model).load()))["weights"]
+    largest = max((array["data"] for array in arrays.values()), key=len)
+    at = bytes(data).find(largest)
+    assert at > 0
+    data[at + len(largest) // 2] ^= 0x01
+    weights.write_bytes(bytes(data))
+    mend = r"\(a damaged copy or an edited file\): save the pipeline again \(nlp\.to_disk\) from a copy that loads"
+    with pytest.raises(
+        WeightsError, match=rf"^{re.escape(str(weights))}: the model file is corrupt: its contents.* {mend}"
+    ):
+        spacy.load(tmp_path / "pipeline")
 
 
 def test_loading_keeps_the_settings_of_the_loading_config(nlp, tmp_path):
