@@ -36,10 +36,11 @@ def convert_cli(
     from ..io.efml import EfmlError, save_efml  # torch: imported by the command, not the CLI (see cli/__init__)
     from ..io.hdf5 import check_bilm_tf_layout, save_bilm_tf
     from ..io.native import save_native
-    from ..io.resolve import load_model
+    from ..io.resolve import check_output, load_model
 
     try:
         loaded = load_model(source, options_file=options, sha256=sha256)
+        check_output(loaded, output, "OUTPUT", directory=True)
     except (FileNotFoundError, ValueError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None

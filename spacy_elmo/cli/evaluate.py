@@ -31,7 +31,7 @@ def evaluate_cli(
 ) -> None:
     """Perplexity (full softmax) of each direction and their average, over whole sentences."""
     from ..bilm.runner import check_threads, parse_device, torch_threads
-    from ..io.resolve import load_bilm
+    from ..io.resolve import check_output, load_model
     from ..pretrain.corpus import CorpusError, CorpusSettings, prepare_corpus
     from ..pretrain.perplexity import NoSoftmaxError, stream_perplexity
     from ..text import detect_format
@@ -39,7 +39,10 @@ def evaluate_cli(
     try:
         check_threads(threads)  # before the model loads: a bad option is the first thing said
         place = parse_device(device)
-        bilm = load_bilm(model)
+        loaded = load_model(model)
+        if output is not None:
+            check_output(loaded, output, "--output", directory=False)
+        bilm = loaded.bilm
         bilm.to(place)
         settings = CorpusSettings(format=fmt or detect_format(text), text_field=text_field, max_tokens=max_tokens)
         with tempfile.TemporaryDirectory() as tmp, torch_threads(threads):

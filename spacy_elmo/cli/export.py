@@ -20,13 +20,14 @@ def export_cli(
     (layers, batch, length, 2 x projection) out, fp32, stateless, any batch size and length (the LSTMs are
     ONNX Scans over the run-time length). Needs `pip install spacy-elmo\[onnx]`."""
     try:
-        from ..io.resolve import load_model
+        from ..io.resolve import check_output, load_model
         from ..onnx.export import export_onnx
     except ImportError as err:  # pragma: no cover - the extra is installed wherever tests run
         typer.echo(f"error: export needs the [onnx] extra (pip install 'spacy-elmo[onnx]'): {err}", err=True)
         raise typer.Exit(1) from None
     try:
         loaded = load_model(model, option="MODEL", sha256=sha256)
+        check_output(loaded, output, "OUTPUT", directory=False)
     except (FileNotFoundError, ValueError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None

@@ -10,13 +10,15 @@ the same digests from its archive as from the unzipped directory (`resolve.py`).
 Nothing is inflated without a bound: each member has a `Limit`, what its role can need (a JSON file, a
 vocabulary, the weights the options describe), checked against the size the archive declares before
 inflating and against the bytes actually inflated while streaming. An encrypted member, or one compressed
-with a method Python's zipfile cannot inflate, is refused naming it.
+with a method Python's zipfile cannot inflate, is refused naming it, and so is an archive holding two members
+of one name (zipfile would read the last one silently).
 """
 
 import hashlib
 import io
 import json
 import math
+import posixpath
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -166,14 +168,34 @@ def _models(names: list[str]) -> dict[tuple[str, str], list[str]]:
     return models
 
 
+def _refuse_repeated(archive: Path, where: str, names: list[str]) -> None:
+    """A zip may hold two members of one name (zipfile keeps both, and reads the last): which bytes are
+    the model's cannot be known, so such an archive is refused, naming the name. Names are compared as
+    an unzip tool writes them: backslashes as folder separators, "." and ".." segments and a leading "/"
+    resolved."""
+    seen: dict[str, list[str]] = {}
+    for name in names:
+        seen.setdefault(posixpath.normpath("/" + name.replace("\\", "/")).lstrip("/"), []).append(name)
+    repeated = next(((name, raw) for name, raw in seen.items() if len(raw) > 1), None)
+    if repeated is not None:
+        name, raw = repeated
+        spelled = "" if set(raw) == {name} else f", spelled {', '.join(map(repr, raw))}"
+        raise ArchiveError(
+            f"{archive}{where}: holds {len(raw)} members named {name}{spelled}; which one is the model's cannot be "
+            "known (zipfile reads the last, an unzip tool may keep the first): zip the model again with each "
+            "file once"
+        )
+
+
 def member_names(archive: Path, where: str = "") -> tuple[str, dict[str, str]]:
     """(the folder the model's files are in, {name inside it: full member name}); an archive holding
-    models in more than one place, or of two formats, is refused, listing them."""
+    models in more than one place, or of two formats, or two members of one name, is refused, naming them."""
     try:
         with zipfile.ZipFile(archive) as handle:
             names = [info.filename for info in handle.infolist() if not info.is_dir()]
     except (zipfile.BadZipFile, OSError) as err:
         raise ArchiveError(f"{archive}{where}: not a readable zip archive ({err})") from None
+    _refuse_repeated(archive, where, names)
     models = _models(names)
     if len(models) > 1:
         found = "; ".join(

@@ -12,38 +12,42 @@ bound to. It covers everything the model is made of:
 - bilm-tf/AllenNLP (a directory, an .hdf5 file, a .zip archive): `digest.model_digest` over options.json,
   the .hdf5 file and, when there is one, vocab.txt, by role ("options", "weights", "vocab"): the same
   for the directory, the .hdf5 file with its options and the archive of them;
-- ELMoForManyLangs: `digest.model_digest` over its files by name (config.json and the other .json files,
-  char.dic, word.dic, token_embedder.pkl, encoder.pkl, and an architecture JSON read from elsewhere).
+- ELMoForManyLangs: `digest.model_digest` over exactly the files reading the model read, by name:
+  config.json, the architecture JSON it names (beside it, or wherever its path points; none when it names
+  one that ELMoForManyLangs ships, whose numbers are in `efml.py`), char.dic, word.dic (when the model has
+  word embeddings), token_embedder.pkl and encoder.pkl. Other files in the folder (notes, test data) are
+  no part of the model, so a directory and a zip of the same model have one digest with or without them.
 Each file's own SHA-256 is in `LoadedModel.files`. Every error names the path and says what was expected.
+
+What is not a model is said as such: an ONNX graph (`spacy elmo export`'s output) is served by the
+onnxruntime runtime, not loaded here; a directory with two candidate weight files is refused rather than
+one chosen. `check_output` refuses an output that would overwrite (or sit among) the model being read.
 """
 
 import hashlib
+import io
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, BinaryIO, Optional, Union
 
 from ..bilm.bilm import BiLM
-from .archive import ArchiveModel, find_model, is_archive, member_names
+from ..onnx.metadata import names_onnx_graph
+from .archive import WEIGHT_MEMBERS, ArchiveModel, find_model, is_archive, member_names
 from .digest import ModelFile, check_pin, file_sha256, model_digest, parse_pin
-from .efml import (
-    CHAR_DIC,
-    CONFIG_FILE,
-    ENCODER_FILE,
-    MODEL_FILES,
-    TOKEN_EMBEDDER_FILE,
-    WORD_DIC,
-    EfmlFiles,
-    is_efml,
-    read_efml,
-)
+from .efml import CONFIG_FILE, ENCODER_FILE, MODEL_FILES, EfmlFiles, is_efml, read_efml
 from .hdf5 import load_bilm_tf
 from .native import MODEL_FILE, OPTIONS_FILE, inspect_native, is_native
 
 PathLike = Union[str, Path]
 SHIPPED_MODELS_DIR = Path(__file__).parent.parent / "models"
 DEFAULT_MODEL = "en_elmo_small"
-WEIGHT_FILE_NAMES = ("weights.hdf5", "lm_weights.hdf5")
-EFML_FILES = (CONFIG_FILE, CHAR_DIC, WORD_DIC, TOKEN_EMBEDDER_FILE, ENCODER_FILE)
+WEIGHT_FILE_NAMES = WEIGHT_MEMBERS  # a weight file's usual names: one of them in a directory is the weights
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+# ModelProto's fields (onnx.proto): number -> protobuf wire type (0 varint, 2 length-delimited)
+_ONNX_MODEL_FIELDS = {1: 0, 2: 2, 3: 2, 4: 2, 5: 0, 6: 2, 7: 2, 8: 2, 14: 2, 20: 2, 25: 2}
+_ONNX_IR_VERSION, _ONNX_GRAPH = 1, 7
+_ONNX_MAX_FIELDS = 4096  # an exported graph has a dozen top-level fields (its metadata among them)
 EXPECTED = (
     "a native model directory, a bilm-tf/AllenNLP directory (options.json + one .hdf5 [+ vocab.txt]), an "
     ".hdf5 weight file with options.json beside it, a .zip archive of such a model (the NLPL repository's), "
@@ -95,6 +99,12 @@ def resolve_model(path: PathLike, options_file: Optional[PathLike] = None, optio
             raise FileNotFoundError(
                 f"biLM path {str(path)!r} does not exist{where}. Give {EXPECTED}, or a shipped model name ({shipped})"
             )
+    if target.is_file() and is_onnx_graph(target):
+        raise ValueError(
+            f"{target}{where} is an ONNX graph (spacy elmo export's output): serve it with runtime onnxruntime "
+            '(embed --runtime onnxruntime; the pipe\'s runtime = "onnxruntime"); convert/verify/evaluate/export '
+            "need the model it was exported from"
+        )
     if is_archive(target):
         prefix, inside = member_names(target, where)
         if all(name in inside for name in MODEL_FILES):  # an ELMoForManyLangs model, zipped
@@ -113,7 +123,13 @@ def resolve_model(path: PathLike, options_file: Optional[PathLike] = None, optio
     if target.is_dir():
         if is_native(target):
             return ModelSource("native", target, target / OPTIONS_FILE, target / MODEL_FILE)
-        weights = [target / n for n in WEIGHT_FILE_NAMES if (target / n).exists()][:1]
+        weights = [target / n for n in WEIGHT_FILE_NAMES if (target / n).exists()]
+        if len(weights) > 1:
+            raise ValueError(
+                f"{target}{where}: holds {len(weights)} weight files ({', '.join(p.name for p in weights)}); which "
+                f"one is the model's cannot be chosen: give the .hdf5 file you mean (e.g. {weights[0]}; the "
+                f"{OPTIONS_FILE} beside it is read)"
+            )
         weights = weights or sorted(target.glob("*.hdf5")) + sorted(target.glob("*.h5"))
         if len(weights) != 1:
             raise FileNotFoundError(
@@ -127,6 +143,56 @@ def resolve_model(path: PathLike, options_file: Optional[PathLike] = None, optio
         options = Path(options_file) if options_file else target.with_name(OPTIONS_FILE)
     vocab = weight_file.with_name("vocab.txt")
     return ModelSource("bilm-tf", target, options, weight_file, vocab if vocab.exists() else None)
+
+
+def is_onnx_graph(path: Path) -> bool:
+    """Whether a file is an ONNX graph rather than a model this package loads: named .onnx (and not HDF5),
+    or, whatever its name, a protobuf ModelProto: an ir_version first, a graph, and nothing but ModelProto's
+    fields to the file's end. Only the fields' headers are read (each field's body is skipped)."""
+    try:
+        with open(path, "rb") as handle:
+            if handle.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE:
+                return False
+            if names_onnx_graph(str(path)):
+                return True
+            handle.seek(0)
+            return _is_model_proto(handle, os.fstat(handle.fileno()).st_size)
+    except OSError:
+        return False
+
+
+def _is_model_proto(handle: BinaryIO, size: int) -> bool:
+    """Walk the top-level fields in protobuf's wire format (a tag, then a varint or a length), seeking past
+    each body: a weight file or text fails at its first bytes, a graph only at its end."""
+    seen: set[int] = set()
+    for _ in range(_ONNX_MAX_FIELDS):
+        if handle.tell() >= size:
+            break
+        key = _varint(handle)
+        if key is None or _ONNX_MODEL_FIELDS.get(key >> 3) != key & 7 or (not seen and key >> 3 != _ONNX_IR_VERSION):
+            return False
+        value = _varint(handle)
+        if value is None:
+            return False
+        if key & 7 == 2:
+            if handle.tell() + value > size:
+                return False
+            handle.seek(value, io.SEEK_CUR)
+        seen.add(key >> 3)
+    return handle.tell() == size and _ONNX_GRAPH in seen
+
+
+def _varint(handle: BinaryIO) -> Optional[int]:
+    """A protobuf varint (at most 10 bytes), or None where there is none."""
+    value = 0
+    for shift in range(0, 70, 7):
+        byte = handle.read(1)
+        if not byte:
+            return None
+        value |= (byte[0] & 0x7F) << shift
+        if byte[0] < 0x80:
+            return value
+    return None
 
 
 @dataclass(frozen=True)
@@ -165,6 +231,40 @@ class LoadedModel:
             return {"format": self.source.kind, "file": self.source.weight_file.name, "sha256": self.sha256}
         weights = next(file for file in self.files if file.role == "weights")
         return {"format": self.source.kind, "file": self.source.weight_file.name, "sha256": weights.sha256}
+
+    def paths(self) -> tuple[Path, ...]:
+        """The files on disk the model was read from: each of `files`, or for a model in a zip archive the
+        archive itself."""
+        if self.source.archive is not None or self.source.efml_prefix is not None:
+            return (self.source.path,)
+        return tuple(Path(file.path) for file in self.files)
+
+
+def check_output(loaded: LoadedModel, output: Path, option: str, directory: bool) -> None:
+    """Refuse, before anything is written, an output that is a file of the model being read (writing it
+    would destroy the model) or, for an output `directory`, one holding such a file (the files written
+    there would replace the model's or sit beside them as a second model); a file output that is a
+    directory is refused too. Files are compared as the filesystem does (links, relative paths)."""
+    if not directory and output.is_dir():
+        raise ValueError(f"{output} ({option}) is a directory: give the file to write")
+    for path in loaded.paths():
+        if _same_file(output, path):
+            raise ValueError(
+                f"{output} ({option}) is a file of the model being read ({path}): writing it would destroy the "
+                "model; give another output"
+            )
+        if directory and _same_file(output, path.parent):
+            raise ValueError(
+                f"{output} ({option}) holds {path}, a file of the model being read: what is written there would "
+                "replace it or sit beside it as a second model; give another directory"
+            )
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # either one is not there
+        return False
 
 
 def load_model(
@@ -224,16 +324,11 @@ def _bilm_tf_files(source: ModelSource) -> list[ModelFile]:
 
 
 def _read_efml(source: ModelSource) -> tuple[BiLM, list[ModelFile]]:
-    """An ELMoForManyLangs model and its files, by name: its .dic, .pkl and .json files (a directory, or the
-    archive's folder, the same names either way) and any other file reading it took (an architecture JSON
-    that config.json names elsewhere), each hashed from the very bytes that were read."""
-    if source.efml_prefix is None:
-        base = EfmlFiles.directory(source.path)
-        names = [p.name for p in sorted(source.path.iterdir()) if p.is_file() and _efml_file(p.name)]
-    else:
-        base = EfmlFiles.archive(source.path, source.efml_prefix)
-        _, inside = member_names(source.path)
-        names = sorted(name for name in inside if "/" not in name and _efml_file(name))
+    """An ELMoForManyLangs model and its files, by name: exactly the files reading it read (see the module
+    docstring; the same names from a directory and from an archive's folder), each hashed from the very
+    bytes that were read; a directory's files by their paths."""
+    prefix = source.efml_prefix
+    base = EfmlFiles.directory(source.path) if prefix is None else EfmlFiles.archive(source.path, prefix)
     digests: dict[str, str] = {}
 
     def read(name: str) -> bytes:
@@ -241,15 +336,11 @@ def _read_efml(source: ModelSource) -> tuple[BiLM, list[ModelFile]]:
         digests[name] = hashlib.sha256(data).hexdigest()
         return data
 
+    def where(name: str) -> str:  # a path as the directory reads it (an architecture JSON may be elsewhere)
+        return str(source.path / name) if prefix is None else base.where(name)
+
     bilm = read_efml(EfmlFiles(base.name, read))
-    for name in names:
-        if name not in digests:
-            read(name)
-    return bilm, [ModelFile(name, base.where(name), digests[name]) for name in sorted(digests)]
-
-
-def _efml_file(name: str) -> bool:
-    return name in EFML_FILES or name.endswith(".json")
+    return bilm, [ModelFile(name, where(name), digests[name]) for name in sorted(digests)]
 
 
 def load_bilm(

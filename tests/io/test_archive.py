@@ -6,6 +6,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import warnings
 import zipfile
 
 import pytest
@@ -244,6 +245,33 @@ def test_two_weight_files_beside_the_options_are_refused_listing_both(fixture_di
         r"one is the model's cannot be chosen inside an archive: unzip it and give the weight file you mean",
     ):
         load_model(archive)
+
+
+@pytest.mark.parametrize(
+    "members, said",
+    [
+        (["209/options.json", "209/model.hdf5", "209/model.hdf5"], r"holds 2 members named 209/model\.hdf5; "),
+        (["options.json", "model.hdf5", "/options.json"], r"holds 2 members named options\.json, spelled "),
+    ],
+)
+def test_two_members_of_one_name_are_refused_naming_it(fixture_dir, tmp_path, members, said):
+    """zipfile keeps both entries and reads the last: a second options.json (tanh for relu here) or weight
+    file would be read in place of the first, silently."""
+    options = (fixture_dir / "options.json").read_bytes()
+    data = {
+        ".json": [options, options.replace(b'"relu"', b'"tanh"')],
+        ".hdf5": [(fixture_dir / "lm_weights.hdf5").read_bytes()] * 2,
+    }
+    archive = tmp_path / "dup.zip"
+    with zipfile.ZipFile(archive, "w") as handle, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile's "Duplicate name" warning: what the test makes
+        for name in members:
+            handle.writestr(name, data[name[name.rindex(".") :]].pop(0))
+    with pytest.raises(ArchiveError, match=rf"^{re.escape(str(archive))}: {said}.*with each file once$"):
+        load_model(archive)
+    done = CliRunner().invoke(elmo_cli, ["verify", str(archive)])
+    assert done.exit_code == 1 and len(done.output.strip().splitlines()) == 1, done.output
+    assert done.output.startswith(f"error: {archive}: holds 2 members named "), done.output
 
 
 def test_the_one_model_loads_beside_other_files(fixture_dir, tmp_path, unzipped):

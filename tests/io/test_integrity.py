@@ -242,6 +242,39 @@ def test_an_elmoformanylangs_pin_covers_an_architecture_json_in_a_folder(tmp_pat
     assert f"arch/{name}" in {file.role for file in load_model(model).files}
 
 
+@pytest.mark.parametrize(
+    "name, architecture, words",
+    [("word_char", "cnn_12_6_24_10_fixture.json", True), ("char_only", "cnn_0_5_20_8_fixture.json", False)],
+)
+def test_an_elmoformanylangs_digest_covers_exactly_the_files_reading_reads(tmp_path, name, architecture, words):
+    """config.json, the architecture JSON, char.dic, word.dic when the model has word embeddings, and the
+    two state dicts: other files beside them (the fixture's efml_ids.json, notes) change nothing, so the
+    directory and a zip of the model files alone have one digest, and a pin of one loads the other."""
+    model = tmp_path / "model"
+    shutil.copytree(FIXTURES / "elmoformanylangs" / name, model)
+    read = {"config.json", architecture, "char.dic", "token_embedder.pkl", "encoder.pkl"} | (
+        {"word.dic"} if words else set()
+    )
+    loaded = load_model(model)
+    assert {file.role for file in loaded.files} == read
+    assert {file.path for file in loaded.files} == {str(model / role) for role in read}
+    assert (model / "efml_ids.json").is_file() and (model / "word.dic").is_file()
+    archive = tmp_path / "model.zip"
+    with zipfile.ZipFile(archive, "w") as handle:
+        for role in sorted(read):
+            handle.write(model / role, role)
+    assert load_model(archive, sha256=loaded.sha256).sha256 == loaded.sha256
+    (model / "notes.json").write_text('{"trained on": "a corpus"}', encoding="utf-8")
+    (model / "efml_ids.json").write_text("[]", encoding="utf-8")
+    if not words:  # char_only's word.dic is not read (word_dim is 0), as ELMoForManyLangs does not read it
+        (model / "word.dic").write_text("other\t0\n", encoding="utf-8")
+    assert load_model(model, sha256=loaded.sha256).sha256 == loaded.sha256
+    config = json.loads((model / "config.json").read_text(encoding="utf-8"))
+    (model / "config.json").write_text(json.dumps({**config, "note": "edited"}), encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"{model}: SHA-256 [0-9a-f]{{64}} differs from the digest pinned"):
+        load_model(model, sha256=loaded.sha256)  # every file reading reads is covered, config.json's keys too
+
+
 def test_a_pinned_digest_is_checked_by_every_entry(fixture_dir, tmp_path):
     good = fixture_model_digest(fixture_dir)
     bad = "0" * 64
