@@ -29,14 +29,14 @@ def embed_cli(
     model: str = typer.Argument(
         ..., help="Any model the package loads, a shipped model name, or (with --runtime onnxruntime) an .onnx graph"
     ),
-    input_path: Path = typer.Argument(..., help="Text (one sentence a line; .gz ok) or JSONL file"),
+    input_path: Path = typer.Argument(..., help="Text (one sentence a line; .gz ok) or JSONL file (not a pipe)"),
     output_path: Path = typer.Argument(..., help="HDF5 output; a run killed before it finished is resumed by a re-run"),
     layers: str = typer.Option("all", "--layers", help=f"one of {', '.join(REDUCTIONS)}"),
     text_field: str = typer.Option("text", "--text-field", help="JSONL field holding the text"),
     encoding: str = typer.Option(
         "utf-8",
         "--encoding",
-        help="the input's encoding (a UTF-8 byte-order mark is skipped); bytes that do not decode are refused",
+        help="the input's encoding (a leading byte-order mark is skipped); bytes that do not decode are refused",
     ),
     tokenizer: str = typer.Option("whitespace", "--tokenizer", help="'whitespace' or a spaCy language code"),
     token_budget: int = typer.Option(4096, "--batch-tokens", help="padded tokens per batch"),
@@ -93,7 +93,7 @@ def embed_cli(
         )
         part = parse_shard(shard) if shard is not None else shard_from_env()
         desc = "embedding" if part is None else f"embedding shard {part[0]}/{part[1]}"
-        with tqdm(unit=" lines", desc=desc) as bar, warnings_as_lines():
+        with tqdm(unit=" lines", desc=desc) as bar, warnings_as_lines(bar):
             written = embed_file(input_path, output_path, settings, workers=workers, progress=bar.update, shard=part)
     except (FileNotFoundError, ValueError) as err:
         typer.echo(f"error: {err}", err=True)
@@ -103,15 +103,18 @@ def embed_cli(
 
 
 @contextlib.contextmanager
-def warnings_as_lines() -> Iterator[None]:
+def warnings_as_lines(bar: tqdm) -> Iterator[None]:
     """Show what a run tells its user (`EmbedWarning`) as one line on stderr, not a warning's two lines of
-    source location; other warnings as Python shows them."""
+    source location; other warnings as Python shows them. The progress bar's line is ended first (the bar
+    goes on below): `tqdm.write` would clear the bar with a carriage return, which a log keeps, so that
+    the warning would share the bar's line there."""
     with warnings.catch_warnings():
         shown = warnings.showwarning
 
         def show(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
             if issubclass(category, EmbedWarning):
-                tqdm.write(f"warning: {message}", file=sys.stderr)  # above the progress bar, not inside it
+                with bar.get_lock():
+                    print(f"\nwarning: {message}", file=sys.stderr, flush=True)
             else:
                 shown(message, category, *args, **kwargs)
 
@@ -124,10 +127,14 @@ def embed_merge_cli(
     output_path: Path = typer.Argument(..., help="The merged HDF5 file (the layout of a single `embed` run)"),
     shards: list[Path] = typer.Argument(..., help="Every shard file, e.g. out.shard*-of-4.hdf5"),
 ) -> None:
-    """Join the shard files of a sharded `embed` into one file, checking that every line is there once."""
+    """Join the shard files of a sharded `embed` into one file, checking that every line is there once.
+    An existing OUTPUT_PATH is never replaced: the same merge run again checks it and says it is finished."""
     try:
         n_lines = merge_shards(shards, output_path)
     except (FileNotFoundError, ValueError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None
-    typer.echo(f"merged {len(shards)} shards: {n_lines} lines in {output_path}")
+    if n_lines == 0:  # the output was this merge already (its digest checked), or the input is empty
+        typer.echo(f"merged 0 lines now; {output_path} is finished (the merge of these shards, its digest checked)")
+    else:
+        typer.echo(f"merged {len(shards)} shards: {n_lines} lines in {output_path}")

@@ -1,7 +1,8 @@
 """Embed a text or JSONL file into HDF5, like the old `allennlp elmo` command, but resumable.
 
 The input is UTF-8 unless `--encoding` names another, decoded strictly and checked whole before anything
-is written (`text.check_text`: a byte that does not decode is refused, naming its line and offset).
+is written (`text.check_text`: a byte that does not decode, or a NUL, is refused, naming its line and
+offset). It must be a regular file: the output is bound to its digest and a killed run reads it again.
 Every input line (or JSONL record) is one sentence; its vectors go to the dataset named by its line
 index ("0", "1", ...): all layers (L+1, n_tokens, 2P), the top layer or the average (n_tokens, 2P).
 Lines longer than the window are cut into overlapping windows as the pipe cuts docs, so memory stays
@@ -15,7 +16,6 @@ With a shard (`shards.py`), only that shard's lines are embedded, into the shard
 """
 
 import multiprocessing
-import os
 import warnings
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -30,9 +30,18 @@ from ..bilm.batching import DEFAULT_WINDOW_CONTEXT, DEFAULT_WINDOW_SIZE, check_w
 from ..io.digest import check_pin, file_sha256, parse_pin
 from ..launch_env import launch_env
 from ..mix import REDUCTIONS, reduce_layers
-from ..text import UTF8, check_encoding, check_text, detect_format, make_tokenizer, text_lines, texts_from_jsonl
+from ..text import (
+    UTF8,
+    check_encoding,
+    check_rereadable,
+    check_text,
+    detect_format,
+    make_tokenizer,
+    text_lines,
+    texts_from_jsonl,
+)
 from .shards import Shard, shard_path
-from .store import EmbedWarning, PartialRun, finished_output
+from .store import EmbedWarning, PartialRun, check_output_path, finished_output
 
 STORAGE_DTYPES = ("float32", "float16")
 RUNTIMES = ("torch", "onnxruntime")
@@ -55,7 +64,7 @@ class EmbedSettings:
     window_context: int = DEFAULT_WINDOW_CONTEXT
     sha256: Optional[str] = None  # the model's pinned digest
     runtime: str = "torch"  # or "onnxruntime": the exported graph, CPU, fp32 (no torch with an .onnx MODEL)
-    encoding: str = UTF8  # the input's; anything that does not decode is refused (`text.decode_failure`)
+    encoding: str = UTF8  # the input's; anything that does not decode is refused (`text.check_text`)
 
     def __post_init__(self) -> None:
         """Refuse a bad setting, naming the option, before any file is read or written."""
@@ -324,18 +333,20 @@ def embed_file(
 
 
 def check_paths(input_path: Path, output_path: Path) -> None:
-    """Refuse, before anything is read or written, an input that is not a file and an output that is a
-    directory or the input itself (whose "finished output" check would otherwise talk about the input)."""
+    """Refuse, before anything is read or written, an input that is not a regular file and an output that
+    is a directory or the input itself (`store.check_output_path`). A pipe is refused: the output is
+    bound to the input's digest and a killed run resumes by reading the input again, and a pipe can be
+    read only once (the digest would take it all, leaving nothing to embed)."""
     if not input_path.exists():
         raise FileNotFoundError(f"input file not found: {input_path}")
     if input_path.is_dir():
         raise ValueError(f"{input_path}: INPUT is a directory; give a text or JSONL file")
-    if output_path.is_dir():
-        raise ValueError(f"{output_path}: OUTPUT is a directory; give the name of an HDF5 file to write")
-    if output_path.resolve() == input_path.resolve() or (
-        output_path.exists() and os.path.samefile(output_path, input_path)
-    ):
-        raise ValueError(f"{output_path}: OUTPUT is the input file {input_path}; give another output name")
+    check_rereadable(
+        input_path,
+        "INPUT",
+        "embed needs a file it can read again (it binds its output to the input's digest and resumes a killed run)",
+    )
+    check_output_path(output_path, [input_path], "input file")
 
 
 def _check_rank_device(device: str) -> None:

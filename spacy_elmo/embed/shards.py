@@ -22,7 +22,9 @@ from .store import (
     OutputError,
     add_dataset,
     check_digest,
+    check_output_path,
     differences,
+    finished_output,
     partial_dir,
     read_binding,
     write_finished,
@@ -61,13 +63,18 @@ def shard_path(output_path: Path, shard: Shard) -> Path:
 def merge_shards(shard_files: Sequence[Path], output_path: Path) -> int:
     """Join finished shard files into one file with the layout of a single run (dataset "i" = line i,
     written in line order, so the result is the file one run would have written); returns the number of
-    lines. Every shard 0..n-1 must be there once, finished, bound to the same model, input and settings,
-    undamaged (its recorded content digest is checked as it is copied), and every input line must be
-    there exactly once; a ShardError names what is not, and then nothing is written."""
+    lines written now. Every shard 0..n-1 must be there once, finished, bound to the same model, input and
+    settings, undamaged (its recorded content digest is checked as it is copied), and every input line
+    must be there exactly once; a ShardError names what is not, and then nothing is written.
+
+    The output is never one of the shards nor a directory, and an existing file is never replaced: the
+    same merge run again (as `embed` run again on a finished output) finds its output finished, checks its
+    digest and returns 0; any other file there (another run's output, anyone's file) is refused."""
     import h5py
 
     if not shard_files:
         raise ShardError("no shard files given")
+    check_output_path(output_path, map(Path, shard_files), "shard file")
     remove_stale_temporaries(output_path)
     shards: dict[int, Path] = {}
     first: Optional[tuple[Path, dict[str, Any], int]] = None
@@ -100,6 +107,8 @@ def merge_shards(shard_files: Sequence[Path], output_path: Path) -> int:
         )
         raise ShardError(f"missing shard(s) {missing} of {count}: expected {expected}")
     merged = {**binding, "shard": None}
+    if finished_output(output_path, merged):
+        return 0
     with contextlib.ExitStack() as stack:
         handles = [stack.enter_context(h5py.File(shards[i], "r")) for i in range(count)]
         for index, handle in enumerate(handles):

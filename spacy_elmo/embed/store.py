@@ -20,6 +20,7 @@ its lines are at hand, and the result is the same bytes.
 import contextlib
 import hashlib
 import json
+import os
 import re
 import shutil
 import warnings
@@ -129,24 +130,62 @@ def write_finished(
     return digest.hexdigest()
 
 
+# what a file given as an output or a shard must be, and what to do when it is not
+_ROLES = {
+    "output": ("OUTPUT exists and is not an embed output", "give another output name"),
+    "shard": ("not an embed shard", "give the files that `embed --shard` wrote"),
+}
+_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
 def read_binding(path: Path, what: str = "output") -> dict[str, Any]:
-    """The binding of a finished output, or an OutputError saying why it is not one."""
+    """The binding of a finished output (`what`: "output" or "shard"), or an OutputError saying why the
+    file is not one. Only a file that is HDF5 is advised to be deleted: anything else is no output at
+    all, but someone's file given by mistake."""
     import h5py
 
+    is_not, remedy = _ROLES[what]
     try:
         handle = h5py.File(path, "r")
     except OSError as err:
-        raise OutputError(f"{path}: not a readable HDF5 file ({err}); delete it and run again") from None
+        if not _starts_as_hdf5(path):
+            raise OutputError(f"{path}: {is_not} (not HDF5); {remedy}") from None
+        raise OutputError(
+            f"{path}: an HDF5 file that cannot be read ({err}): if it is a damaged embed {what}, delete it and "
+            f"run again; otherwise {remedy}"
+        ) from None
     with handle:
         if handle.attrs.get("format") != FORMAT or "binding" not in handle.attrs:
             raise OutputError(
-                f"{path}: not a finished spacy-elmo {what} of this version (no {FORMAT!r} binding); "
-                "delete it or choose another output name"
+                f"{path}: {is_not} of this version (no {FORMAT!r} binding); {remedy} (or delete it, if it is an "
+                "embed output of an earlier version)"
             )
         try:
             return json.loads(handle.attrs["binding"])
         except (TypeError, ValueError):
             raise OutputError(f"{path}: its recorded binding is damaged; delete it and run again") from None
+
+
+def _starts_as_hdf5(path: Path) -> bool:
+    """Whether `path` begins with the HDF5 signature (at the start: h5py writes no user block)."""
+    try:
+        with open(path, "rb") as raw:
+            return raw.read(len(_HDF5_SIGNATURE)) == _HDF5_SIGNATURE
+    except OSError:
+        return False
+
+
+def check_output_path(output: Path, inputs: Iterable[Path], what: str) -> None:
+    """Refuse, before anything is read or written, an output that is a directory or one of the files the
+    run reads (`what` names them): a finished-output check would otherwise talk about the user's own file
+    as if it were a damaged output, and a write would replace it."""
+    if output.is_dir():
+        raise ValueError(f"{output}: OUTPUT is a directory; give the name of an HDF5 file to write")
+    if output.exists() and not output.is_file():  # a FIFO would be opened to read its binding, and wait
+        raise ValueError(f"{output}: OUTPUT exists and is not a regular file; give the name of an HDF5 file to write")
+    for path in inputs:
+        if output.resolve() == path.resolve() or (output.exists() and path.exists() and os.path.samefile(output, path)):
+            raise ValueError(f"{output}: OUTPUT is the {what} {path}; give another output name")
 
 
 class PartialRun:

@@ -6,8 +6,10 @@ Input formats:
 - "jsonl": one JSON object a line (.jsonl or .jsonl.gz), its `text_field` tokenized as above.
 - "tokenized": whitespace-separated tokens, a line a paragraph; sentences split by the sentencizer.
 - "bilm-tf": bilm-tf's training format, one tokenized sentence a line.
-Every file is UTF-8, decoded strictly (`text.text_lines`): bytes that do not decode are refused, naming
-the file, line and byte offset, never replaced by U+FFFD (the biLM would learn the replacement character).
+Every file is UTF-8, decoded strictly (`text.text_lines`): bytes that do not decode, or a NUL (UTF-16 or
+UTF-32 without a byte-order mark), are refused, naming the file, line and byte offset, never replaced by
+U+FFFD (the biLM would learn the replacement character). A pipe is read right when the text is only
+tokenized (`evaluate`); pretraining, which reads its files again, refuses one (`file_digests`).
 
 The stream holds *type* ids (every distinct token string seen, not only the vocabulary's words),
 each sentence framed by `<S>` (type 0) and `</S>` (type 1). Keeping the real strings matters: the
@@ -35,12 +37,13 @@ import srsly
 from .. import chars
 from ..io.atomic import atomic_directory, atomic_path
 from ..io.digest import file_sha256
-from ..text import make_tokenizer, text_lines, texts_from_jsonl
+from ..text import check_rereadable, make_tokenizer, text_lines, texts_from_jsonl
 from .vocab import BOS, EOS, Vocab
 
 # 2: text decoded strictly, a UTF-8 byte-order mark skipped; a cache of version 1 may hold U+FFFD tokens of
 # text that does not decode (or a mark glued to the first word), so it is built again once
-CACHE_VERSION = 2
+# 3: a NUL refused; a cache of version 2 may hold the NUL-laden tokens of UTF-16 text without a byte-order mark
+CACHE_VERSION = 3
 FORMATS = ("text", "jsonl", "tokenized", "bilm-tf")
 PathLike = Union[str, Path]
 
@@ -145,8 +148,15 @@ def expand_paths(paths: Union[PathLike, Sequence[PathLike]]) -> list[Path]:
 
 def file_digests(paths: Union[PathLike, Sequence[PathLike]]) -> list[list[str]]:
     """[path, SHA-256] of every file `expand_paths` finds, in its order (a directory's files sorted by name);
-    each file is read in blocks, never whole."""
-    return [[str(path), file_sha256(path)] for path in expand_paths(paths)]
+    each file is read in blocks, never whole. A pipe is refused: a run reads its data again after this
+    (to tokenize it, on every rank, and on resume), and a pipe would be empty then."""
+    files = expand_paths(paths)
+    for path in files:
+        check_rereadable(path, "the corpus file", _REREAD, CorpusError)
+    return [[str(path), file_sha256(path)] for path in files]
+
+
+_REREAD = "pretraining needs files it can read again (a run is bound to its data's digests, and resumes)"
 
 
 def iter_paragraphs(path: Path) -> Iterator[str]:

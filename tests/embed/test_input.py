@@ -5,7 +5,11 @@ warning) before anything is written, through the CLI and the Python API."""
 import codecs
 import gzip
 import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import h5py
 import numpy
@@ -17,7 +21,7 @@ from fixture_paths import ELMO_FIXTURE
 from kills import sha256_of
 from spacy_elmo.cli import elmo_cli
 from spacy_elmo.embed import EmbedSettings, EmbedWarning, embed_file
-from spacy_elmo.embed.store import partial_dir
+from spacy_elmo.embed.store import FORMAT, partial_dir
 
 TEXT = "The café opened .\nNaïve readers smile .\nA third line ."
 SETTINGS = EmbedSettings(model=str(ELMO_FIXTURE))
@@ -49,7 +53,7 @@ def nothing_written(out):
 @pytest.mark.parametrize(
     "encoded,said",
     [
-        (TEXT.encode("latin-1"), "input.txt, line 1, byte 7: not valid UTF-8 (invalid continuation byte: e9)"),
+        (TEXT.encode("latin-1"), "input.txt, line 1, byte 7: not valid UTF-8 (invalid continuation byte: 20 after e9)"),
         (
             codecs.BOM_UTF16_LE + TEXT.encode("utf-16-le"),
             "input.txt, line 1, byte 0: starts with a UTF-16 (little-endian) byte-order mark",
@@ -147,6 +151,8 @@ def test_an_empty_input_writes_an_empty_output_and_says_so(tmp_path, name, said)
     assert result.exit_code == 0, result.output
     warned = re.findall(r"warning: [^\r\n]*", result.stderr)
     assert warned == [f"warning: {path} {said}; wrote an empty {out}"], result.stderr
+    # on a line of its own, as a log keeps it: not after the progress bar's carriage return
+    assert f"\n{warned[0]}\n" in result.stderr, repr(result.stderr)
     with h5py.File(out, "r") as handle:
         assert len(handle) == 0 and handle.attrs["n_input_lines"] == 0 and handle.attrs["complete"]
     with pytest.warns(EmbedWarning, match=f"{name} {said}; wrote an empty"):
@@ -215,3 +221,88 @@ def test_a_launchers_local_rank_beyond_the_gpus_is_a_one_line_error(tmp_path, mo
     ):
         embed_file(path, out, settings, shard=(1, 2))
     assert nothing_written(out) and not list(tmp_path.glob("out.shard*"))
+
+
+def test_a_pipe_as_input_is_refused_before_it_is_read(tmp_path):
+    """It was read twice (checked, then embedded): the output was empty and the run said finished."""
+    read, write = os.pipe()
+    os.write(write, TEXT.encode())
+    os.close(write)
+    pipe = f"/dev/fd/{read}"  # what `<(...)` gives, and /dev/stdin under `|`
+    out = tmp_path / "out.hdf5"
+    try:
+        refused(embed_cli(pipe, out), f"{pipe}: INPUT is a pipe/FIFO: embed needs a file it can read again", "write it")
+        with pytest.raises(ValueError, match="INPUT is a pipe/FIFO"):
+            embed_file(Path(pipe), out, SETTINGS)
+        assert os.read(read, 100) == TEXT.encode(), "nothing was read from it"
+    finally:
+        os.close(read)
+    assert nothing_written(out)
+
+
+@pytest.mark.slow
+def test_stdin_and_a_named_fifo_are_refused_without_waiting(tmp_path):
+    """`printf ... | embed m /dev/stdin out` wrote an empty output; a named FIFO hung, waiting for a writer."""
+    out = tmp_path / "out.hdf5"
+    command = [sys.executable, "-m", "spacy_elmo", "embed", str(ELMO_FIXTURE)]
+    piped = subprocess.run([*command, "/dev/stdin", str(out)], input=TEXT, capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 1 and "/dev/stdin: INPUT is a pipe/FIFO" in piped.stderr, piped.stderr[-2000:]
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    named = subprocess.run([*command, str(fifo), str(out)], capture_output=True, text=True, timeout=120)
+    assert named.returncode == 1 and f"{fifo}: INPUT is a pipe/FIFO" in named.stderr, named.stderr[-2000:]
+    assert nothing_written(out)
+    # a file given as stdin is a file: it is read again as any file is
+    with open(tmp_path / "in.txt", "w", encoding="utf-8") as handle:
+        handle.write(TEXT)
+    with open(tmp_path / "in.txt", encoding="utf-8") as handle:
+        given = subprocess.run([*command, "/dev/stdin", str(out)], stdin=handle, capture_output=True, timeout=120)
+    assert given.returncode == 0 and len(read_all(out)[0]) == 3, given.stderr[-2000:]
+
+
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"])
+def test_utf16_or_utf32_without_a_byte_order_mark_is_refused_naming_it(tmp_path, encoding):
+    """ASCII in UTF-16 is valid UTF-8 with NULs between: it was embedded as garbage and said finished."""
+    for name, content in (("ascii.txt", "A plain line .\nAnother one .\n"), ("accents.txt", TEXT)):
+        path = tmp_path / name
+        path.write_bytes(content.encode(encoding))
+        out = tmp_path / f"{name}.hdf5"
+        said = refused(embed_cli(path, out), f"{path}, line 1, byte ", "UTF-16 or UTF-32 without a byte-order mark")
+        assert said.endswith(f"--encoding {encoding}"), said
+        assert nothing_written(out)
+        with pytest.raises(ValueError, match="UTF-16 or UTF-32 without a byte-order mark"):
+            embed_file(path, out, SETTINGS)
+
+
+def test_a_byte_order_mark_is_skipped_with_an_explicit_encoding_too(tmp_path):
+    """`--encoding utf-16-le` on a file with its mark embedded U+FEFF as the start of the first word."""
+    utf8 = tmp_path / "utf8.txt"
+    utf8.write_text(TEXT, encoding="utf-8")
+    expected, _ = read_all_of(utf8, tmp_path / "utf8.hdf5")
+    for encoding, mark in (("utf-16-le", codecs.BOM_UTF16_LE), ("utf-32-be", codecs.BOM_UTF32_BE)):
+        path = tmp_path / f"{encoding}.txt"
+        path.write_bytes(mark + TEXT.encode(encoding))
+        out = tmp_path / f"{encoding}.hdf5"
+        result = embed_cli(path, out, "--encoding", encoding)
+        assert result.exit_code == 0, result.output
+        got, _ = read_all(out)
+        assert got.keys() == expected.keys() and all(numpy.array_equal(got[k], expected[k]) for k in expected)
+
+
+def test_an_existing_file_that_is_no_output_is_refused_without_advice_to_delete_it(tmp_path):
+    """ "not a readable HDF5 file ...; delete it and run again" about the user's own text file."""
+    path = tmp_path / "input.txt"
+    path.write_text(TEXT, encoding="utf-8")
+    victim = tmp_path / "notes.txt"
+    victim.write_text("my notes\n", encoding="utf-8")
+    said = refused(embed_cli(path, victim), f"{victim}: OUTPUT exists and is not an embed output (not HDF5)")
+    assert "delete" not in said and said.endswith("give another output name"), said
+    other = tmp_path / "other.hdf5"
+    with h5py.File(other, "w") as handle:
+        handle["x"] = numpy.arange(3)
+    said = refused(embed_cli(path, other), f"{other}: OUTPUT exists and is not an embed output of this version")
+    assert f"(no {FORMAT!r} binding); give another output name" in said
+    assert victim.read_text(encoding="utf-8") == "my notes\n" and not partial_dir(victim).exists()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # never opened (it would wait for a writer)
+    refused(embed_cli(path, fifo), f"{fifo}: OUTPUT exists and is not a regular file")

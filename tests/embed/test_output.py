@@ -159,9 +159,12 @@ def test_bad_cli_values_are_one_line_errors_not_tracebacks(fixture_dir, text_fil
 def test_merging_a_file_that_is_not_hdf5_names_it(tmp_path):
     from spacy_elmo.embed import ShardError, merge_shards
 
-    for name, content in (("truncated.hdf5", b"\x89HDF\r\n\x1a\n" + b"\0" * 20), ("text.hdf5", b"not hdf5")):
+    for name, content, said in (
+        ("truncated.hdf5", b"\x89HDF\r\n\x1a\n" + b"\0" * 20, "an HDF5 file that cannot be read"),
+        ("text.hdf5", b"not hdf5", r"not an embed shard \(not HDF5\); give the files that `embed --shard` wrote"),
+    ):
         (tmp_path / name).write_bytes(content)
-        with pytest.raises(ShardError, match=rf"{name}: not a readable HDF5 file"):
+        with pytest.raises(ShardError, match=rf"{name}: {said}"):
             merge_shards([tmp_path / name], tmp_path / "merged.hdf5")
     assert not (tmp_path / "merged.hdf5").exists()
 

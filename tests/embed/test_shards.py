@@ -233,3 +233,47 @@ def test_a_killed_shard_process_resumes_and_merges(tmp_path):
     embed_file(corpus, single, EmbedSettings(model=str(ELMO_FIXTURE)))
     expected, _ = read_all(single)
     assert all(numpy.array_equal(merged[k], expected[k]) for k in expected)
+
+
+def test_merge_never_writes_over_a_shard_a_directory_or_another_file(corpus, two_shards, tmp_path):
+    """The output of `embed-merge` replaced whatever was there: one of its own shards, a finished output of
+    another input, a user's text file."""
+    out, files = two_shards
+    before = {path: sha256_of(path) for path in files}
+    for given in (files[0], tmp_path / "." / files[1].name):
+        with pytest.raises(ValueError, match=rf"{given}: OUTPUT is the shard file .*; give another output name"):
+            merge_shards(files, given)
+    (tmp_path / "merged").mkdir()
+    with pytest.raises(ValueError, match="merged: OUTPUT is a directory"):
+        merge_shards(files, tmp_path / "merged")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"notes.txt: OUTPUT exists and is not an embed output \(not HDF5\)"):
+        merge_shards(files, notes)
+    other_input = tmp_path / "other.txt"
+    other_input.write_text("another text .\n", encoding="utf-8")
+    other = tmp_path / "other.hdf5"
+    embed_file(other_input, other, EmbedSettings(model=str(ELMO_FIXTURE)))
+    other_sha = sha256_of(other)
+    with pytest.raises(ValueError, match=r"other.hdf5 already holds a finished output of another .*input\.sha256"):
+        merge_shards(files, other)
+    assert notes.read_text(encoding="utf-8") == "my notes\n" and sha256_of(other) == other_sha
+    assert {path: sha256_of(path) for path in files} == before and list((tmp_path / "merged").iterdir()) == []
+
+
+def test_the_same_merge_run_again_finds_its_output_finished(corpus, two_shards, flip_a_bit):
+    """As `embed` run again on its finished output: checked, said finished, not written again."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import elmo_cli
+
+    out, files = two_shards
+    assert merge_shards(files, out) == len(LINES)
+    written = (out.stat().st_ino, out.stat().st_mtime_ns, sha256_of(out))
+    assert merge_shards(files, out) == 0
+    result = CliRunner().invoke(elmo_cli, ["embed-merge", str(out), *map(str, files)])
+    assert result.exit_code == 0 and f"merged 0 lines now; {out} is finished" in result.output, result.output
+    assert (out.stat().st_ino, out.stat().st_mtime_ns, sha256_of(out)) == written
+    flip_a_bit(out, "3")  # damaged since: refused as `embed` refuses its damaged output
+    with pytest.raises(ValueError, match=rf"{out}: its datasets have SHA-256 .*delete it and run again"):
+        merge_shards(files, out)

@@ -1,6 +1,7 @@
 import gzip
 import json
 import os
+from pathlib import Path
 
 import numpy
 import pytest
@@ -8,7 +9,7 @@ import pytest
 from fixture_paths import FIXTURES
 from spacy_elmo import chars
 from spacy_elmo.pretrain import corpus as corpus_module
-from spacy_elmo.pretrain.corpus import CorpusError, CorpusSettings, build_vocab, prepare_corpus
+from spacy_elmo.pretrain.corpus import CorpusError, CorpusSettings, build_vocab, file_digests, prepare_corpus
 from spacy_elmo.pretrain.vocab import UNK_ID
 
 
@@ -168,5 +169,41 @@ def test_evaluate_refuses_text_that_is_not_utf8_in_one_line(tmp_path):
     result = CliRunner().invoke(elmo_cli, ["evaluate", "en_elmo_small", str(path)])
     assert result.exit_code == 1 and (result.exception is None or isinstance(result.exception, SystemExit))
     assert result.output.strip().splitlines() == [
-        f"error: {path}, line 2, byte 14: not valid UTF-8 (invalid continuation byte: e9); convert it to UTF-8"
+        f"error: {path}, line 2, byte 14: not valid UTF-8 (invalid continuation byte: 2e after e9); convert it to UTF-8"
     ]
+
+
+@pytest.mark.parametrize("fmt", ["text", "tokenized", "bilm-tf"])
+def test_utf16_without_a_byte_order_mark_is_refused_not_learned(tmp_path, fmt):
+    """ASCII in UTF-16 decodes as UTF-8 with a NUL after each character: it was tokenized as words."""
+    path = tmp_path / "wide.txt"
+    path.write_bytes("A first line .\nA second one .\n".encode("utf-16-le"))
+    with pytest.raises(CorpusError) as error:
+        prepare_corpus(path, CorpusSettings(format=fmt), tmp_path / "cache")
+    assert str(error.value) == (
+        f"{path}, line 1, byte 1: a NUL (U+0000), which text never holds: it looks like UTF-16 or UTF-32 without a "
+        "byte-order mark (its NUL bytes fall where UTF-16-LE puts them); convert it to UTF-8 "
+        "(iconv -f UTF-16LE -t UTF-8)"
+    )
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir()), "no cache entry is written"
+
+
+def test_a_pipe_is_tokenized_as_its_file_is_but_not_pretrained_on(tmp_path):
+    """`evaluate` reads a pipe once, and must keep doing so; pretraining reads its data again (digests
+    first, then tokens), so a pipe was empty by then."""
+    path = tmp_path / "a.txt"
+    path.write_text("The cat sat.  It was\nhappy.\n\nA dog barked!\n", encoding="utf-8")
+    expected = words_of(prepare_corpus(path, CorpusSettings(), tmp_path / "file-cache"))
+    for check in ("tokens", "digests"):
+        read, write = os.pipe()
+        os.write(write, path.read_bytes())
+        os.close(write)
+        pipe = Path(f"/dev/fd/{read}")
+        try:
+            if check == "tokens":
+                assert words_of(prepare_corpus(pipe, CorpusSettings(), tmp_path / "pipe-cache")) == expected
+            else:
+                with pytest.raises(CorpusError, match=rf"{pipe}: the corpus file is a pipe/FIFO: pretraining needs"):
+                    file_digests([path, pipe])
+        finally:
+            os.close(read)
