@@ -30,6 +30,7 @@ from ..bilm.batching import DEFAULT_WINDOW_CONTEXT, DEFAULT_WINDOW_SIZE, check_w
 from ..io.digest import check_pin, file_sha256, parse_pin
 from ..launch_env import launch_env
 from ..mix import REDUCTIONS, reduce_layers
+from ..onnx.metadata import names_onnx_graph
 from ..text import (
     UTF8,
     check_encoding,
@@ -45,7 +46,6 @@ from .store import EmbedWarning, PartialRun, check_output_path, finished_output
 
 STORAGE_DTYPES = ("float32", "float16")
 RUNTIMES = ("torch", "onnxruntime")
-ONNX_SUFFIX = ".onnx"
 
 
 @dataclass
@@ -171,7 +171,7 @@ class EmbedModel:
 def load_embed_model(settings: EmbedSettings) -> EmbedModel:
     """The model, with every check and the pinned digest. With runtime onnxruntime an .onnx MODEL is read
     as it is (no torch); any other model is exported first (torch and the [onnx] extra)."""
-    if settings.runtime == "onnxruntime" and settings.model.endswith(ONNX_SUFFIX):
+    if settings.runtime == "onnxruntime" and names_onnx_graph(settings.model):
         from ..onnx.runtime import OnnxBiLM
 
         bilm = OnnxBiLM.from_file(settings.model)

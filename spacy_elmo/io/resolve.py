@@ -25,14 +25,14 @@ one chosen. `check_output` refuses an output that would overwrite (or sit among)
 """
 
 import hashlib
-import io
+import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Optional, Union
+from typing import Any, Optional, Union
 
 from ..bilm.bilm import BiLM
-from ..onnx.metadata import names_onnx_graph
+from ..onnx.metadata import is_model_proto, names_onnx_graph
 from .archive import WEIGHT_MEMBERS, ArchiveModel, find_model, is_archive, member_names
 from .digest import ModelFile, check_pin, file_sha256, model_digest, parse_pin
 from .efml import CONFIG_FILE, ENCODER_FILE, MODEL_FILES, EfmlFiles, is_efml, read_efml
@@ -45,9 +45,6 @@ DEFAULT_MODEL = "en_elmo_small"
 WEIGHT_FILE_NAMES = WEIGHT_MEMBERS  # a weight file's usual names: one of them in a directory is the weights
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 # ModelProto's fields (onnx.proto): number -> protobuf wire type (0 varint, 2 length-delimited)
-_ONNX_MODEL_FIELDS = {1: 0, 2: 2, 3: 2, 4: 2, 5: 0, 6: 2, 7: 2, 8: 2, 14: 2, 20: 2, 25: 2}
-_ONNX_IR_VERSION, _ONNX_GRAPH = 1, 7
-_ONNX_MAX_FIELDS = 4096  # an exported graph has a dozen top-level fields (its metadata among them)
 EXPECTED = (
     "a native model directory, a bilm-tf/AllenNLP directory (options.json + one .hdf5 [+ vocab.txt]), an "
     ".hdf5 weight file with options.json beside it, a .zip archive of such a model (the NLPL repository's), "
@@ -147,52 +144,19 @@ def resolve_model(path: PathLike, options_file: Optional[PathLike] = None, optio
 
 def is_onnx_graph(path: Path) -> bool:
     """Whether a file is an ONNX graph rather than a model this package loads: named .onnx (and not HDF5),
-    or, whatever its name, a protobuf ModelProto: an ir_version first, a graph, and nothing but ModelProto's
-    fields to the file's end. Only the fields' headers are read (each field's body is skipped)."""
+    or, whatever its name, a protobuf ModelProto (`is_model_proto`, over the file memory-mapped)."""
     try:
         with open(path, "rb") as handle:
             if handle.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE:
                 return False
             if names_onnx_graph(str(path)):
                 return True
-            handle.seek(0)
-            return _is_model_proto(handle, os.fstat(handle.fileno()).st_size)
-    except OSError:
-        return False
-
-
-def _is_model_proto(handle: BinaryIO, size: int) -> bool:
-    """Walk the top-level fields in protobuf's wire format (a tag, then a varint or a length), seeking past
-    each body: a weight file or text fails at its first bytes, a graph only at its end."""
-    seen: set[int] = set()
-    for _ in range(_ONNX_MAX_FIELDS):
-        if handle.tell() >= size:
-            break
-        key = _varint(handle)
-        if key is None or _ONNX_MODEL_FIELDS.get(key >> 3) != key & 7 or (not seen and key >> 3 != _ONNX_IR_VERSION):
-            return False
-        value = _varint(handle)
-        if value is None:
-            return False
-        if key & 7 == 2:
-            if handle.tell() + value > size:
+            if os.fstat(handle.fileno()).st_size == 0:
                 return False
-            handle.seek(value, io.SEEK_CUR)
-        seen.add(key >> 3)
-    return handle.tell() == size and _ONNX_GRAPH in seen
-
-
-def _varint(handle: BinaryIO) -> Optional[int]:
-    """A protobuf varint (at most 10 bytes), or None where there is none."""
-    value = 0
-    for shift in range(0, 70, 7):
-        byte = handle.read(1)
-        if not byte:
-            return None
-        value |= (byte[0] & 0x7F) << shift
-        if byte[0] < 0x80:
-            return value
-    return None
+            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                return is_model_proto(memoryview(mapped))
+    except (OSError, BufferError):
+        return False
 
 
 @dataclass(frozen=True)

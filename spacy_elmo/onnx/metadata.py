@@ -170,6 +170,29 @@ def _fields(data: memoryview) -> Iterator[tuple[int, int, int, memoryview]]:
         yield tag >> 3, start, pos, payload
 
 
+# ModelProto's top-level fields: number -> wire type (0 varint, 2 length-delimited)
+_MODEL_FIELDS = {1: 0, 2: 2, 3: 2, 4: 2, 5: 0, 6: 2, 7: 2, 8: 2, 14: 2, 20: 2, 25: 2}
+_IR_VERSION, _GRAPH = 1, 7
+_MAX_MODEL_FIELDS = 4096  # an exported graph has a dozen top-level fields (its metadata among them)
+
+
+def is_model_proto(data: memoryview) -> bool:
+    """Whether `data` is an ONNX ModelProto: an ir_version first, a graph, and nothing but ModelProto's
+    fields to its end. Only the fields' headers are read, so over a memory-mapped file a weight file or
+    text fails at its first bytes and a graph costs a few pages."""
+    seen: set[int] = set()
+    try:
+        for count, (number, start, _, _) in enumerate(_fields(data)):
+            wire_type = _varint(data, start)[0] & 7
+            first_is_ir_version = seen or number == _IR_VERSION
+            if count >= _MAX_MODEL_FIELDS or _MODEL_FIELDS.get(number) != wire_type or not first_is_ir_version:
+                return False
+            seen.add(number)
+    except ValueError:
+        return False
+    return _GRAPH in seen
+
+
 def _entry(payload: memoryview) -> tuple[bytes, bytes]:
     """A StringStringEntryProto's (key, value)."""
     found = {1: b"", 2: b""}
