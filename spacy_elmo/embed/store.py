@@ -20,7 +20,6 @@ its lines are at hand, and the result is the same bytes.
 import contextlib
 import hashlib
 import json
-import os
 import re
 import shutil
 import warnings
@@ -30,7 +29,7 @@ from typing import Any, Optional
 
 import numpy
 
-from ..io.atomic import TEMPORARY_SUFFIX, atomic_directory, atomic_path, remove_stale_temporaries
+from ..io.atomic import TEMPORARY_SUFFIX, atomic_directory, atomic_path, remove_stale_temporaries, same_file
 
 FORMAT = "spacy-elmo.embed.v2"
 BINDING_FILE = "binding.json"
@@ -184,7 +183,7 @@ def check_output_path(output: Path, inputs: Iterable[Path], what: str) -> None:
     if output.exists() and not output.is_file():  # a FIFO would be opened to read its binding, and wait
         raise ValueError(f"{output}: OUTPUT exists and is not a regular file; give the name of an HDF5 file to write")
     for path in inputs:
-        if output.resolve() == path.resolve() or (output.exists() and path.exists() and os.path.samefile(output, path)):
+        if output.resolve() == path.resolve() or same_file(output, path):
             raise ValueError(f"{output}: OUTPUT is the {what} {path}; give another output name")
 
 

@@ -125,3 +125,12 @@ def atomic_directory(path: PathLike) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     fsync_path(target.parent)
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether two paths are one file as the filesystem sees it (links, relative paths), so that a write
+    never lands on a file the same run reads; False where either is not there."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False

@@ -34,6 +34,7 @@ from typing import Any, Optional, Union
 from ..bilm.bilm import BiLM
 from ..onnx.metadata import is_model_proto, names_onnx_graph
 from .archive import WEIGHT_MEMBERS, ArchiveModel, find_model, is_archive, member_names
+from .atomic import same_file
 from .digest import ModelFile, check_pin, file_sha256, model_digest, parse_pin
 from .efml import CONFIG_FILE, ENCODER_FILE, MODEL_FILES, EfmlFiles, is_efml, read_efml
 from .hdf5 import load_bilm_tf
@@ -212,23 +213,16 @@ def check_output(loaded: LoadedModel, output: Path, option: str, directory: bool
     if not directory and output.is_dir():
         raise ValueError(f"{output} ({option}) is a directory: give the file to write")
     for path in loaded.paths():
-        if _same_file(output, path):
+        if same_file(output, path):
             raise ValueError(
                 f"{output} ({option}) is a file of the model being read ({path}): writing it would destroy the "
                 "model; give another output"
             )
-        if directory and _same_file(output, path.parent):
+        if directory and same_file(output, path.parent):
             raise ValueError(
                 f"{output} ({option}) holds {path}, a file of the model being read: what is written there would "
                 "replace it or sit beside it as a second model; give another directory"
             )
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # either one is not there
-        return False
 
 
 def load_model(
