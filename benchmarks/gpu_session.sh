@@ -11,6 +11,7 @@ out=${1:?OUT_DIR}
 budget=${2:-560}
 corpus=${3:-}
 mkdir -p "$out"
+out=$(cd "$out" && pwd)  # the steps below run in benchmarks/
 exec > >(tee -a "$out/session.log") 2>&1
 start=$SECONDS
 left() { echo $((budget - (SECONDS - start))); }
@@ -43,29 +44,30 @@ print('corpus cached', len(s))") > "$out/corpus.log" 2>&1 &
   corpus_pid=$!
 fi
 
+if [ "${SPEED_ONLY:-0}" = 1 ]; then corpus=""; fi
 # 1. correctness: the GPU tests (fp32/bf16/fp16 pipe vs CPU, to_cpu, spacy train --gpu-id 0, OOM split)
-step gpu-tests 200 $PY -m pytest -p no:cacheprovider -q -rA -m gpu tests/pipeline/test_gpu.py tests/bilm/test_runner.py
-step gpu-checks 60 $PY benchmarks/gpu_checks.py --output "$results"
+[ "${SPEED_ONLY:-0}" = 1 ] || step gpu-tests 200 $PY -m pytest -p no:cacheprovider -q -rA -m gpu tests/pipeline/test_gpu.py tests/bilm/test_runner.py
+[ "${SPEED_ONLY:-0}" = 1 ] || step gpu-checks 60 $PY benchmarks/gpu_checks.py --output "$results"
 
 # 2. speed: the full configuration at big batches (fp32, bf16, bf16 with the compiled cell), end to end, training
 cd benchmarks
 step bilm-fp32 50 $PY bilm_throughput.py --device cuda --configs full,small --batch-sizes 256,1024 --precision fp32 \
-  --min-seconds 2 --output "../$results"
+  --min-seconds 2 --output "$results"
 step bilm-bf16 50 $PY bilm_throughput.py --device cuda --configs full --batch-sizes 256,1024,4096 --precision bf16 \
-  --min-seconds 2 --output "../$results"
+  --min-seconds 2 --output "$results"
 step bilm-bf16-compiled 90 $PY bilm_throughput.py --device cuda --configs full --batch-sizes 1024 --precision bf16 \
-  --compile --min-seconds 2 --output "../$results"
+  --compile --min-seconds 2 --output "$results"
 step pipe 60 $PY pipe_throughput.py --gpu --models shipped,full --words 100000 --full-words 50000 --repeats 2 \
-  --output "../$results"
+  --output "$results"
 step pipe-bf16 40 $PY pipe_throughput.py --gpu --models full --full-words 50000 --repeats 2 --precision bf16 \
-  --output "../$results"
-step train-full 40 bash -c "$PY train_throughput.py --device cuda --configs full --steps 10 --warmup 3 | tee -a ../$results"
+  --output "$results"
+step train-full 40 bash -c "$PY train_throughput.py --device cuda --configs full --steps 10 --warmup 3 | tee -a $results"
 step train-full-amp 40 bash -c "$PY train_throughput.py --device cuda --configs full --steps 10 --warmup 3 --amp \
-  | tee -a ../$results"
+  | tee -a $results"
 small="$(cat ../spacy_elmo/models/en_elmo_small/options.json)"  # the shipped model's shape, as pretrained below
 for amp in "" --amp; do
   step "train-small$amp" 40 bash -c "$PY train_throughput.py --device cuda --options-json '$small' --vocab 30000 \
-    --batch-size ${PRETRAIN_BATCH:-512} --window 32 --negatives 4096 --steps 20 --warmup 5 $amp | tee -a ../$results \
+    --batch-size ${PRETRAIN_BATCH:-512} --window 32 --negatives 4096 --steps 20 --warmup 5 $amp | tee -a $results \
     > /tmp/train_small$amp.json"
 done
 cd ..

@@ -67,11 +67,15 @@ class BiLM(nn.Module):
         self.token_cache = TokenCache(max_size) if max_size else None
 
     def reset_parameters(self, seed: int = 0) -> None:
+        """Random weights from `seed`, drawn on the CPU so that a seed gives the same weights on any device."""
+        device = next(self.parameters()).device
+        self.to("cpu")
         generator = torch.Generator().manual_seed(seed)
         self.token_encoder.reset_parameters(generator)
         self.lstm.reset_parameters(generator)
         if self.softmax is not None:
             self.softmax.reset_parameters(generator)
+        self.to(device)
 
     @property
     def device(self) -> torch.device:

@@ -1,0 +1,49 @@
+"""The GPU session's pretraining text (issue 38), made here so the GPU spends no time tokenizing:
+the Gutenberg 10M-word sample tokenized as `pretrain` tokenizes "text" (spaCy's tokenizer and
+sentencizer), one sentence a line, plus the project tasks' training text (never dev or test), and the
+dev text (the first 20,000 words of Gutenberg valid, likewise). Both in the "bilm-tf" format.
+
+    python benchmarks/gpu_corpus.py DATA_DIR TASK_TEXT OUT_DIR
+    # DATA_DIR: shared/data; TASK_TEXT: project/scripts/task_text.py's output for the WNUT-17 train
+    # split and MR's seed-0 train split -> OUT_DIR/train.txt.xz, OUT_DIR/dev.txt
+"""
+
+import argparse
+import lzma
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy
+
+from spacy_elmo.pretrain.corpus import CorpusSettings, prepare_corpus
+
+
+def sentences(path: Path, cache: Path, max_tokens: int = 0) -> Iterator[str]:
+    """The sentences of a raw text file as the pretraining reader frames them, tokens space-joined."""
+    settings = CorpusSettings(format="text", max_tokens=max_tokens or None)
+    stream = prepare_corpus(path, settings, cache_dir=cache)
+    tokens, types = numpy.asarray(stream.tokens), stream.types
+    for start, end in zip(numpy.flatnonzero(tokens == 0), numpy.flatnonzero(tokens == 1)):
+        yield " ".join(types[i] for i in tokens[start + 1 : end])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("data_dir", type=Path)
+    parser.add_argument("task_text", type=Path)
+    parser.add_argument("out_dir", type=Path)
+    args = parser.parse_args()
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    gutenberg = args.data_dir / "gutenberg-en"
+    with tempfile.TemporaryDirectory() as cache:
+        with lzma.open(args.out_dir / "train.txt.xz", "wt", encoding="utf-8", preset=9) as out:
+            for line in sentences(gutenberg / "train_10M_sample.txt.gz", Path(cache)):
+                out.write(line + "\n")
+            out.write(args.task_text.read_text(encoding="utf-8"))
+        dev = list(sentences(gutenberg / "valid.txt.gz", Path(cache), max_tokens=20000))
+        (args.out_dir / "dev.txt").write_text("".join(line + "\n" for line in dev), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
