@@ -29,6 +29,7 @@ from typing import Any, Optional
 
 import numpy
 
+from ..dicts import changed_keys, flatten
 from ..io.atomic import TEMPORARY_SUFFIX, atomic_directory, atomic_path, remove_stale_temporaries, same_file
 
 FORMAT = "spacy-elmo.embed.v2"
@@ -54,23 +55,12 @@ def chunk_file(directory: Path, k: int) -> Path:
     return directory / f"chunk-{k:09d}.hdf5"
 
 
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        flat: dict[str, Any] = {}
-        for key, inner in value.items():
-            flat.update(_flatten(inner, f"{prefix}{key}."))
-        return flat
-    return {prefix[:-1]: value}
-
-
 def differences(recorded: dict[str, Any], current: dict[str, Any], ignore: Iterable[str] = INFORMATIONAL) -> list[str]:
     """'key: recorded then, current now' for every compared key that differs."""
-    then, now = _flatten(recorded), _flatten(current)
-    skipped = set(ignore)
+    then, now = flatten(recorded), flatten(current)
     return [
         f"{key}: {then.get(key, '(absent)')!r} then, {now.get(key, '(absent)')!r} now"
-        for key in sorted(set(then) | set(now))
-        if key not in skipped and then.get(key) != now.get(key)
+        for key in changed_keys(recorded, current, ignore)
     ]
 
 
