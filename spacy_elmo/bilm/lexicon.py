@@ -27,6 +27,7 @@ from typing import Any, Optional
 import numpy
 
 from .. import chars
+from ..errors import ModelFileError
 
 ID_SHIFT = 1
 _GAP = "\x00unreachable-{}"
@@ -34,7 +35,7 @@ CHARACTER_ROLES = ("begin_of_word", "end_of_word", "padding", "unknown")
 WORD_ROLES = ("padding", "unknown")
 
 
-class LexiconError(ValueError):
+class LexiconError(ModelFileError):
     """A vocabulary that lacks an entry a role names, or a stored lexicon that is malformed."""
 
 

@@ -22,9 +22,10 @@ from pydantic import BeforeValidator, ConfigDict, Field, ValidationError, model_
 from pydantic.dataclasses import dataclass
 
 from .. import chars
+from ..errors import ModelFileError
 
 
-class OptionsError(ValueError):
+class OptionsError(ModelFileError):
     """An options.json that is missing a key or holds a value the biLM cannot use."""
 
 

@@ -28,6 +28,7 @@ from typing import Any, Optional
 
 from ..bilm.bilm import BiLM
 from ..bilm.options import BiLMOptions, OptionsError
+from ..errors import ModelFileError
 from .arrays import expected_shapes
 from .hdf5 import parse_vocab, read_bilm_tf
 
@@ -49,7 +50,7 @@ except ImportError:  # a Python built without lzma: zipfile then refuses lzma me
     pass
 
 
-class ArchiveError(ValueError):
+class ArchiveError(ModelFileError):
     """A zip archive that is unreadable or does not hold one model."""
 
 

@@ -26,6 +26,7 @@ import torch
 from ..bilm.bilm import BiLM
 from ..bilm.lexicon import Lexicon
 from ..bilm.options import BiLMOptions
+from ..errors import ModelFileError
 
 PathLike = Union[str, Path]
 RAW_CHARACTERS = 261
@@ -36,7 +37,7 @@ SOFTMAX_ARRAYS = ("softmax/W", "softmax/b")
 MAX_ABS_WEIGHT = 1e4
 
 
-class WeightsError(ValueError):
+class WeightsError(ModelFileError):
     """A weight file that cannot be read, or whose contents do not match its options."""
 
 

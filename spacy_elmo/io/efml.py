@@ -33,6 +33,7 @@ import numpy
 from ..bilm.bilm import BiLM
 from ..bilm.lexicon import Lexicon, LexiconError, gap
 from ..bilm.options import BiLMOptions, OptionsError
+from ..errors import ModelFileError
 from .archive import read_member
 from .arrays import bilm_arrays, build_bilm, lstm_name
 from .atomic import atomic_write_bytes, atomic_write_text
@@ -68,7 +69,7 @@ WORD_ROLES = {"padding": "<pad>", "unknown": "<oov>"}
 GATES_TO_BILM_TF = (0, 2, 1, 3)  # AllenNLP's i, f, g, o -> bilm-tf's i, j(g), f, o (its own inverse)
 
 
-class EfmlError(ValueError):
+class EfmlError(ModelFileError):
     """An ELMoForManyLangs model that is incomplete, unsafe, or whose parts disagree."""
 
 

@@ -27,6 +27,7 @@ from typing import Any, Optional
 
 from ..bilm.lexicon import Lexicon, LexiconError
 from ..bilm.options import FILE_KEYS, BiLMOptions
+from ..errors import ModelFileError
 
 FORMAT = "spacy-elmo.onnx.v2"  # what export writes: records GRAPH_SHA256_KEY, which loading then requires
 FORMAT_V1 = "spacy-elmo.onnx.v1"  # exported before graphs recorded their digest: one may be missing
@@ -49,7 +50,7 @@ def names_onnx_graph(path: str) -> bool:
     return path.lower().endswith(ONNX_SUFFIX)
 
 
-class OnnxModelError(ValueError):
+class OnnxModelError(ModelFileError):
     """An .onnx file that is not a graph `spacy elmo export` wrote, or one that is damaged."""
 
 
