@@ -8,12 +8,12 @@ Used by the pipe, `embed` and the pretraining's evaluation batches.
 
 Windows: a sequence longer than `window_size` tokens is cut into overlapping windows, each of which
 answers for its central part and reads `window_context` extra tokens on each side (`windows`); the pipe
-(`layers/segments.py`) and `embed_windowed` (for `embed`, with either runtime) cut with the same
-function, so a text gets the same vectors from both.
+(`layers/segments.py`) and `embed_windowed` (for `embed`, with either runtime's runner) cut with the
+same function, so a text gets the same vectors from both.
 """
 
 from collections.abc import Sequence
-from typing import Callable, Optional
+from typing import Optional, Protocol
 
 import numpy
 
@@ -79,19 +79,28 @@ def token_slice(start: int, end: int) -> slice:
     return slice(1 + start, 1 + end)
 
 
+class SentenceRunner(Protocol):
+    """What `embed_windowed` needs of a runner (`BiLMRunner`, `OnnxRunner`)."""
+
+    stateful: bool
+    token_budget: int
+    max_batch_size: Optional[int]
+
+    def embed_batch(self, sentences: Sequence[Sequence[str]]) -> list[numpy.ndarray]: ...
+
+
 def embed_windowed(
-    embed_batch: Callable[[Sequence[Sequence[str]]], list[numpy.ndarray]],
+    runner: SentenceRunner,
     sentences: Sequence[Sequence[str]],
     window_size: Optional[int],
-    window_context: int,
-    token_budget: int,
-    max_batch_size: Optional[int],
+    window_context: int = 0,
 ) -> list[numpy.ndarray]:
-    """Sentences -> one (L+1, n_tokens, 2P) array each, run by `embed_batch` (one batch of sentences in,
-    one array per sentence out) in length-sorted batches under `token_budget`. Every sentence longer than
-    `window_size` tokens (None: no limit) is cut into the pipe's overlapping windows and stitched back,
-    so memory is bounded by the window and the budget, not by the longest sentence; sentences that fit
-    are run whole. The torch runner and the ONNX Runtime one both embed through this."""
+    """Sentences -> one (L+1, n_tokens, 2P) array each, run by `runner.embed_batch` in length-sorted batches
+    under its token budget. Every sentence longer than `window_size` tokens (None: no limit) is cut into
+    the pipe's overlapping windows and stitched back, so memory is bounded by the window and the budget,
+    not by the longest sentence; sentences that fit are run whole (window_size None: `embed_sentences`)."""
+    if runner.stateful:
+        raise ValueError("stateful embedding keeps the caller's batches: call embed_batch per batch")
     # pieces: (sentence index, start, end, keep_start, keep_end)
     pieces: list[tuple[int, int, int, int, int]] = []
     for index, sentence in enumerate(sentences):
@@ -102,9 +111,9 @@ def embed_windowed(
             pieces.extend((index, *cut) for cut in windows(n, window_size, window_context))
     results: list[Optional[numpy.ndarray]] = [None] * len(sentences)
     lengths = [end - start + 2 for _, start, end, _, _ in pieces]
-    for batch in token_budget_batches(lengths, token_budget, max_batch_size):
+    for batch in token_budget_batches(lengths, runner.token_budget, runner.max_batch_size):
         words = [sentences[pieces[i][0]][pieces[i][1] : pieces[i][2]] for i in batch]
-        for i, array in zip(batch, embed_batch(words)):
+        for i, array in zip(batch, runner.embed_batch(words)):
             index, start, end, keep_start, keep_end = pieces[i]
             if keep_start == 0 and end - start == len(sentences[index]):
                 results[index] = array  # the whole sentence in one piece

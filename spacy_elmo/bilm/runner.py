@@ -120,7 +120,7 @@ class BiLMRunner(torch.nn.Module):
         load: Optional[Callable[[], BiLM]] = None,
         token_budget: int = DEFAULT_TOKEN_BUDGET,
         stateful: bool = False,
-        max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+        max_batch_size: Optional[int] = DEFAULT_MAX_BATCH_SIZE,
         token_cache_size: Optional[int] = None,
         precision: str = "fp32",
         n_threads: int = 0,
@@ -247,24 +247,9 @@ class BiLMRunner(torch.nn.Module):
         return [numpy.ascontiguousarray(layers[:, row, token_slice(0, len(s))]) for row, s in enumerate(sentences)]
 
     def embed_sentences(self, sentences: Sequence[Sequence[str]]) -> list[numpy.ndarray]:
-        """Any number of sentences, in length-sorted batches under the token budget (stateless only)."""
-        return self.embed_windowed(sentences, window_size=None)
-
-    def embed_windowed(
-        self,
-        sentences: Sequence[Sequence[str]],
-        window_size: Optional[int],
-        window_context: int = 0,
-    ) -> list[numpy.ndarray]:
-        """`embed_sentences`, with every sentence longer than `window_size` tokens cut into the pipe's
-        overlapping windows (`batching.windows`) and stitched back, so memory is bounded by the window
-        and the token budget, not by the longest sentence. Sentences that fit are run exactly as
-        `embed_sentences` runs them (the same batches, so the same bits)."""
-        if self.stateful:
-            raise ValueError("stateful embedding keeps the caller's batches: call embed_batch per batch")
-        return embed_windowed(
-            self.embed_batch, sentences, window_size, window_context, self.token_budget, self.max_batch_size
-        )
+        """Any number of sentences, in length-sorted batches under the token budget (stateless only; long
+        sentences cut into the pipe's windows: `batching.embed_windowed`)."""
+        return embed_windowed(self, sentences, window_size=None)
 
     @torch.no_grad()
     def embed_tokens(self, tokens: Iterable[str], batch_size: int = 4096) -> numpy.ndarray:

@@ -26,11 +26,11 @@ from typing import Any, Callable, Optional
 
 import numpy
 
-from ..bilm.batching import DEFAULT_WINDOW_CONTEXT, DEFAULT_WINDOW_SIZE, check_window
-from ..io.digest import check_pin, file_sha256, parse_pin
+from ..bilm.batching import DEFAULT_WINDOW_CONTEXT, DEFAULT_WINDOW_SIZE, check_window, embed_windowed
+from ..io.digest import file_sha256, parse_pin
 from ..launch_env import launch_env
 from ..mix import REDUCTIONS, reduce_layers
-from ..onnx.metadata import names_onnx_graph
+from ..onnx.runtime import RUNTIMES, OnnxRunner, load_graph
 from ..text import (
     UTF8,
     check_encoding,
@@ -45,7 +45,6 @@ from .shards import Shard, shard_path
 from .store import EmbedWarning, PartialRun, check_output_path, finished_output
 
 STORAGE_DTYPES = ("float32", "float16")
-RUNTIMES = ("torch", "onnxruntime")
 
 
 @dataclass
@@ -170,27 +169,23 @@ class EmbedModel:
 
 def load_embed_model(settings: EmbedSettings) -> EmbedModel:
     """The model, with every check and the pinned digest. With runtime onnxruntime an .onnx MODEL is read
-    as it is (no torch); any other model is exported first (torch and the [onnx] extra)."""
-    if settings.runtime == "onnxruntime" and names_onnx_graph(settings.model):
-        from ..onnx.runtime import OnnxBiLM
-
-        bilm = OnnxBiLM.from_file(settings.model)
-        check_pin(bilm.sha256, settings.sha256, settings.model, "--sha256")
+    as it is (no torch) and its graph checked here; any other model is exported first (`load_graph`)."""
+    if settings.runtime == "onnxruntime":
+        found = load_graph(settings.model, settings.sha256, "MODEL", "--sha256")
+        if found.exported_from is not None:
+            return EmbedModel(found.exported_from.describe(), graph=found.graph)
+        runner = OnnxRunner(found.graph, source=found.source)
         description = {
             "path": settings.model,
             "format": "onnx",
-            "sha256": bilm.sha256,
-            "content_sha256": bilm.sha256,
-            "source_sha256": bilm.metadata.source_sha256,
+            "sha256": runner.sha256,
+            "content_sha256": runner.sha256,
+            "source_sha256": runner.metadata.source_sha256,
         }
-        return EmbedModel(description, graph=bilm.graph)
+        return EmbedModel(description, graph=found.graph)
     from ..io.resolve import load_model
 
     loaded = load_model(settings.model, option="MODEL", sha256=settings.sha256)
-    if settings.runtime == "onnxruntime":
-        from ..onnx.export import export_bytes
-
-        return EmbedModel(loaded.describe(), graph=export_bytes(loaded.bilm, source_sha256=loaded.sha256))
     return EmbedModel(loaded.describe(), loaded=loaded)
 
 
@@ -203,9 +198,7 @@ def _init_worker(settings: EmbedSettings, threads: Optional[int], model: Optiona
     if model is None:
         model = load_embed_model(settings)
     if model.graph is not None:
-        from ..onnx.runtime import OnnxBiLM
-
-        _worker_state["runner"] = OnnxBiLM(
+        _worker_state["runner"] = OnnxRunner(
             model.graph,
             source=str(settings.model),
             n_threads=settings.n_threads if threads is None else threads,
@@ -230,7 +223,7 @@ def _init_worker(settings: EmbedSettings, threads: Optional[int], model: Optiona
 def _embed_chunk(chunk: Sequence[tuple[int, str]]) -> list[tuple[int, numpy.ndarray]]:
     settings: EmbedSettings = _worker_state["settings"]
     tokenized = [_worker_state["tokenize"](text) for _, text in chunk]
-    arrays = _worker_state["runner"].embed_windowed(tokenized, settings.window_size, settings.window_context)
+    arrays = embed_windowed(_worker_state["runner"], tokenized, settings.window_size, settings.window_context)
     return [(index, reduce_layers(a, settings.layers).astype(settings.dtype)) for (index, _), a in zip(chunk, arrays)]
 
 

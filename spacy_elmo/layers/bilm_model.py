@@ -1,83 +1,59 @@
 """The biLM as a thinc layer: docs in, one (n_layers, n_tokens, 2P) array of layer outputs per doc out.
 
-`spacy-elmo.BiLM.v1` is registered here, and this module imports no torch: a pipeline saved with
-`runtime = "onnxruntime"` loads and runs where torch is not installed. The runtime decides which layer
-the architecture builds, each in its own module and imported only when chosen:
-- "torch" (`torch_bilm.py`, the default): PyTorch on CPU or GPU, every precision, stateful mode,
-  fine-tuning; the weights saved in the native msgpack format;
-- "onnxruntime" (`onnx_bilm.py`): the biLM exported as one ONNX graph (`spacy elmo export`) and run by
-  ONNX Runtime on the CPU: fp32, stateless, frozen; the graph is what the pipeline saves.
-Both cut docs into sentences or windows (`segments.py`), batch them with the one batcher and place the
-outputs back on the docs' tokens (`placements`), so they give the same layers to within float error.
+`spacy-elmo.BiLM.v1` is registered here, with the layer's one `forward` and `init`, and this module imports
+no torch: a pipeline saved with `runtime = "onnxruntime"` loads and runs where torch is not installed.
+The forward cuts docs into sentences or windows (`segments.py`), batches them with the one batcher, turns
+words into ids, has the runtime run the batches and places the outputs (and, fine-tuning, their gradients)
+back on the docs' tokens. A runtime is a thinc shim holding a runner, imported only when chosen:
+- "torch" (`torch_bilm.py`, the default): `BiLMRunner` in PyTorch's shim, on CPU or GPU, every
+  precision, stateful mode, fine-tuning; the weights saved in the native msgpack format;
+- "onnxruntime" (`onnx_bilm.py`): `OnnxRunner`, the biLM exported as one ONNX graph and run by ONNX
+  Runtime on the CPU: fp32, stateless, frozen; the graph is what the pipeline saves.
 
 Weights are loaded by the layer's `init` (`nlp.initialize()`), or by `from_bytes`/`from_disk` when a
 saved pipeline is loaded (then the configured path is never read: it may not exist where the pipeline
-is deployed). A pipe added with `nlp.add_pipe("elmo")` and used at once, with no `nlp.initialize()`,
-loads on its first batch, before any doc is processed; a bad path fails there, naming it. Saved weights
-that do not load are named by the file they were read from where spaCy's `from_disk` knows it (thinc's
-`from_bytes`, which the shims see, does not: `saved_weights_at`), and the advice is the saved pipeline's
-(save it again, or train it again), not the model's.
+is deployed). A pipe used with no `nlp.initialize()` loads on its first batch, before any doc is
+processed; a bad path fails there, naming it. Errors about saved weights name their file where spaCy's
+`from_disk` knows it (`bilm_names.saved_weights_at`) and advise saving the pipeline again.
 
 The settings are arguments of `spacy-elmo.BiLM.v1` and nothing else: the runner holds how the biLM
 runs, and a frozen `BiLMLayerSettings` in the attrs (which thinc cannot serialize, so never saves) the
-windows, fine-tuning and runtime; the shim saves only weights. The config a pipeline is loaded with
-decides them, never a saved copy.
+windows, fine-tuning and runtime; the shim saves only weights.
 """
 
-import contextlib
-import contextvars
 import copy
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Protocol, cast
 
 import numpy
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import Model
-from thinc.types import Floats3d
+from thinc.api import Model, Ops, Shim
+from thinc.types import Floats3d, Floats4d
 
 from ..bilm.batching import (
     DEFAULT_TOKEN_BUDGET,
     DEFAULT_WINDOW_CONTEXT,
     DEFAULT_WINDOW_SIZE,
     check_window,
+    token_budget_batches,
     token_slice,
 )
 from ..bilm.options import BiLMOptions
 from ..io.digest import parse_pin
-from ..onnx.metadata import names_onnx_graph
-from .segments import Segment
+from ..io.onnx_graph import names_onnx_graph
+from ..onnx.runtime import RUNTIMES
+from .bilm_names import ARCHITECTURE, BILM_LAYER_NAME, PATH_OPTION, SHA256_OPTION
+from .bilm_names import saved_weights_at as saved_weights_at  # the pipe's from_disk
+from .segments import Segment, segment_docs
 
-BILM_LAYER_NAME = "elmo-bilm"
-ARCHITECTURE = "spacy-elmo.BiLM.v1"
-PATH_OPTION = f"{ARCHITECTURE} model.path"
-SHA256_OPTION = f"{ARCHITECTURE} model.sha256"
-RUNTIMES = ("torch", "onnxruntime")
 TORCH_MISSING = (
     f'{ARCHITECTURE}: this pipeline runs its biLM with runtime "torch", and torch is not installed: install '
     'torch, or serve it without torch with runtime "onnxruntime": where torch is installed, load it with '
     'spacy.load(PATH, config={"components": {"elmo": {"model": {"runtime": "onnxruntime"}}}}) and save it '
     "with nlp.to_disk (the README's recipe)"
 )
-SAVED_WEIGHTS = "spacy-elmo pipeline weights"
-SAVED_REMEDY = "save the pipeline again (nlp.to_disk) from a copy that loads, or train it again"
-_saved_weights = contextvars.ContextVar("spacy_elmo_saved_weights", default=SAVED_WEIGHTS)
-
-
-@contextlib.contextmanager
-def saved_weights_at(path: str) -> Iterator[None]:
-    """While saved weights are loaded from `path` (the pipe's `from_disk`), errors about them name it."""
-    token = _saved_weights.set(path)
-    try:
-        yield
-    finally:
-        _saved_weights.reset(token)
-
-
-def saved_weights_source() -> str:
-    """How errors name the saved weights being loaded: their file, or `SAVED_WEIGHTS` where it is unknown."""
-    return _saved_weights.get()
 
 
 @dataclass(frozen=True)
@@ -96,12 +72,20 @@ def layer_settings(model: Model) -> BiLMLayerSettings:
     return model.attrs["settings"]
 
 
-# --- what the pipe asks of either runtime ----------------------------------------------------------
+class Runtime(Protocol):
+    """What the layer asks of its shim (`torch_bilm.TorchRuntimeShim`, `onnx_bilm.OnnxRuntimeShim`),
+    whose `_model` is the runner: run the batches' character ids; with `is_train`, also return the function
+    that takes the outputs' gradients back (None: nothing to train)."""
+
+    def run_batches(
+        self, ids: list[numpy.ndarray], is_train: bool, ops: Ops
+    ) -> tuple[list[Floats4d], Optional[Callable[[list[Floats4d]], None]]]: ...
 
 
 def runner_of(model: Model) -> Any:
     """The runtime's runner: a `BiLMRunner` (torch) or an `OnnxRunner` (onnxruntime). Both offer `load()`
-    (the biLM, with its `options`), `loaded`, `stateful` and `reset_state()`."""
+    (the biLM, or the runner with its graph: `options`, `batch_to_ids`), `loaded`, `stateful`,
+    `token_budget`, `max_batch_size` and `reset_state()`."""
     return model.shims[0]._model
 
 
@@ -110,6 +94,24 @@ def ensure_options(model: Model) -> BiLMOptions:
     options = runner_of(model).load().options
     set_dims_from_options(model, options)
     return options
+
+
+def ensure_bilm(model: Model, what: str = "the biLM") -> Any:
+    """The PyTorch biLM, loaded if need be (runtime "torch" only; `what` names the caller's need)."""
+    runtime = layer_settings(model).runtime
+    if runtime != "torch":
+        raise ValueError(
+            f"{what} needs the PyTorch biLM, and this pipe runs with runtime {runtime!r} (an exported graph, "
+            f'no torch module): build the pipe with {ARCHITECTURE} runtime = "torch"'
+        )
+    ensure_options(model)
+    return runner_of(model).load()
+
+
+def bilm_parameters(model: Model) -> dict[str, numpy.ndarray]:
+    """A numpy copy of every biLM weight (for tests and checks: did training change them?)."""
+    bilm = ensure_bilm(model, "bilm_parameters")
+    return {name: p.detach().cpu().numpy().copy() for name, p in bilm.named_parameters()}
 
 
 def set_dims_from_options(model: Model, options: BiLMOptions) -> None:
@@ -134,50 +136,42 @@ def placements(segments: Sequence[Segment], batches: Sequence[Sequence[int]], xp
             yield seg.doc, (keep if xp is numpy else xp.asarray(keep)), b, row, columns
 
 
-def gather_outputs(
-    model: Model, docs: Sequence[Doc], segments: Sequence[Segment], batches: Sequence[Sequence[int]], arrays: list
-) -> list[Floats3d]:
-    """One (L+1, n_tokens, 2P) array per doc from the runner's (L+1, rows, T, 2P) batch outputs."""
-    n_layers, width = model.get_dim("nL"), model.get_dim("nO")
+def forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[list[Floats3d], Callable]:
+    runner = runner_of(model)
+    loaded = runner.load()
+    set_dims_from_options(model, loaded.options)
+    settings = layer_settings(model)
+    segments = segment_docs(docs, settings.window_size, settings.window_context)
+    # stateful: text order, no row limit (row i continues row i); stateless: length-sorted.
+    # After running out of memory the torch runner keeps to the lower budget it set itself.
+    max_rows = None if runner.stateful else runner.max_batch_size
+    lengths = [s.words + 2 for s in segments]
+    batches = token_budget_batches(lengths, runner.token_budget, max_rows, sort=not runner.stateful)
+    ids = [
+        loaded.batch_to_ids([[docs[segments[i].doc][int(p)].text for p in segments[i].positions] for i in batch])
+        for batch in batches
+    ]
+    runtime = cast(Runtime, model.shims[0])
+    arrays, backprop_batches = runtime.run_batches(ids, is_train and settings.fine_tune, model.ops)
+    n_layers, width, xp = model.get_dim("nL"), model.get_dim("nO"), model.ops.xp
     outputs = [model.ops.alloc3f(n_layers, len(doc), width) for doc in docs]
-    for doc_index, keep, b, row, columns in placements(segments, batches, model.ops.xp):
+    for doc_index, keep, b, row, columns in placements(segments, batches, xp):
         outputs[doc_index][:, keep] = arrays[b][:, row, columns]
-    return outputs
+
+    def backprop(d_outputs: list[Floats3d]) -> list[Doc]:
+        if backprop_batches is not None:
+            grads = [xp.zeros_like(a) for a in arrays]
+            for doc_index, keep, b, row, columns in placements(segments, batches, xp):
+                grads[b][:, row, columns] = d_outputs[doc_index][:, keep]
+            backprop_batches(grads)
+        return []
+
+    return outputs, backprop
 
 
-# --- the torch runtime's own (the PyTorch biLM itself) ----------------------------------------------
-
-
-def _torch_layer(model: Model, what: str) -> Any:
-    runtime = layer_settings(model).runtime
-    if runtime != "torch":
-        raise ValueError(
-            f"{what} needs the PyTorch biLM, and this pipe runs with runtime {runtime!r} (an exported graph, "
-            f'no torch module): build the pipe with {ARCHITECTURE} runtime = "torch"'
-        )
-    from . import torch_bilm
-
-    return torch_bilm
-
-
-def get_runner(model: Model) -> Any:
-    """The torch runtime's `BiLMRunner`."""
-    return _torch_layer(model, "get_runner").get_runner(model)
-
-
-def ensure_bilm(model: Model) -> Any:
-    """The PyTorch biLM (torch runtime), loaded if need be."""
-    return _torch_layer(model, "the biLM").ensure_bilm(model)
-
-
-def set_bilm(model: Model, bilm: Any) -> None:
-    """Give the layer a biLM (instead of loading the configured path)."""
-    _torch_layer(model, "set_bilm").set_bilm(model, bilm)
-
-
-def bilm_parameters(model: Model) -> dict[str, Any]:
-    """A numpy copy of every biLM weight (for tests and checks: did training change them?)."""
-    return _torch_layer(model, "bilm_parameters").bilm_parameters(model)
+def init(model: Model, X: Optional[list[Doc]] = None, Y: Any = None) -> None:
+    """Load and check the configured weights or graph (unless saved ones were loaded) and take their dims."""
+    ensure_options(model)
 
 
 # --- listeners ---------------------------------------------------------------------------------------
@@ -266,26 +260,31 @@ def BiLM_v1(
         )
     if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 1:
         raise ValueError(f"{ARCHITECTURE}: token_budget must be an integer >= 1, got {token_budget!r}")
-    settings = BiLMLayerSettings(window_size, window_context, fine_tune, runtime)
-    # not serializable by thinc, so never saved: the config owns the settings
-    attrs = {"settings": settings, "replace_listener": replace_listener, "replace_listener_cfg": replace_listener_cfg}
+    shim: Shim
     if runtime == "onnxruntime":
-        from .onnx_bilm import build_onnx_layer, check_onnx_settings
+        from .onnx_bilm import build_onnx_shim, check_onnx_settings
 
         check_onnx_settings(stateful=stateful, fine_tune=fine_tune, precision=precision)
-        return build_onnx_layer(path, sha256, token_budget, n_threads, attrs)
-    try:
-        from ..bilm.precision import check_precision
-        from .torch_bilm import build_torch_layer
-    except ModuleNotFoundError as err:
-        if err.name != "torch" and not (err.name or "").startswith("torch."):
-            raise
-        raise ModuleNotFoundError(TORCH_MISSING, name=err.name) from None
-
-    check_precision(precision, f"{ARCHITECTURE} precision")
-    if fine_tune and precision == "int8":
-        raise ValueError(
-            f"{ARCHITECTURE}: fine_tune = true needs gradients, and precision 'int8' has none; fine-tune with "
-            "precision 'fp32' or 'bf16', or keep the biLM frozen (fine_tune = false) to use int8"
-        )
-    return build_torch_layer(path, sha256, token_budget, stateful, n_threads, precision, attrs)
+        shim = build_onnx_shim(path, sha256, token_budget, n_threads)
+    else:
+        try:
+            from ..bilm.precision import check_precision
+            from .torch_bilm import build_torch_shim
+        except ModuleNotFoundError as err:
+            if err.name != "torch" and not (err.name or "").startswith("torch."):
+                raise
+            raise ModuleNotFoundError(TORCH_MISSING, name=err.name) from None
+        check_precision(precision, f"{ARCHITECTURE} precision")
+        if fine_tune and precision == "int8":
+            raise ValueError(
+                f"{ARCHITECTURE}: fine_tune = true needs gradients, and precision 'int8' has none; fine-tune with "
+                "precision 'fp32' or 'bf16', or keep the biLM frozen (fine_tune = false) to use int8"
+            )
+        shim = build_torch_shim(path, sha256, token_budget, stateful, n_threads, precision)
+    # the settings are not serializable by thinc, so never saved: the config owns them
+    attrs = {
+        "settings": BiLMLayerSettings(window_size, window_context, fine_tune, runtime),
+        "replace_listener": replace_listener,
+        "replace_listener_cfg": replace_listener_cfg,
+    }
+    return Model(BILM_LAYER_NAME, forward, init=init, dims={"nO": None, "nL": None}, shims=[shim], attrs=attrs)

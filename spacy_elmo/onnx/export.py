@@ -4,7 +4,8 @@
 character CNN as convolutions over each distinct token of the batch (no row chunks), and each LSTM layer
 as one `scan` over the time steps, both directions at once (the backward one reads each row reversed
 within its length, as `lstm.py` does), so the exported graph holds an ONNX `Scan` over a length known only
-at run time instead of a copy of the cell per step. It shares the weights of the `BiLM` it wraps.
+at run time instead of a copy of the cell per step. It shares the weights of the `BiLM` it wraps, and its
+highway and LSTM cell (`char_cnn`, `lstm.lstm_cell`), with plain products (`EXPORT_PRODUCTS`).
 """
 
 import contextlib
@@ -18,10 +19,10 @@ import torch
 from torch import nn
 
 from ..bilm.bilm import BiLM
-from ..bilm.lstm import reverse_within_lengths
+from ..bilm.lstm import lstm_cell, reverse_within_lengths
+from ..bilm.precision import Products, Strategy
 from ..io.atomic import atomic_write_bytes
-from .metadata import GRAPH_SHA256_KEY, GraphMetadata, graph_sha256
-from .runtime import INPUT_NAME, OUTPUT_NAME
+from ..io.onnx_graph import GRAPH_SHA256_KEY, INPUT_NAME, OUTPUT_NAME, GraphMetadata, graph_sha256
 
 OPSET = 18
 # what torch's exporter says on every export that is about torch, not about the biLM: it looks up
@@ -49,6 +50,24 @@ def _quiet_exporter() -> Iterator[None]:
         logger.removeFilter(noise)
 
 
+class _MatMulAdd(Strategy):
+    """fp32 products as the graph's MatMul and Add: the exporter's own ops, no fused or prepared weights."""
+
+    kernels = "export"
+    differentiable = True
+    keep = False
+
+    def prepare(self, w: torch.Tensor) -> torch.Tensor:
+        return w
+
+    def multiply(self, x: torch.Tensor, prepared: object, bias: Optional[torch.Tensor]) -> torch.Tensor:
+        assert isinstance(prepared, torch.Tensor)
+        return x @ prepared if bias is None else x @ prepared + bias
+
+
+EXPORT_PRODUCTS = Products("fp32", _MatMulAdd())
+
+
 class ExportableBiLM(nn.Module):
     """(B, T, width) int64 ids (0 = no token) -> (L+1, B, T, 2P) float32 layers, zero past each row's end."""
 
@@ -58,29 +77,20 @@ class ExportableBiLM(nn.Module):
 
     def encode_tokens(self, ids: torch.Tensor) -> torch.Tensor:
         """(N, width) -> (N, P), as `CharacterEncoder` (convolutions instead of its unfolded products)."""
-        enc, o = self.bilm.token_encoder, self.bilm.options
+        enc = self.bilm.token_encoder
         words = None
         if enc.word_embedding is not None:
             words = nn.functional.embedding(ids[:, -1], enc.word_embedding)
             ids = ids[:, :-1]
         embedded = nn.functional.embedding(ids, enc.char_embedding).transpose(1, 2)  # (N, dim, chars)
         pooled = [nn.functional.conv1d(embedded, w).amax(dim=-1) for w in enc.conv_weights]
-        x = enc.activation(torch.cat(pooled, dim=1) + torch.cat(list(enc.conv_biases)))
-        for carry_w, carry_b, transform_w, transform_b in zip(
-            enc.highway_carry_w, enc.highway_carry_b, enc.highway_transform_w, enc.highway_transform_b
-        ):
-            gate = torch.sigmoid(x @ carry_w + carry_b)
-            transformed = torch.relu(x @ transform_w + transform_b)
-            if o.highway_gate == "input":
-                x = gate * x + (1 - gate) * transformed
-            else:
-                x = gate * transformed + (1.0 - gate) * x
+        x = enc._highway(enc.activation(torch.cat(pooled, dim=1) + torch.cat(list(enc.conv_biases))), EXPORT_PRODUCTS)
         if words is not None:
             x = torch.cat([words, x], dim=1)
         return x @ enc.projection_w + enc.projection_b
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
-        from torch._higher_order_ops.scan import scan
+        from ..bilm._torch_private import scan
 
         o, lstm = self.bilm.options, self.bilm.lstm
         n_rows, n_steps = char_ids.shape[0], char_ids.shape[1]
@@ -104,11 +114,8 @@ class ExportableBiLM(nn.Module):
 
             def step(carry, pre_t, w_rec=w_rec, w_proj=w_proj):
                 h, c = carry
-                i, j, f, out = (pre_t + torch.bmm(h, w_rec)).chunk(4, dim=-1)
-                c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j)
-                if cell_clip is not None:
-                    c = c.clamp(-cell_clip, cell_clip)
-                h = torch.bmm(torch.sigmoid(out) * torch.tanh(c), w_proj)
+                m, c = lstm_cell(pre_t + torch.bmm(h, w_rec), c, cell_clip)
+                h = torch.bmm(m, w_proj)
                 if proj_clip is not None:
                     h = h.clamp(-proj_clip, proj_clip)
                 return (h, c), h.clone()

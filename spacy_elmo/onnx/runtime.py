@@ -1,10 +1,12 @@
 """An exported biLM run by ONNX Runtime on the CPU: the serving runtime, with no torch anywhere.
 
-`OnnxBiLM` is the stateless, fp32 counterpart of `BiLMRunner`: words in, one (L+1, n_tokens, 2P) array
+`OnnxRunner` is the stateless, fp32 counterpart of `BiLMRunner`: words in, one (L+1, n_tokens, 2P) array
 per sentence out, with the same ids (`bilm.lexicon.batch_to_ids`), the same token-budget batches and
 windows (`bilm.batching`), so the pipe and `embed` place its outputs exactly as they place the torch
-runner's. It holds the graph's bytes (what a saved pipeline stores); loading checks the digest the graph
-records of itself (required in format 2) and its metadata against its declared shapes (`metadata.py`).
+runner's. It holds the graph's bytes (what a saved pipeline stores), given or read on first use (`load`);
+reading a graph checks the digest it records of itself (required in format 2) and its metadata against its
+declared shapes (`metadata.py`). `load_graph` is the one place that decides where a graph comes from: an
+.onnx file is read as it is, any other model is exported.
 
 Sessions belong to the process that made them, never to the object: each process keeps its own
 (`_sessions`, by object), made when first used. A forked child (`nlp.pipe(n_process=...)`) inherits the
@@ -21,24 +23,34 @@ import os
 import warnings
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import numpy
 
 from ..bilm.batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET, embed_windowed, token_slice
 from ..bilm.lexicon import Lexicon, batch_to_ids
 from ..bilm.options import BiLMOptions
-from .metadata import EXPORT_AGAIN, GraphMetadata, OnnxModelError, check_graph_sha256
+from ..io.digest import check_pin
+from ..io.onnx_graph import (
+    EXPORT_AGAIN,
+    INPUT_NAME,
+    OUTPUT_NAME,
+    GraphMetadata,
+    OnnxModelError,
+    check_graph_sha256,
+    names_onnx_graph,
+)
 
-INPUT_NAME, OUTPUT_NAME = "char_ids", "layers"
+RUNTIMES = ("torch", "onnxruntime")  # what the layer and `embed` run the biLM with
 MISSING_RUNTIME = (
     "the 'onnxruntime' runtime needs the onnxruntime package: pip install 'spacy-elmo[onnx]' (or onnxruntime "
     "alone, to serve without torch)"
 )
 
 
-# this process's sessions, by `OnnxBiLM._key`; and those inherited through a fork, never freed (see above)
+# this process's sessions, by `OnnxRunner._key`; and those inherited through a fork, never freed (see above)
 _sessions: dict[int, Any] = {}
 _inherited: list[dict[int, Any]] = []
 _keys = itertools.count()
@@ -65,11 +77,51 @@ def import_onnxruntime() -> Any:
     return onnxruntime
 
 
-class OnnxBiLM:
-    """An exported biLM (`spacy elmo export`) served by ONNX Runtime.
+@dataclass(frozen=True)
+class LoadedGraph:
+    """A graph to serve. source: the file it was read or exported from, as errors name it; exported_from:
+    the model it was exported from now (a `spacy_elmo.io.resolve.LoadedModel`), None for an .onnx file."""
 
-    graph: the .onnx file's bytes; source: how errors name it (a path, "pipeline weights");
-    remedy: what errors about a damaged or edited graph tell the user to do (a saved pipeline's differs);
+    graph: bytes
+    source: str
+    exported_from: Any = None
+
+
+def read_graph_file(path: Union[str, Path], option: str = "ONNX file") -> bytes:
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"{path}: no such ONNX file ({option}; write one with `python -m spacy_elmo export`)")
+    return file.read_bytes()
+
+
+def load_graph(path: str, sha256: Optional[str], option: str, sha256_option: str) -> LoadedGraph:
+    """The graph `path` serves, its pinned `sha256` checked: an .onnx file is read as it is (no torch; the
+    pin is the file's SHA-256), any other model is loaded and exported, which needs torch and the [onnx]
+    extra. `option`, `sha256_option`: how errors name the two settings."""
+    if names_onnx_graph(path):
+        graph = read_graph_file(path, option)
+        check_pin(hashlib.sha256(graph).hexdigest(), sha256, path, sha256_option)
+        return LoadedGraph(graph, path)
+    try:
+        from ..io.resolve import load_model
+        from .export import export_bytes
+    except ImportError as err:
+        raise ImportError(
+            f"{option} = {path!r} is not an .onnx file, so it is exported before it is served, which needs torch "
+            f"and the [onnx] extra ({err}); or export it beforehand with `python -m spacy_elmo export` and give "
+            "the .onnx file"
+        ) from None
+    loaded = load_model(path, option=option, sha256=sha256, sha256_option=sha256_option)
+    return LoadedGraph(export_bytes(loaded.bilm, source_sha256=loaded.sha256), str(loaded.source.path), loaded)
+
+
+class OnnxRunner:
+    """Runs an exported biLM (`spacy elmo export`) with ONNX Runtime.
+
+    graph: the .onnx file's bytes, or None with `load`, a function that returns a `LoadedGraph` on first
+        use (a pipeline builds its layer before it knows whether saved weights will be loaded into it);
+    source, remedy: how errors name `graph` (a path, "pipeline weights") and what they tell the user to do
+        about a damaged or edited one (a saved pipeline's advice differs); a loaded graph names its file;
     n_threads: ONNX Runtime's intra-op threads (0: its default, one per physical core);
     token_budget, max_batch_size: as for `BiLMRunner` (padded tokens and rows per batch).
     """
@@ -79,22 +131,26 @@ class OnnxBiLM:
 
     def __init__(
         self,
-        graph: bytes,
+        graph: Optional[bytes] = None,
+        *,
+        load: Optional[Callable[[], LoadedGraph]] = None,
         source: str = "ONNX graph",
         n_threads: int = 0,
         token_budget: int = DEFAULT_TOKEN_BUDGET,
         max_batch_size: Optional[int] = DEFAULT_MAX_BATCH_SIZE,
         remedy: str = EXPORT_AGAIN,
     ) -> None:
-        self.graph = graph
-        self.source = source
-        self.remedy = remedy
+        if graph is None and load is None:
+            raise ValueError("OnnxRunner needs a graph or a function that loads one")
+        self._load = load
+        self._graph: Optional[bytes] = None
+        self._metadata: Optional[GraphMetadata] = None
         self.n_threads = n_threads
         self.token_budget = token_budget
         self.max_batch_size = max_batch_size
-        self._origin_pid = os.getpid()
         self._register()
-        self.metadata = self._read_metadata()
+        if graph is not None:
+            self.set_graph(graph, source, remedy)
 
     def _register(self) -> None:
         """A key of this object's own for `_sessions`; its session there is freed with it."""
@@ -102,13 +158,44 @@ class OnnxBiLM:
         weakref.finalize(self, _sessions.pop, self._key, None)
 
     @classmethod
-    def from_file(cls, path: Union[str, Path], **settings: Any) -> "OnnxBiLM":
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: no such ONNX file (write one with `python -m spacy_elmo export`)")
-        return cls(path.read_bytes(), source=str(path), **settings)
+    def from_file(cls, path: Union[str, Path], **settings: Any) -> "OnnxRunner":
+        return cls(read_graph_file(path), source=str(path), **settings)
 
-    # --- what the graph is ------------------------------------------------------------------------
+    # --- the graph ------------------------------------------------------------------------------------
+
+    @property
+    def loaded(self) -> bool:
+        return self._metadata is not None
+
+    def load(self) -> "OnnxRunner":
+        """This runner, its graph read (or exported) now if it has not been: what `BiLMRunner.load` is to
+        the biLM (`options`, `batch_to_ids`)."""
+        if self._metadata is None:
+            assert self._load is not None
+            found = self._load()
+            self.set_graph(found.graph, found.source)
+        return self
+
+    def set_graph(self, graph: bytes, source: str, remedy: str = EXPORT_AGAIN) -> None:
+        """Serve `graph` (`source` names it) from now on; `remedy`: what errors about a damaged graph advise
+        (a saved pipeline's: `SAVED_REMEDY`). A process other than the one that read it runs one thread."""
+        _sessions.pop(self._key, None)
+        self._graph, self._metadata = graph, None
+        self.source, self.remedy, self._origin_pid = source, remedy, os.getpid()
+        self._metadata = self._read_metadata()
+
+    @property
+    def graph(self) -> bytes:
+        """The graph's bytes (what a saved pipeline stores)."""
+        self.load()
+        assert self._graph is not None
+        return self._graph
+
+    @property
+    def metadata(self) -> GraphMetadata:
+        self.load()
+        assert self._metadata is not None
+        return self._metadata
 
     @property
     def options(self) -> BiLMOptions:
@@ -124,17 +211,19 @@ class OnnxBiLM:
         return hashlib.sha256(self.graph).hexdigest()
 
     def session(self) -> Any:
-        """This process's ONNX Runtime session, made on first use. A process other than the one that made
-        this object (`nlp.pipe(n_process=N)`, pools) runs with one thread, whatever `n_threads` says: N
+        """This process's ONNX Runtime session, made on first use. A process other than the one that read
+        the graph (`nlp.pipe(n_process=N)`, pools) runs with one thread, whatever `n_threads` says: N
         processes on N cores want one each."""
         session = _sessions.get(self._key)
         if session is None:
+            if self._graph is None:
+                self.load()
             ort = import_onnxruntime()
             settings = ort.SessionOptions()
             settings.intra_op_num_threads = self.n_threads if os.getpid() == self._origin_pid else 1
             settings.log_severity_level = 3  # errors only: its warnings are about graph rewrites
             try:
-                session = ort.InferenceSession(self.graph, settings, providers=["CPUExecutionProvider"])
+                session = ort.InferenceSession(self._graph, settings, providers=["CPUExecutionProvider"])
             except Exception as err:  # ONNX Runtime raises its own exception types for bad graphs
                 raise OnnxModelError(
                     f"{self.source}: not a readable ONNX graph ({type(err).__name__}: {err})"
@@ -146,6 +235,7 @@ class OnnxBiLM:
         """The graph's metadata, checked against the graph: its input and output names and shapes, then
         the digest it records of its own bytes (required in format 2; a format-1 graph without one loads with
         a warning)."""
+        assert self._graph is not None
         session = self.session()
         metadata = GraphMetadata.from_strings(dict(session.get_modelmeta().custom_metadata_map), self.source)
         inputs, outputs = session.get_inputs(), session.get_outputs()
@@ -155,13 +245,13 @@ class OnnxBiLM:
                 f"a spacy-elmo graph takes [{INPUT_NAME!r}] and returns [{OUTPUT_NAME!r}]"
             )
         metadata.check_shapes(inputs[0].shape, outputs[0].shape, self.source, self.remedy)
-        if not check_graph_sha256(self.graph, self.source, metadata.format, self.remedy):
+        if not check_graph_sha256(self._graph, self.source, metadata.format, self.remedy):
             warnings.warn(
                 f"{self.source}: the ONNX graph records no digest of its content (format {metadata.format!r}: "
                 "exported before spacy-elmo recorded one), so a damaged weight cannot be detected; export it again "
                 "with `python -m spacy_elmo export` (or pin its sha256)",
                 OnnxGraphWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
         return metadata
 
@@ -175,7 +265,7 @@ class OnnxBiLM:
         if char_ids.shape[0] == 0:
             o = self.options
             return numpy.zeros((o.n_output_layers, 0, char_ids.shape[1], o.output_dim), dtype=numpy.float32)
-        (layers,) = self.session().run([OUTPUT_NAME], {INPUT_NAME: char_ids.astype(numpy.int64, copy=False)})
+        (layers,) = self.load().session().run([OUTPUT_NAME], {INPUT_NAME: char_ids.astype(numpy.int64, copy=False)})
         return layers
 
     def embed_batch(self, sentences: Sequence[Sequence[str]]) -> list[numpy.ndarray]:
@@ -185,15 +275,7 @@ class OnnxBiLM:
 
     def embed_sentences(self, sentences: Sequence[Sequence[str]]) -> list[numpy.ndarray]:
         """Any number of sentences, in length-sorted batches under the token budget."""
-        return self.embed_windowed(sentences, window_size=None)
-
-    def embed_windowed(
-        self, sentences: Sequence[Sequence[str]], window_size: Optional[int], window_context: int = 0
-    ) -> list[numpy.ndarray]:
-        """As `BiLMRunner.embed_windowed`: long sentences cut into the pipe's overlapping windows."""
-        return embed_windowed(
-            self.embed_batch, sentences, window_size, window_context, self.token_budget, self.max_batch_size
-        )
+        return embed_windowed(self, sentences, window_size=None)
 
     # --- pickling (n_process with spawn): the bytes travel, the session is made again ----------------
 

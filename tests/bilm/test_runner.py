@@ -162,12 +162,12 @@ def test_fp32_is_never_slower_than_itself():
 
 def test_windowed_sentences_are_stitched_from_their_windows(reference_bilm, all_sentences):
     """Each window answers for its central part; sentences that fit are run as `embed_sentences` runs them."""
-    from spacy_elmo.bilm.batching import windows
+    from spacy_elmo.bilm.batching import embed_windowed, windows
 
     long = [w for s in all_sentences for w in s][:50]
     short = [s[:10] for s in all_sentences[:4]]
     runner = BiLMRunner(reference_bilm, token_budget=60)
-    got = runner.embed_windowed([long, *short, []], window_size=10, window_context=2)
+    got = embed_windowed(runner, [long, *short, []], window_size=10, window_context=2)
     assert got[0].shape[1] == 50 and got[-1].shape[1] == 0
     for start, end, keep_start, keep_end in windows(50, 10, 2):
         alone = BiLMRunner(reference_bilm).embed_batch([long[start:end]])[0]

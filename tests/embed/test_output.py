@@ -9,6 +9,7 @@ import numpy
 import pytest
 
 from kills import at_call, at_nth_dataset, run_killed, sha256_of
+from spacy_elmo.bilm.batching import embed_windowed
 from spacy_elmo.bilm.runner import BiLMRunner
 from spacy_elmo.embed import EmbedSettings, embed_file, output
 from spacy_elmo.embed.store import OutputError, PartialRun, dataset_digest, partial_dir
@@ -266,7 +267,7 @@ def test_a_long_line_is_windowed_within_bounded_memory(fixture_dir, tmp_path):
     out = tmp_path / "out.hdf5"
     embed_file(path, out, EmbedSettings(model=str(fixture_dir), window_size=40, window_context=5))
     runner = BiLMRunner(load_model(str(fixture_dir)).bilm)
-    expected = runner.embed_windowed([words, ["short", "line"]], 40, 5)
+    expected = embed_windowed(runner, [words, ["short", "line"]], 40, 5)
     data = read_all(out)
     assert data["0"].shape == (3, 300, 32)
     assert numpy.array_equal(data["0"], expected[0]) and numpy.array_equal(data["1"], expected[1])

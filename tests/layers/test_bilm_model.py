@@ -22,7 +22,7 @@ def fixture_nlp(precision: str = "fp32", **model_config) -> spacy.Language:
 def test_out_of_memory_in_the_pipe_is_split_and_gives_the_same_layers():
     expected = [doc._.elmo_layers for doc in fixture_nlp().pipe(TEXTS)]
     nlp = fixture_nlp()
-    runner = bilm_model.get_runner(nlp.get_pipe("elmo").model)
+    runner = bilm_model.runner_of(nlp.get_pipe("elmo").model)
     real_forward = runner._forward
 
     def forward_that_fits_3(char_ids):
@@ -43,9 +43,9 @@ def test_out_of_memory_in_the_pipe_is_split_and_gives_the_same_layers():
 def test_the_weights_load_at_initialize_and_give_the_layer_its_dims():
     nlp = fixture_nlp()
     model = nlp.get_pipe("elmo").model
-    assert not bilm_model.get_runner(model).loaded  # building the pipe reads no file
+    assert not bilm_model.runner_of(model).loaded  # building the pipe reads no file
     nlp.initialize()
-    assert bilm_model.get_runner(model).loaded
+    assert bilm_model.runner_of(model).loaded
     assert (model.get_dim("nO"), model.get_dim("nL")) == (32, 3)
 
 
@@ -53,7 +53,7 @@ def test_without_initialize_the_first_batch_loads_the_weights():
     nlp = fixture_nlp()
     doc = nlp("No initialize was called. The pipe loads on its first batch.")
     assert doc._.elmo_layers.shape == (3, len(doc), 32)
-    assert bilm_model.get_runner(nlp.get_pipe("elmo").model).loaded
+    assert bilm_model.runner_of(nlp.get_pipe("elmo").model).loaded
 
 
 @pytest.mark.parametrize("when", ["initialize", "first doc"])
@@ -90,7 +90,7 @@ def test_a_saved_pipe_keeps_its_precision_and_reproduces_its_outputs(tmp_path, p
     nlp.to_disk(tmp_path / "pipeline")
     loaded = spacy.load(tmp_path / "pipeline")
     assert loaded.config["components"]["elmo"]["model"]["precision"] == precision
-    assert bilm_model.get_runner(loaded.get_pipe("elmo").model).precision == precision
+    assert bilm_model.runner_of(loaded.get_pipe("elmo").model).precision == precision
     after = [doc._.elmo_layers for doc in loaded.pipe(TEXTS)]
     assert all(numpy.array_equal(b, a) for b, a in zip(before, after))
     # the weights were saved as float32, whatever the precision they run at

@@ -12,9 +12,9 @@ import pytest
 import spacy
 
 from fixture_paths import ELMO_FIXTURE, ROOT
+from spacy_elmo.io.onnx_graph import FORMAT, OPTIONS_KEY, OnnxModelError
 from spacy_elmo.io.resolve import load_model
 from spacy_elmo.onnx.export import export_onnx
-from spacy_elmo.onnx.metadata import FORMAT, OPTIONS_KEY, OnnxModelError
 
 TEXTS = [
     "The biLM reads every sentence in both directions. Then it reads the next one.",

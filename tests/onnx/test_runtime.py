@@ -1,4 +1,4 @@
-"""The exported graph served by ONNX Runtime (`OnnxBiLM`): the .onnx file alone is the model (options and
+"""The exported graph served by ONNX Runtime (`OnnxRunner`): the .onnx file alone is the model (options and
 lexicon in its metadata), its layers are the torch runner's within 1e-5 relative (fixture, shipped,
 ELMoForManyLangs-style and full-size models), and a foreign, damaged or edited graph is refused with its
 name (a flipped weight byte by the digest the graph records, an edited option by the graph's shapes)."""
@@ -20,9 +20,7 @@ from spacy_elmo.bilm.bilm import BiLM
 from spacy_elmo.bilm.options import full_options
 from spacy_elmo.bilm.runner import BiLMRunner
 from spacy_elmo.cli import elmo_cli
-from spacy_elmo.io.resolve import load_model
-from spacy_elmo.onnx.export import export_bytes, export_onnx
-from spacy_elmo.onnx.metadata import (
+from spacy_elmo.io.onnx_graph import (
     FORMAT,
     FORMAT_KEY,
     FORMAT_V1,
@@ -30,7 +28,9 @@ from spacy_elmo.onnx.metadata import (
     OPTIONS_KEY,
     OnnxModelError,
 )
-from spacy_elmo.onnx.runtime import OnnxBiLM, OnnxGraphWarning
+from spacy_elmo.io.resolve import load_model
+from spacy_elmo.onnx.export import export_bytes, export_onnx
+from spacy_elmo.onnx.runtime import OnnxGraphWarning, OnnxRunner
 
 SENTENCES = [
     ["The", "cat", "sat", "."],
@@ -48,7 +48,7 @@ def relative(got: numpy.ndarray, expected: numpy.ndarray) -> float:
     return float((numpy.abs(got - expected).max(axis=(1, 2)) / numpy.maximum(scale, 1e-30)).max())
 
 
-def assert_same_layers(served: OnnxBiLM, bilm: BiLM, sentences=SENTENCES) -> None:
+def assert_same_layers(served: OnnxRunner, bilm: BiLM, sentences=SENTENCES) -> None:
     expected = BiLMRunner(bilm.eval()).embed_sentences(sentences)
     got = served.embed_sentences(sentences)
     for sentence, g, e in zip(sentences, got, expected):
@@ -67,7 +67,7 @@ def fixture_graph(tmp_path_factory):
 
 def test_the_file_alone_is_the_model(fixture_graph):
     loaded, path = fixture_graph
-    served = OnnxBiLM.from_file(path)
+    served = OnnxRunner.from_file(path)
     assert served.options == loaded.bilm.options
     assert served.lexicon is None
     assert served.metadata.source_sha256 == loaded.sha256
@@ -77,13 +77,13 @@ def test_the_file_alone_is_the_model(fixture_graph):
 
 def test_the_shipped_model_serves_the_torch_layers():
     loaded = load_model("en_elmo_small")
-    assert_same_layers(OnnxBiLM(export_bytes(loaded.bilm)), loaded.bilm)
+    assert_same_layers(OnnxRunner(export_bytes(loaded.bilm)), loaded.bilm)
 
 
 def test_a_model_with_its_own_vocabularies_carries_them_in_the_graph():
     """An ELMoForManyLangs-style model (character and word vocabularies, input-gated highway, clips)."""
     bilm = efml_bilm(seed=3)
-    served = OnnxBiLM(export_bytes(bilm))
+    served = OnnxRunner(export_bytes(bilm))
     assert served.lexicon == bilm.lexicon
     sentences = [["the", "cat", "Жжд", "中x"], ["a" * 40], ["👍🏽"], ["<bos>", "cat", "\u3000"]]
     assert numpy.array_equal(served.batch_to_ids(sentences), bilm.batch_to_ids(sentences))
@@ -94,12 +94,12 @@ def test_a_full_size_model_serves_the_torch_layers():
     """The paper's 2x4096_512_2048cnn_2xhighway architecture, random weights."""
     bilm = BiLM(full_options())
     bilm.reset_parameters(0)
-    served = OnnxBiLM(export_bytes(bilm))
+    served = OnnxRunner(export_bytes(bilm))
     assert_same_layers(served, bilm, [SENTENCES[0], SENTENCES[1], SENTENCES[3][:25], ["b"]])
 
 
 def test_a_sentence_gets_the_same_layers_alone_or_in_any_batch(fixture_graph):
-    served = OnnxBiLM.from_file(fixture_graph[1])
+    served = OnnxRunner.from_file(fixture_graph[1])
     together = served.embed_batch(SENTENCES)
     reversed_batch = served.embed_batch(SENTENCES[::-1])[::-1]
     for sentence, a, b in zip(SENTENCES, together, reversed_batch):
@@ -109,7 +109,7 @@ def test_a_sentence_gets_the_same_layers_alone_or_in_any_batch(fixture_graph):
 
 
 def test_a_pickled_copy_runs_the_same(fixture_graph):
-    served = OnnxBiLM.from_file(fixture_graph[1])
+    served = OnnxRunner.from_file(fixture_graph[1])
     expected = served.embed_sentences(SENTENCES[:2])
     copy = pickle.loads(pickle.dumps(served))
     assert copy.session() is not served.session()  # a session is never pickled: the copy makes its own
@@ -125,24 +125,24 @@ def test_a_graph_without_spacy_elmo_metadata_is_refused_by_name(fixture_graph, t
     foreign = tmp_path / "foreign.onnx"
     onnx.save(proto, str(foreign))
     with pytest.raises(OnnxModelError, match=r"foreign\.onnx.*no spacy-elmo metadata.*spacy_elmo export"):
-        OnnxBiLM.from_file(foreign)
+        OnnxRunner.from_file(foreign)
 
 
 def test_damaged_or_missing_graphs_are_refused_by_name(fixture_graph, tmp_path):
     damaged = tmp_path / "damaged.onnx"
     damaged.write_bytes(fixture_graph[1].read_bytes()[:10_000])
     with pytest.raises(OnnxModelError, match=r"damaged\.onnx: not a readable ONNX graph"):
-        OnnxBiLM.from_file(damaged)
+        OnnxRunner.from_file(damaged)
     with pytest.raises(FileNotFoundError, match=r"absent\.onnx"):
-        OnnxBiLM.from_file(tmp_path / "absent.onnx")
+        OnnxRunner.from_file(tmp_path / "absent.onnx")
 
 
 def test_serving_imports_no_torch_module_of_its_own():
     """The runtime's modules name torch nowhere (the subprocess test in tests/layers runs them with it hidden)."""
-    import spacy_elmo.onnx.metadata
+    import spacy_elmo.io.onnx_graph
     import spacy_elmo.onnx.runtime
 
-    for module in (spacy_elmo.onnx.runtime, spacy_elmo.onnx.metadata):
+    for module in (spacy_elmo.onnx.runtime, spacy_elmo.io.onnx_graph):
         source = open(module.__file__, encoding="utf-8").read()
         assert "import torch" not in source and "from torch" not in source, module.__name__
 
@@ -190,7 +190,7 @@ def test_a_flipped_byte_in_a_weight_is_refused_naming_the_file(fixture_graph, tm
     damaged.write_bytes(fixture_graph[1].read_bytes())
     flip_a_weight_byte(damaged)
     with pytest.raises(OnnxModelError, match=rf"^{damaged}: the ONNX graph's content has SHA-256 [0-9a-f]{{64}}, not"):
-        OnnxBiLM.from_file(damaged)
+        OnnxRunner.from_file(damaged)
 
 
 def forget_digest(proto: onnx.ModelProto) -> None:
@@ -214,7 +214,7 @@ def test_a_graph_exported_before_graphs_recorded_a_digest_loads_with_a_warning(f
 
     old = edited(fixture_graph[1], tmp_path / "old.onnx", as_exported_before)
     with pytest.warns(OnnxGraphWarning, match=r"old\.onnx: the ONNX graph records no digest of its content"):
-        served = OnnxBiLM.from_file(old)
+        served = OnnxRunner.from_file(old)
     assert_same_layers(served, fixture_graph[0].bilm, SENTENCES[:2])
 
 
@@ -235,14 +235,14 @@ def test_a_graph_whose_digest_entry_was_deleted_is_refused_naming_the_file(fixtu
         rf"content, and its {GRAPH_SHA256_KEY} entry is missing: the file was edited or damaged; export it again"
     )
     with pytest.raises(OnnxModelError, match=message):
-        OnnxBiLM.from_file(stripped)
+        OnnxRunner.from_file(stripped)
 
 
 def test_a_format_entry_edited_to_the_old_format_is_refused_by_the_digest(fixture_graph, tmp_path):
     """The format entry is covered by the digest: calling a graph format 1 does not make its digest optional."""
     changed = edited(fixture_graph[1], tmp_path / "changed.onnx", in_format(FORMAT_V1))
     with pytest.raises(OnnxModelError, match=rf"^{changed}: the ONNX graph's content has SHA-256 [0-9a-f]{{64}}, not"):
-        OnnxBiLM.from_file(changed)
+        OnnxRunner.from_file(changed)
 
 
 EDITS = [
@@ -259,7 +259,7 @@ def test_an_option_edited_in_the_metadata_is_refused_naming_the_key(
     changed = edited(fixture_graph[1], tmp_path / "edited.onnx", edit_option(section, key, value))
     message = rf"^{changed}: {OPTIONS_KEY} {section}\.{key} = {value} disagrees with the graph, whose {graph_says}"
     with pytest.raises(OnnxModelError, match=message):
-        OnnxBiLM.from_file(changed)
+        OnnxRunner.from_file(changed)
     # `embed` loads through the same class: refused there too, in one line, before writing anything
     (tmp_path / "in.txt").write_text("The cat sat .\n", encoding="utf-8")
     out = tmp_path / "out.hdf5"
@@ -277,4 +277,4 @@ def test_a_lexicon_that_disagrees_with_the_options_is_refused_naming_both(tmp_pa
     changed = edited(path, tmp_path / "edited.onnx", edit_option("char_cnn", "max_characters_per_token", width + 3))
     message = rf"max_characters_per_token = {width + 3} but spacy_elmo\.lexicon max_characters_per_token = {width};"
     with pytest.raises(OnnxModelError, match=message):
-        OnnxBiLM.from_file(changed)
+        OnnxRunner.from_file(changed)

@@ -12,10 +12,11 @@ from spacy.tokens import Doc
 
 import spacy_elmo.io.resolve
 from fixture_paths import ELMO_FIXTURE
+from spacy_elmo.bilm.batching import embed_windowed
 from spacy_elmo.bilm.runner import BiLMRunner
 from spacy_elmo.io.arrays import WeightsError
 from spacy_elmo.io.native import bilm_to_bytes, save_native
-from spacy_elmo.layers.bilm_model import get_runner
+from spacy_elmo.layers.bilm_model import runner_of
 from spacy_elmo.pipeline import Elmo
 
 N_LAYERS, WIDTH = 3, 32  # the fixture: 2 LSTM layers + the token layer; projection_dim 16
@@ -281,7 +282,7 @@ def test_damaged_saved_weights_are_refused_naming_their_file(nlp, tmp_path):
     nlp.to_disk(tmp_path / "pipeline")
     weights = tmp_path / "pipeline" / "elmo" / "model"
     data = bytearray(weights.read_bytes())
-    arrays = srsly.msgpack_loads(bilm_to_bytes(get_runner(nlp.get_pipe("elmo").model).load()))["weights"]
+    arrays = srsly.msgpack_loads(bilm_to_bytes(runner_of(nlp.get_pipe("elmo").model).load()))["weights"]
     largest = max((array["data"] for array in arrays.values()), key=len)
     at = bytes(data).find(largest)
     assert at > 0
@@ -300,12 +301,12 @@ def test_loading_keeps_the_settings_of_the_loading_config(nlp, tmp_path):
     model = {"token_budget": 256, "stateful": True, "n_threads": 1}
     loaded = spacy.load(tmp_path / "pipeline", config={"components": {"elmo": {"model": model}}})
     elmo = loaded.get_pipe("elmo")
-    runner = get_runner(elmo.model)
+    runner = runner_of(elmo.model)
     assert (runner.token_budget, runner.stateful, runner.n_threads) == (256, True, 1)
     assert elmo.stateful is True
     # and the settings the pipeline was saved with come back when nothing overrides them
     again = spacy.load(tmp_path / "pipeline").get_pipe("elmo")
-    assert get_runner(again.model).stateful is False and get_runner(again.model).token_budget == 4096
+    assert runner_of(again.model).stateful is False and runner_of(again.model).token_budget == 4096
 
 
 @pytest.mark.parametrize("kind", ["bilm-tf directory", "hdf5 file", "native directory"])
@@ -321,11 +322,11 @@ def test_model_paths(kind, tmp_path, reference_bilm, nlp):
 
 
 def test_embed_windows_a_long_sentence_as_the_pipe_does(embedder):
-    """`embed` (through `BiLMRunner.embed_windowed`) and the pipe cut a long text the same way."""
+    """`embed` (through `batching.embed_windowed`) and the pipe cut a long text the same way."""
     nlp = elmo_nlp(model={"window_size": 12, "window_context": 3})
     words = [f"w{i}" for i in range(40)]
     doc = nlp(Doc(nlp.vocab, words=words))
-    windowed = BiLMRunner(embedder.load()).embed_windowed([words, words[:5]], 12, 3)
+    windowed = embed_windowed(BiLMRunner(embedder.load()), [words, words[:5]], 12, 3)
     numpy.testing.assert_allclose(windowed[0], doc._.elmo_layers, atol=1e-6, rtol=1e-5)
     assert windowed[0].shape == (N_LAYERS, 40, WIDTH)
     assert numpy.array_equal(windowed[1], BiLMRunner(embedder.load()).embed_sentences([words[:5]])[0])

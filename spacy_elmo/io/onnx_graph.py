@@ -39,6 +39,7 @@ SOURCE_SHA256_KEY = "spacy_elmo.source_sha256"
 VERSION_KEY = "spacy_elmo.version"
 GRAPH_SHA256_KEY = "spacy_elmo.graph_sha256"
 ONNX_SUFFIX = ".onnx"
+INPUT_NAME, OUTPUT_NAME = "char_ids", "layers"  # the graph's one input (ids) and one output (layers)
 EXPORT_AGAIN = "export it again (`python -m spacy_elmo export`)"
 
 _METADATA_PROPS = 14  # ModelProto.metadata_props: repeated StringStringEntryProto {key = 1; value = 2}
