@@ -14,6 +14,7 @@ _TORCH_EXPORTS = {
     "BiLMOutput": "spacy_elmo.bilm.bilm",
     "BiLMRunner": "spacy_elmo.bilm.runner",
     "load_bilm_tf": "spacy_elmo.io.hdf5",
+    "load_model": "spacy_elmo.io.resolve",
     "save_bilm_tf": "spacy_elmo.io.hdf5",
 }
 
@@ -27,6 +28,7 @@ def __getattr__(name: str) -> Any:
 
 
 from .bilm.options import BiLMOptions  # noqa: E402
+from .errors import ModelFileError  # noqa: E402
 from .pipeline import Elmo, make_elmo  # noqa: E402  (registers the `elmo` factory and the architectures)
 
 __all__ = [
@@ -37,6 +39,8 @@ __all__ = [
     "BiLMRunner",
     "Elmo",
     "load_bilm_tf",
+    "load_model",
+    "ModelFileError",
     "make_elmo",
     "save_bilm_tf",
 ]

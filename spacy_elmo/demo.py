@@ -12,7 +12,7 @@ import time
 import numpy
 
 from .bilm.runner import BiLMRunner
-from .io.resolve import DEFAULT_MODEL, load_bilm
+from .io.resolve import DEFAULT_MODEL, load_model
 
 SENTENCES = [
     "We sat on the bank of the river and watched the water .".split(),
@@ -28,7 +28,7 @@ def cosine(a: numpy.ndarray, b: numpy.ndarray) -> float:
 
 def main(model: str = DEFAULT_MODEL) -> None:
     started = time.perf_counter()
-    bilm = load_bilm(model)
+    bilm = load_model(model).bilm
     o = bilm.options
     print(f"model: {model}")
     print(

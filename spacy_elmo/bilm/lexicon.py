@@ -57,8 +57,17 @@ class Lexicon:
     sentence_end: str = "<eos>"
     character_aliases: dict[str, int] = field(default_factory=dict)
     word_aliases: dict[str, int] = field(default_factory=dict)
+    source: str = field(default="", compare=False, repr=False)  # the file it was read from, for errors
 
     def __post_init__(self) -> None:
+        try:
+            self._index()
+        except LexiconError as err:
+            if self.source:
+                raise LexiconError(f"{self.source}: {err}") from None
+            raise
+
+    def _index(self) -> None:
         self._char_ids = _index(self.characters, self.character_aliases, "character")
         self._word_ids = _index(self.words, self.word_aliases, "word") if self.words is not None else None
         self._roles = {

@@ -1,5 +1,5 @@
 """`spacy elmo convert`: bilm-tf/AllenNLP options.json + HDF5, NLPL archives and ELMoForManyLangs models
-<-> the native format."""
+-> the native format, and native -> bilm-tf."""
 
 from pathlib import Path
 from typing import Optional
@@ -8,7 +8,7 @@ import typer
 
 from . import elmo_cli
 
-TARGETS = ("native", "bilm-tf", "efml")
+TARGETS = ("native", "bilm-tf")
 
 
 @elmo_cli.command("convert")
@@ -21,20 +21,19 @@ def convert_cli(
     to: Optional[str] = typer.Option(
         None,
         "--to",
-        help="'native', 'bilm-tf' or 'efml' (default: native, and for a native model its own original layout)",
+        help="'native' or 'bilm-tf' (default: native, and bilm-tf for a native model)",
     ),
     options: Optional[Path] = typer.Option(None, "--options", help="options.json, if not beside the .hdf5"),
     sha256: Optional[str] = typer.Option(
         None, "--sha256", help="refuse the source unless its digest is this one (as `verify` prints it)"
     ),
 ) -> None:
-    """Convert a biLM between the bilm-tf/AllenNLP layout, ELMoForManyLangs' layout and the native,
-    pickle-free format. The source passes every check `verify` makes first, and the output records the
-    source's format, file and digest."""
+    """Convert a biLM (bilm-tf/AllenNLP, an NLPL archive, ELMoForManyLangs) to the native, pickle-free
+    format, or a native one back to the bilm-tf/AllenNLP layout. The source passes every check `verify`
+    makes first, and the output records the source's format, file and digest."""
     if to is not None and to not in TARGETS:
         raise typer.BadParameter(f"--to must be one of {', '.join(TARGETS)}, got {to!r}")
-    from ..io.efml import EfmlError, save_efml  # torch: imported by the command, not the CLI (see cli/__init__)
-    from ..io.hdf5 import check_bilm_tf_layout, save_bilm_tf
+    from ..io.hdf5 import check_bilm_tf_layout, save_bilm_tf  # torch: imported by the command (see cli/__init__)
     from ..io.native import save_native
     from ..io.resolve import check_output, load_model
 
@@ -44,18 +43,16 @@ def convert_cli(
     except (FileNotFoundError, ValueError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None
-    target = to or ("native" if loaded.source.kind != "native" else "efml" if loaded.bilm.lexicon else "bilm-tf")
+    target = to or ("native" if loaded.source.kind != "native" else "bilm-tf")
     origin = loaded.provenance()
     try:
         if target == "native":
             save_native(loaded.bilm, output, converted_from=origin)
-        elif target == "efml":
-            save_efml(loaded.bilm, output)
         else:
             check_bilm_tf_layout(loaded.bilm)
             output.mkdir(parents=True, exist_ok=True)
             save_bilm_tf(loaded.bilm, output / "options.json", output / "weights.hdf5", output / "vocab.txt", origin)
-    except (EfmlError, ValueError) as err:
+    except ValueError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None
     typer.echo(f"wrote {target} model to {output} (from {origin['file']}, sha256 {origin['sha256']})")

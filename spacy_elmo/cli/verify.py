@@ -50,7 +50,9 @@ def describe(bilm: "BiLM") -> dict[str, Any]:
 @elmo_cli.command("verify")
 def verify_cli(
     model: str = typer.Argument(
-        ..., help="A native model directory, a bilm-tf/AllenNLP directory or .hdf5 file, or a shipped name"
+        ...,
+        help="A native model directory, a bilm-tf/AllenNLP directory, .hdf5 or .zip, an ELMoForManyLangs directory "
+        "or .zip, or a shipped name",
     ),
     options: Optional[Path] = typer.Option(None, "--options", help="options.json, if not beside the .hdf5"),
     sha256: Optional[str] = typer.Option(

@@ -1,2 +1,3 @@
-"""Model formats: the native msgpack format, bilm-tf/AllenNLP HDF5, the arrays both hold, resolving a
-path or a shipped name to a model, and atomic writes for every file the package keeps."""
+"""Model formats (native msgpack, bilm-tf/AllenNLP HDF5, ELMoForManyLangs) read from any container (a
+directory or a zip archive: `files.py`), `resolve.load_model` the one loader, and atomic writes for every
+file the package keeps."""

@@ -1,11 +1,12 @@
-"""Models inside a `.zip` archive, read in place: the NLPL word-embedding repository's layout.
+"""The zip container: a model inside a `.zip` archive, read in place (the NLPL word-embedding repository's
+layout). Which format the model is in, and how it is read, is the format readers' concern (`files.py`).
 
 The NLPL repository ships its ELMo models as zip archives holding a bilm-tf model (`model.hdf5`,
 `options.json`, usually `vocab.txt`) and a `meta.json` describing the corpus; a few hold an
-ELMoForManyLangs model instead (read by `efml.py` through `member_names` and `read_member`). The members are read from
-the archive into memory (nothing is unpacked on disk); the model may be at the archive's root or in a
-folder, and must be the only one in the archive. A member's digest is that of its bytes, so a model gets
-the same digests from its archive as from the unzipped directory (`resolve.py`).
+ELMoForManyLangs model instead. The members are read from the archive into memory (nothing is unpacked on
+disk); the model may be at the archive's root or in a folder, and must be the only one in the archive. A
+member's digest is that of its bytes, so a model gets the same digests from its archive as from the
+unzipped directory (`resolve.py`).
 
 Nothing is inflated without a bound: each member has a `Limit`, what its role can need (a JSON file, a
 vocabulary, the weights the options describe), checked against the size the archive declares before
@@ -15,29 +16,21 @@ of one name (zipfile would read the last one silently).
 """
 
 import hashlib
-import io
-import json
-import math
 import posixpath
 import zipfile
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
-from ..bilm.bilm import BiLM
-from ..bilm.options import BiLMOptions, OptionsError
 from ..errors import ModelFileError
-from .arrays import expected_shapes
-from .hdf5 import parse_vocab, read_bilm_tf
 
 OPTIONS_MEMBER = "options.json"
 WEIGHT_MEMBERS = ("model.hdf5", "weights.hdf5", "lm_weights.hdf5")
 WEIGHT_SUFFIXES = (".hdf5", ".h5")
 PICKLE_SUFFIX = ".pkl"  # ELMoForManyLangs' state dicts (token_embedder.pkl, encoder.pkl)
 VOCAB_MEMBER = "vocab.txt"
-META_MEMBER = "meta.json"
 _MiB = 1 << 20
 _BLOCK = _MiB
 _METHOD_NAMES: dict[int, str] = getattr(zipfile, "compressor_names", {})  # zipfile's names of zip methods
@@ -84,70 +77,6 @@ def role_limit(member: str) -> Limit:
 
 def is_archive(path: Path) -> bool:
     return path.is_file() and path.suffix.lower() == ".zip"
-
-
-@dataclass(frozen=True)
-class ArchiveModel:
-    """The members of one bilm-tf model in an archive (full member names)."""
-
-    archive: Path
-    options: str
-    weights: str
-    vocab: Optional[str] = None
-    meta: Optional[str] = None
-
-    def name(self, member: str) -> str:
-        """How errors name a member: `archive.zip/member`, as `zipfile.Path` does."""
-        return f"{self.archive}/{member}"
-
-    def limit(self, member: str) -> Limit:
-        """The weights: what the options describe; the other members: what their kind can need."""
-        return self.weights_limit(self.parse_options()) if member == self.weights else role_limit(member)
-
-    def read(self, member: str) -> bytes:
-        return read_member(self.archive, member, self.limit(member))
-
-    def sha256(self, member: str) -> str:
-        """The SHA-256 of a member's bytes, streamed (the member is never held whole)."""
-        return member_sha256(self.archive, member, self.limit(member))
-
-    def metadata(self) -> Optional[dict[str, Any]]:
-        """The archive's meta.json (the NLPL repository's description of the model), if it has one."""
-        if self.meta is None:
-            return None
-        try:
-            data = json.loads(self.read(self.meta).decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as err:
-            raise ArchiveError(f"{self.name(self.meta)}: not valid JSON ({err})") from None
-        return data if isinstance(data, dict) else {"meta": data}
-
-    def parse_options(self) -> BiLMOptions:
-        options_source = self.name(self.options)
-        raw = read_member(self.archive, self.options, JSON_LIMIT)
-        try:
-            data = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as err:
-            raise OptionsError(f"{options_source}: not a valid JSON options file ({err})") from None
-        return BiLMOptions.from_dict(data, source=options_source)
-
-    def weights_limit(self, options: BiLMOptions) -> Limit:
-        """What the weight file can need: 8 bytes (float64, the widest any ELMo is stored in) for each
-        weight of the options' arrays and of the softmax their `n_tokens_vocab` announces (the files
-        bilm-tf and this package write announce theirs), and its container's structure; never more than
-        `WEIGHTS_LIMIT`."""
-        n_weights = sum(math.prod(shape) for shape in expected_shapes(options).values())
-        n_weights += options.n_tokens_vocab * (options.projection_dim + 1)
-        size = 8 * n_weights + WEIGHTS_SLACK
-        if size >= WEIGHTS_LIMIT.size:
-            return WEIGHTS_LIMIT
-        return Limit(size, f"the {n_weights} weights {self.options} describes (8 bytes each at most, and 16 MiB)")
-
-    def load(self) -> BiLM:
-        """The biLM, with the same checks as a bilm-tf directory (`hdf5.read_bilm_tf`)."""
-        options = self.parse_options()
-        vocab = parse_vocab(self.read(self.vocab).decode("utf-8")) if self.vocab is not None else None
-        weights = io.BytesIO(read_member(self.archive, self.weights, self.weights_limit(options)))
-        return read_bilm_tf(options, Path(self.name(self.weights)), data=weights, vocab=vocab)
 
 
 def _model_kind(base: str) -> Optional[str]:
@@ -271,22 +200,20 @@ def member_sha256(archive: Path, member: str, limit: Optional[Limit] = None) -> 
     return digest.hexdigest()
 
 
-def find_model(archive: Path, where: str = "") -> ArchiveModel:
-    """The model members of `archive` (the one folder holding a model, maybe its root), or an ArchiveError
-    naming what is missing or what is ambiguous."""
-    _, inside = member_names(archive, where)
-    names = list(inside.values())
-    weights = sorted(full for short, full in inside.items() if short.endswith(WEIGHT_SUFFIXES) and "/" not in short)
+def bilm_tf_weights(archive: Path, inside: dict[str, str], where: str = "") -> str:
+    """The weight file of the bilm-tf model in the archive's model folder (`member_names`' `inside`), by its
+    name there; an ArchiveError naming what is missing or what is ambiguous."""
+    weights = sorted(short for short in inside if short.endswith(WEIGHT_SUFFIXES) and "/" not in short)
     if OPTIONS_MEMBER in inside and len(weights) > 1:
         raise ArchiveError(
             f"{archive}{where}: holds {len(weights)} weight files beside {inside[OPTIONS_MEMBER]} "
-            f"({', '.join(weights)}); which one is the model's cannot be chosen inside an archive: unzip it "
-            "and give the weight file you mean (the options.json beside it is read)"
+            f"({', '.join(inside[short] for short in weights)}); which one is the model's cannot be chosen inside "
+            "an archive: unzip it and give the weight file you mean (the options.json beside it is read)"
         )
     if OPTIONS_MEMBER not in inside or len(weights) != 1:
-        found = ", ".join(sorted(names)[:12]) or "nothing"
+        found = ", ".join(sorted(inside.values())[:12]) or "nothing"
         raise ArchiveError(
             f"{archive}{where}: expected a bilm-tf model in the archive ({OPTIONS_MEMBER} and one .hdf5 weight "
             f"file such as {WEIGHT_MEMBERS[0]}, at its root or in one folder), found {found}"
         )
-    return ArchiveModel(archive, inside[OPTIONS_MEMBER], weights[0], inside.get(VOCAB_MEMBER), inside.get(META_MEMBER))
+    return weights[0]

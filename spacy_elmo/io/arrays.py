@@ -17,8 +17,7 @@ Every transform is a transpose or a slice, so import -> export -> import is bit 
 
 import re
 from collections.abc import Iterable, Iterator
-from pathlib import Path
-from typing import Optional, Union
+from typing import Optional
 
 import numpy
 import torch
@@ -28,7 +27,6 @@ from ..bilm.lexicon import Lexicon
 from ..bilm.options import BiLMOptions
 from ..errors import ModelFileError
 
-PathLike = Union[str, Path]
 RAW_CHARACTERS = 261
 SOFTMAX_ARRAYS = ("softmax/W", "softmax/b")
 # No trained ELMo comes near this magnitude (the released and shipped models stay under ~50), while one

@@ -8,15 +8,17 @@ error the temporary is removed and the target is left as it was.
 """
 
 import contextlib
+import fnmatch
 import glob
 import os
 import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Union
+from typing import Optional
 
-PathLike = Union[str, Path]
+from ..text import PathLike
+
 TEMPORARY_SUFFIX = re.compile(r"\.tmp(\d+)$")
 
 
@@ -37,16 +39,23 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_temporaries(path: PathLike) -> list[Path]:
-    """Remove what a killed writer of `path` left behind: `<name>.tmp<pid>` siblings (files or
-    directories) whose process is gone. A live writer's temporary is kept. Returns what was removed."""
-    target = Path(path)
+def remove_stale_temporaries(path: PathLike, pattern: Optional[str] = None, keep_own: bool = True) -> list[Path]:
+    """Remove what killed writers left behind: `<name>.tmp<pid>` siblings (files or directories) whose process
+    is gone, of the target `path`, or, with `pattern` (a glob such as "step_*.ckpt"), of every target in the
+    directory `path` whose name matches it. A live writer's temporary is kept, and this process's own unless
+    `keep_own` is False: a caller that writes none of them now knows that one was left by an earlier process
+    that had the same pid (containers reuse pids). Returns what was removed."""
+    directory = Path(path) if pattern is not None else Path(path).parent
+    pattern = pattern if pattern is not None else glob.escape(Path(path).name)
     removed: list[Path] = []
-    if not target.parent.exists():
+    if not directory.exists():
         return removed
-    for sibling in target.parent.glob(f"{glob.escape(target.name)}.tmp*"):
+    for sibling in directory.glob(f"{pattern}.tmp*"):
         match = TEMPORARY_SUFFIX.search(sibling.name)
-        if match is None or sibling.name != f"{target.name}{match.group(0)}" or _alive(int(match.group(1))):
+        if match is None or not fnmatch.fnmatchcase(sibling.name[: match.start()], pattern):
+            continue
+        pid = int(match.group(1))
+        if _alive(pid) and (keep_own or pid != os.getpid()):
             continue
         if sibling.is_dir():
             shutil.rmtree(sibling, ignore_errors=True)

@@ -16,9 +16,10 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional
 
-PathLike = Union[str, Path]
+from ..text import PathLike
+
 _BLOCK = 1 << 20
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 

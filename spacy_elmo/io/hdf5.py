@@ -13,24 +13,27 @@ range (the lowest exponent bit flipped: the weight doubled or halved) loads. Onl
 (`digest.py`, printed by `spacy elmo verify`) tells such a file from the one a user validated.
 """
 
+import io
 import json
+import math
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Optional, Union
+from typing import TYPE_CHECKING, BinaryIO, Optional
 
 import numpy
 
 from ..bilm.bilm import BiLM
 from ..bilm.options import BiLMOptions
+from ..text import PathLike
+from .archive import JSON_LIMIT, WEIGHTS_LIMIT, WEIGHTS_SLACK, Limit
 from .arrays import WeightsError, bilm_arrays, build_bilm, check_accounted_for, expected_shapes
 from .atomic import atomic_path, atomic_write_text
+from .files import ModelFiles
 
 if TYPE_CHECKING:
     import h5py
 
-PathLike = Union[str, Path]
 
-
-def _read_dataset(handle: "h5py.File", name: str, shape: tuple[int, ...], path: Path) -> numpy.ndarray:
+def _read_dataset(handle: "h5py.File", name: str, shape: tuple[int, ...], path: str) -> numpy.ndarray:
     import h5py
 
     if name not in handle:
@@ -73,26 +76,43 @@ def _open_hdf5(path: Path, mode: str = "r", data: Optional[BinaryIO] = None) -> 
 
 
 def load_bilm_tf(options_file: PathLike, weight_file: PathLike, vocab_file: Optional[PathLike] = None) -> BiLM:
-    """A BiLM from bilm-tf/AllenNLP `options.json` + HDF5 weights (+ softmax and vocabulary if present)."""
-    options = BiLMOptions.from_file(options_file)
-    vocab = read_vocab(vocab_file) if vocab_file is not None else None
-    return read_bilm_tf(options, Path(weight_file), vocab=vocab)
+    """A BiLM from bilm-tf/AllenNLP `options.json` + HDF5 weights (+ softmax and vocabulary if present),
+    without the digests `load_model` adds."""
+    names = [str(file) if file is not None else None for file in (options_file, weight_file, vocab_file)]
+    return _read_bilm_tf(ModelFiles.directory(Path()), *names)  # type: ignore[arg-type]
 
 
-def read_bilm_tf(
-    options: BiLMOptions, weight_path: Path, data: Optional[BinaryIO] = None, vocab: Optional[list[str]] = None
-) -> BiLM:
-    """A BiLM from parsed options and an HDF5 weight file (or an open file object `data`, which
-    `weight_path` names in errors: a member of an archive)."""
-    with _open_hdf5(weight_path, data=data) as handle:
-        check_accounted_for(_dataset_names(handle), options, str(weight_path))
+def _read_bilm_tf(files: ModelFiles, options_name: str, weights_name: str, vocab_name: Optional[str]) -> BiLM:
+    """A BiLM from the options, weight and vocabulary files of a container; a weight file in a directory
+    is read in place, a member of an archive within what the options describe (`weights_limit`)."""
+    options = BiLMOptions.from_bytes(files.read(options_name, JSON_LIMIT), files.where(options_name))
+    vocab = parse_vocab(files.read(vocab_name).decode("utf-8")) if vocab_name is not None else None
+    weight_path = files.path(weights_name)
+    data = None
+    if weight_path is None:
+        data = io.BytesIO(files.read(weights_name, weights_limit(options, options_name)))
+    with _open_hdf5(weight_path or Path(files.where(weights_name)), data=data) as handle:
+        source = files.where(weights_name)
+        check_accounted_for(_dataset_names(handle), options, source)
         shapes = expected_shapes(options)
         if "softmax/W" in handle:
             rows = handle["softmax/W"].shape[0]
             shapes["softmax/W"] = (rows, options.projection_dim)
             shapes["softmax/b"] = (rows,)
-        arrays = {name: _read_dataset(handle, name, shape, weight_path) for name, shape in shapes.items()}
-    return build_bilm(options, arrays, source=str(weight_path), vocab=vocab)
+        arrays = {name: _read_dataset(handle, name, shape, source) for name, shape in shapes.items()}
+    return build_bilm(options, arrays, source=source, vocab=vocab)
+
+
+def weights_limit(options: BiLMOptions, options_name: str) -> Limit:
+    """What a weight file can need: 8 bytes (float64, the widest any ELMo is stored in) for each weight of
+    the options' arrays and of the softmax their `n_tokens_vocab` announces (the files bilm-tf and this
+    package write announce theirs), and its container's structure; never more than `WEIGHTS_LIMIT`."""
+    n_weights = sum(math.prod(shape) for shape in expected_shapes(options).values())
+    n_weights += options.n_tokens_vocab * (options.projection_dim + 1)
+    size = 8 * n_weights + WEIGHTS_SLACK
+    if size >= WEIGHTS_LIMIT.size:
+        return WEIGHTS_LIMIT
+    return Limit(size, f"the {n_weights} weights {options_name} describes (8 bytes each at most, and 16 MiB)")
 
 
 def check_bilm_tf_layout(bilm: BiLM) -> None:
@@ -100,7 +120,7 @@ def check_bilm_tf_layout(bilm: BiLM) -> None:
     if not bilm.options.bilm_tf_layout:
         raise WeightsError(
             "the bilm-tf/AllenNLP layout cannot hold this model (a character or word vocabulary of its own, "
-            "or AllenNLP's highway/LSTM parametrisation): keep it native, or export it with --to efml"
+            "or AllenNLP's highway/LSTM parametrisation, as ELMoForManyLangs models have): keep it native"
         )
 
 
@@ -134,7 +154,8 @@ def read_vocab(path: PathLike) -> list[str]:
 
 
 def parse_vocab(text: str) -> list[str]:
-    words = text.split("\n")
+    """One word a line, lines ended as Python's text files end them (LF, CR LF or CR)."""
+    words = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     if words and words[-1] == "":
         words.pop()
     return words

@@ -15,16 +15,19 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 import numpy
 import srsly
 
 from ..bilm.bilm import BiLM
-from ..bilm.lexicon import Lexicon, LexiconError
+from ..bilm.lexicon import Lexicon
 from ..bilm.options import BiLMOptions
+from ..dicts import changed_keys
+from ..text import PathLike
 from .arrays import SOFTMAX_ARRAYS, WeightsError, bilm_arrays, build_bilm
 from .atomic import atomic_write_bytes, atomic_write_text
+from .files import ModelFiles
 
 FORMAT = "spacy-elmo.bilm.v1"
 REWRITE = "copy or export the model again"
@@ -153,10 +156,7 @@ def _bilm_from_payload(payload: dict[str, Any], source: str) -> BiLM:
     arrays = {name: decode_array(value, name, source) for name, value in payload["weights"].items()}
     vocab: Optional[list[str]] = payload.get("vocab")
     stored = payload.get(LEXICON_KEY)
-    try:
-        lexicon = Lexicon.from_dict(stored, source) if stored is not None else None
-    except LexiconError as err:
-        raise WeightsError(str(err)) from None
+    lexicon = Lexicon.from_dict(stored, source) if stored is not None else None
     return build_bilm(options, arrays, source=source, vocab=vocab, lexicon=lexicon)
 
 
@@ -168,31 +168,25 @@ def bilm_from_bytes(data: bytes, source: str = "model bytes", remedy: str = REWR
 @dataclass(frozen=True)
 class NativeModel:
     """A loaded native model, its digest (recorded in the file and checked: the model's digest, which a
-    pin names), the SHA-256 of model.msgpack's bytes (as `sha256sum` prints it) and, for a converted model,
-    the format, file name and SHA-256 of what it was converted from."""
+    pin names) and, for a converted model, the format, file name and SHA-256 of what it was converted from."""
 
     bilm: BiLM
     sha256: str
     converted_from: Optional[dict[str, Any]]
-    file_sha256: str = ""
 
 
-def inspect_native(directory: Union[str, Path]) -> NativeModel:
-    path = Path(directory) / MODEL_FILE
-    if not path.exists():
-        raise FileNotFoundError(f"no native spacy-elmo model at {directory} (missing {MODEL_FILE})")
-    data = path.read_bytes()
-    file_sha256 = hashlib.sha256(data).hexdigest()
-    payload = _checked_payload(data, str(path))
-    del data  # the payload holds copies: the file's bytes need not stay alive while the model is built
-    _check_readable_copy(Path(directory), payload["options"])
-    bilm = _bilm_from_payload(payload, str(path))
-    return NativeModel(bilm, payload[DIGEST_KEY], payload.get(SOURCE_KEY), file_sha256)
+def _read_native(files: ModelFiles) -> NativeModel:
+    """The model in model.msgpack, its digest checked, and options.json beside it (when there is one)
+    checked against the options stored there."""
+    payload = _checked_payload(files.read(MODEL_FILE), files.where(MODEL_FILE))
+    _check_readable_copy(files, payload["options"])
+    bilm = _bilm_from_payload(payload, files.where(MODEL_FILE))
+    return NativeModel(bilm, payload[DIGEST_KEY], payload.get(SOURCE_KEY))
 
 
 def save_native(
     bilm: BiLM,
-    directory: Union[str, Path],
+    directory: PathLike,
     softmax_dtype: str = "float32",
     keep_softmax: bool = True,
     converted_from: Optional[dict[str, Any]] = None,
@@ -208,51 +202,27 @@ def save_native(
     return directory
 
 
-def load_native(directory: Union[str, Path]) -> BiLM:
-    return inspect_native(directory).bilm
-
-
-def _check_readable_copy(directory: Path, stored: dict[str, Any]) -> None:
+def _check_readable_copy(files: ModelFiles, stored: dict[str, Any]) -> None:
     """options.json beside model.msgpack is a copy for people to read; an edited copy would describe a
     model that is not the one loaded, so it is an error rather than silently ignored."""
-    copy_path = directory / OPTIONS_FILE
-    if not copy_path.exists():
+    if not files.exists(OPTIONS_FILE):
         return
+    copy_path = files.where(OPTIONS_FILE)
     try:
-        written = json.loads(copy_path.read_text(encoding="utf-8"))
+        written = json.loads(files.read(OPTIONS_FILE).decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise WeightsError(
             f"{copy_path}: not valid JSON ({err}); it is a copy of the options in {MODEL_FILE}"
         ) from None
-    differ = _differing_keys(stored, written)
+    differ = changed_keys(stored, written)
     if differ:
         raise WeightsError(
-            f"{copy_path}: differs from the options stored in {directory / MODEL_FILE} at {', '.join(differ)}. "
-            f"options.json is a readable copy (the model file is what loads): restore it from the model "
-            f"(`spacy elmo verify {directory}` shows the stored options), or retrain/convert for new options"
+            f"{copy_path}: differs from the options stored in {files.where(MODEL_FILE)} at "
+            f"{', '.join(repr(key) for key in differ)}. options.json is a readable copy (the model file is what "
+            f"loads): restore it from the model (`spacy elmo verify {files.root}` shows the stored options), or "
+            "retrain/convert for new options"
         )
 
 
-def _differing_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
-    if isinstance(a, dict) and isinstance(b, dict):
-        keys = sorted(set(a) | set(b))
-        return [k for key in keys for k in _differing_keys(a.get(key, _ABSENT), b.get(key, _ABSENT), f"{prefix}{key}.")]
-    same = (
-        a == b
-        and type(a) is type(b)
-        or (
-            isinstance(a, (int, float))
-            and isinstance(b, (int, float))
-            and a == b
-            and not isinstance(a, bool)
-            and not isinstance(b, bool)
-        )
-    )
-    return [] if same else [f"'{prefix[:-1]}'"]
-
-
-_ABSENT = object()
-
-
-def is_native(path: Union[str, Path]) -> bool:
+def is_native(path: PathLike) -> bool:
     return (Path(path) / MODEL_FILE).exists()

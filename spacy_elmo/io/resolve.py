@@ -1,7 +1,9 @@
 """Find and load a biLM from whatever the user points at: a native directory, a bilm-tf/AllenNLP
-directory or HDF5 file, or the name of a model shipped in the package ("" is the shipped default).
+directory or HDF5 file, an NLPL .zip archive, an ELMoForManyLangs directory or archive, or the name of a
+model shipped in the package ("" is the shipped default).
 
-`resolve_model` is the one place that turns such a path into files, and `load_model` loads them with
+`resolve_model` is the one place that turns such a path into a container (`files.ModelFiles`: a directory
+or an archive's folder) and a format, and `load_model`, the one public loader, reads it with
 every check: each array's shape and values (`arrays.py`), a native file's recorded digest, and the digest
 a user pinned. `load_model` also says what was loaded, by content: each model has ONE digest (`sha256`),
 which `spacy elmo verify` prints, a pin is checked against (`digest.check_pin`) and `embed` outputs are
@@ -24,23 +26,24 @@ onnxruntime runtime, not loaded here; a directory with two candidate weight file
 one chosen. `check_output` refuses an output that would overwrite (or sit among) the model being read.
 """
 
-import hashlib
 import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 from ..bilm.bilm import BiLM
-from ..onnx.metadata import is_model_proto, names_onnx_graph
-from .archive import WEIGHT_MEMBERS, ArchiveModel, find_model, is_archive, member_names
+from ..bilm.options import BiLMOptions
+from ..text import PathLike
+from .archive import OPTIONS_MEMBER, VOCAB_MEMBER, WEIGHT_MEMBERS, bilm_tf_weights, is_archive, member_names
 from .atomic import same_file
-from .digest import ModelFile, check_pin, file_sha256, model_digest, parse_pin
-from .efml import CONFIG_FILE, ENCODER_FILE, MODEL_FILES, EfmlFiles, is_efml, read_efml
-from .hdf5 import load_bilm_tf
-from .native import MODEL_FILE, OPTIONS_FILE, inspect_native, is_native
+from .digest import ModelFile, check_pin, model_digest, parse_pin
+from .efml import CONFIG_FILE, ENCODER_FILE, MODEL_FILES, _read_efml, is_efml
+from .files import ModelFiles
+from .hdf5 import _read_bilm_tf, weights_limit
+from .native import MODEL_FILE, OPTIONS_FILE, _read_native, is_native
+from .onnx_graph import is_model_proto, names_onnx_graph
 
-PathLike = Union[str, Path]
 SHIPPED_MODELS_DIR = Path(__file__).parent.parent / "models"
 DEFAULT_MODEL = "en_elmo_small"
 WEIGHT_FILE_NAMES = WEIGHT_MEMBERS  # a weight file's usual names: one of them in a directory is the weights
@@ -55,17 +58,24 @@ EXPECTED = (
 
 @dataclass(frozen=True)
 class ModelSource:
-    """The files of one model. `kind` is "native" (model.msgpack), "bilm-tf" (HDF5) or "efml"
-    (ELMoForManyLangs: `options_file` is its config.json, `weight_file` its encoder.pkl); a bilm-tf model in
-    a zip archive has `archive`, and its files are named `archive.zip/member`."""
+    """One model: its format (`kind`: "native", "bilm-tf" or "efml") and its container (`files`: a
+    directory or an archive's folder), with the names there of its options (ELMoForManyLangs: config.json),
+    its weights (ELMoForManyLangs: encoder.pkl) and its vocabulary. `path` is what the user gave."""
 
     kind: str
     path: Path
-    options_file: Path
-    weight_file: Path
-    vocab_file: Optional[Path] = None
-    archive: Optional[ArchiveModel] = None
-    efml_prefix: Optional[str] = None  # an ELMoForManyLangs model in a zip archive: its folder there
+    files: ModelFiles
+    options: str
+    weights: str
+    vocab: Optional[str] = None
+
+    @property
+    def options_file(self) -> Path:
+        return Path(self.files.where(self.options))
+
+    @property
+    def weight_file(self) -> Path:
+        return Path(self.files.where(self.weights))
 
 
 def shipped_model_path(name: str = DEFAULT_MODEL) -> Path:
@@ -105,42 +115,40 @@ def resolve_model(path: PathLike, options_file: Optional[PathLike] = None, optio
         )
     if is_archive(target):
         prefix, inside = member_names(target, where)
+        files = ModelFiles.archive(target, prefix)
         if all(name in inside for name in MODEL_FILES):  # an ELMoForManyLangs model, zipped
-            return ModelSource("efml", target, target / CONFIG_FILE, target / ENCODER_FILE, efml_prefix=prefix)
-        members = find_model(target, where)
+            return ModelSource("efml", target, files, CONFIG_FILE, ENCODER_FILE)
+        weights = bilm_tf_weights(target, inside, where)
         return ModelSource(
-            "bilm-tf",
-            target,
-            target / members.options,
-            target / members.weights,
-            target / members.vocab if members.vocab else None,
-            members,
+            "bilm-tf", target, files, OPTIONS_MEMBER, weights, VOCAB_MEMBER if VOCAB_MEMBER in inside else None
         )
     if is_efml(target):
-        return ModelSource("efml", target, target / CONFIG_FILE, target / ENCODER_FILE)
+        return ModelSource("efml", target, ModelFiles.directory(target), CONFIG_FILE, ENCODER_FILE)
     if target.is_dir():
         if is_native(target):
-            return ModelSource("native", target, target / OPTIONS_FILE, target / MODEL_FILE)
-        weights = [target / n for n in WEIGHT_FILE_NAMES if (target / n).exists()]
-        if len(weights) > 1:
+            return ModelSource("native", target, ModelFiles.directory(target), OPTIONS_FILE, MODEL_FILE)
+        found = [target / n for n in WEIGHT_FILE_NAMES if (target / n).exists()]
+        if len(found) > 1:
             raise ValueError(
-                f"{target}{where}: holds {len(weights)} weight files ({', '.join(p.name for p in weights)}); which "
-                f"one is the model's cannot be chosen: give the .hdf5 file you mean (e.g. {weights[0]}; the "
+                f"{target}{where}: holds {len(found)} weight files ({', '.join(p.name for p in found)}); which "
+                f"one is the model's cannot be chosen: give the .hdf5 file you mean (e.g. {found[0]}; the "
                 f"{OPTIONS_FILE} beside it is read)"
             )
-        weights = weights or sorted(target.glob("*.hdf5")) + sorted(target.glob("*.h5"))
-        if len(weights) != 1:
+        found = found or sorted(target.glob("*.hdf5")) + sorted(target.glob("*.h5"))
+        if len(found) != 1:
             raise FileNotFoundError(
                 f"{target}{where}: expected a native model ({MODEL_FILE}), a weight file named one of "
-                f"{WEIGHT_FILE_NAMES}, or exactly one .hdf5 file beside options.json; found {len(weights)}"
+                f"{WEIGHT_FILE_NAMES}, or exactly one .hdf5 file beside options.json; found {len(found)}"
             )
-        weight_file = weights[0]
+        weight_file = found[0]
         options = Path(options_file) if options_file else target / OPTIONS_FILE
     else:
         weight_file = target
         options = Path(options_file) if options_file else target.with_name(OPTIONS_FILE)
-    vocab = weight_file.with_name("vocab.txt")
-    return ModelSource("bilm-tf", target, options, weight_file, vocab if vocab.exists() else None)
+    vocab = weight_file.with_name(VOCAB_MEMBER)
+    # files anywhere, each named by its path as given (a directory container rooted at the working directory)
+    files = ModelFiles.directory(Path())
+    return ModelSource("bilm-tf", target, files, str(options), str(weight_file), str(vocab) if vocab.exists() else None)
 
 
 def is_onnx_graph(path: Path) -> bool:
@@ -200,7 +208,7 @@ class LoadedModel:
     def paths(self) -> tuple[Path, ...]:
         """The files on disk the model was read from: each of `files`, or for a model in a zip archive the
         archive itself."""
-        if self.source.archive is not None or self.source.efml_prefix is not None:
+        if self.source.files.zipped:
             return (self.source.path,)
         return tuple(Path(file.path) for file in self.files)
 
@@ -236,29 +244,33 @@ def load_model(
     model's, which `spacy elmo verify` prints), checked before the weights of a bilm-tf model are read."""
     parse_pin(sha256, sha256_option)  # a malformed pin is refused before any file is read
     source = resolve_model(path, options_file, option)
-    what = str(source.path)
+    what, files = str(source.path), source.files
     if source.kind == "native":
-        native = inspect_native(source.path)
-        files = [ModelFile("model", str(source.weight_file), native.file_sha256)]
-        if source.options_file.is_file():  # a readable copy of the stored options, checked against them
-            files.append(ModelFile("options", str(source.options_file), file_sha256(source.options_file)))
-        check_pin(native.sha256, sha256, what, sha256_option, files)
-        return LoadedModel(
-            native.bilm, source, native.sha256, "recorded in the file and checked", tuple(files), native.converted_from
-        )
+        native = _read_native(files)
+        model_files = _read(files, {"model": MODEL_FILE, "options": OPTIONS_FILE})
+        check_pin(native.sha256, sha256, what, sha256_option, model_files)
+        sha256_of = "recorded in the file and checked"
+        return LoadedModel(native.bilm, source, native.sha256, sha256_of, tuple(model_files), native.converted_from)
     if source.kind == "efml":
-        bilm, files = _read_efml(source)
-        digest = model_digest(files)
-        check_pin(digest, sha256, what, sha256_option, files)
-        return LoadedModel(bilm, source, digest, _covering(files), tuple(files))
-    files = _bilm_tf_files(source)
-    digest = model_digest(files)
-    check_pin(digest, sha256, what, sha256_option, files)  # before the weights are parsed
-    if source.archive is not None:
-        bilm = source.archive.load()
-    else:
-        bilm = load_bilm_tf(source.options_file, source.weight_file, source.vocab_file)
-    return LoadedModel(bilm, source, digest, _covering(files), tuple(files))
+        bilm = _read_efml(files)
+        model_files = _read(files, {name: name for name in files.digests})
+        digest = model_digest(model_files)
+        check_pin(digest, sha256, what, sha256_option, model_files)
+        return LoadedModel(bilm, source, digest, _covering(model_files), tuple(model_files))
+    model_files = _bilm_tf_files(source)
+    digest = model_digest(model_files)
+    check_pin(digest, sha256, what, sha256_option, model_files)  # before the weights are parsed
+    bilm = _read_bilm_tf(files, source.options, source.weights, source.vocab)
+    return LoadedModel(bilm, source, digest, _covering(model_files), tuple(model_files))
+
+
+def _read(files: ModelFiles, roles: dict[str, str]) -> list[ModelFile]:
+    """The files that reading the model read, by role (sorted), each with the SHA-256 of the very bytes read."""
+    return [
+        ModelFile(role, files.where(roles[role]), files.digests[roles[role]])
+        for role in sorted(roles)
+        if roles[role] in files.digests
+    ]
 
 
 def _covering(files: list[ModelFile]) -> str:
@@ -268,41 +280,13 @@ def _covering(files: list[ModelFile]) -> str:
 
 def _bilm_tf_files(source: ModelSource) -> list[ModelFile]:
     """The files of a bilm-tf model, by role: options.json, the HDF5 weights and, when there is one, the
-    vocabulary (the softmax's words); the members' bytes for a model in a zip archive, so the archive and
-    the unzipped directory have one digest."""
-    if source.archive is not None:
-        members = source.archive
-        roles = [("options", members.options), ("weights", members.weights), ("vocab", members.vocab)]
-        return [ModelFile(role, members.name(name), members.sha256(name)) for role, name in roles if name]
-    for what, file in (("weight", source.weight_file), ("options", source.options_file)):
-        if not file.is_file():
-            raise FileNotFoundError(f"{what} file not found: {file}")
-    paths = [("options", source.options_file), ("weights", source.weight_file), ("vocab", source.vocab_file)]
-    return [ModelFile(role, str(file), file_sha256(file)) for role, file in paths if file is not None]
-
-
-def _read_efml(source: ModelSource) -> tuple[BiLM, list[ModelFile]]:
-    """An ELMoForManyLangs model and its files, by name: exactly the files reading it read (see the module
-    docstring; the same names from a directory and from an archive's folder), each hashed from the very
-    bytes that were read; a directory's files by their paths."""
-    prefix = source.efml_prefix
-    base = EfmlFiles.directory(source.path) if prefix is None else EfmlFiles.archive(source.path, prefix)
-    digests: dict[str, str] = {}
-
-    def read(name: str) -> bytes:
-        data = base.read(name)
-        digests[name] = hashlib.sha256(data).hexdigest()
-        return data
-
-    def where(name: str) -> str:  # a path as the directory reads it (an architecture JSON may be elsewhere)
-        return str(source.path / name) if prefix is None else base.where(name)
-
-    bilm = read_efml(EfmlFiles(base.name, read))
-    return bilm, [ModelFile(name, where(name), digests[name]) for name in sorted(digests)]
-
-
-def load_bilm(
-    path: PathLike, options_file: Optional[PathLike] = None, option: str = "", sha256: Optional[str] = None
-) -> BiLM:
-    """Load a biLM from anything `resolve_model` accepts (`load_model` without the description)."""
-    return load_model(path, options_file, option, sha256).bilm
+    vocabulary (the softmax's words), each hashed as it is stored (a member of an archive within what its
+    role can need: the weights within what the options describe), so an archive and the unzipped directory
+    have one digest."""
+    files = source.files
+    limit = None
+    if files.zipped:
+        options = BiLMOptions.from_bytes(files.read(source.options), files.where(source.options))
+        limit = weights_limit(options, source.options)
+    roles = [("options", source.options, None), ("weights", source.weights, limit), ("vocab", source.vocab, None)]
+    return [ModelFile(role, files.where(name), files.sha256(name, limit)) for role, name, limit in roles if name]

@@ -1,4 +1,5 @@
-"""options.json is checked against bilm-tf's schema: nothing coerced, every problem named at once."""
+"""options.json is checked against bilm-tf's schema: nothing coerced, every problem named at once, each at
+its key (pydantic's location) with its value and pydantic's own words."""
 
 import json
 
@@ -31,17 +32,18 @@ def setter(section, key, value):
 @pytest.mark.parametrize(
     "section,key,value,expected",
     [
-        ("lstm", "projection_dim", 128.9, "an integer >= 1"),
-        ("lstm", "use_skip_connections", "false", "true or false"),
-        ("lstm", "dim", "abc", "an integer >= 1"),
-        ("char_cnn", "n_highway", None, "an integer >= 0"),
-        ("lstm", "projection_dim", [16, 16], "an integer >= 1"),
-        ("lstm", "n_layers", True, "an integer >= 1"),
-        ("lstm", "cell_clip", "3", "a number >= 0.0"),
-        ("lstm", "proj_clip", -1, "a number >= 0.0"),
-        ("char_cnn", "filters", [[1, 4], [2, 4.5]], "pairs of integers"),
-        ("char_cnn", "activation", "gelu", 'one of "relu", "tanh"'),
-        ("char_cnn", "n_characters", 300, "one of 261, 262"),
+        ("lstm", "projection_dim", 128.9, "a valid integer"),
+        ("lstm", "use_skip_connections", "false", "a valid boolean"),
+        ("lstm", "dim", "abc", "a valid integer"),
+        ("char_cnn", "n_highway", None, "a valid integer"),
+        ("lstm", "projection_dim", [16, 16], "a valid integer"),
+        ("lstm", "n_layers", True, "a valid integer"),
+        ("lstm", "n_layers", 0, "greater than or equal to 1"),
+        ("lstm", "cell_clip", "3", "a valid number"),
+        ("lstm", "proj_clip", -1, "greater than or equal to 0"),
+        ("char_cnn", "activation", "gelu", "'relu' or 'tanh'"),
+        ("char_cnn", "n_characters", 300, "261 or 262"),
+        ("char_cnn", "n_characters", 261.0, "is a float: expected the integer 261 or 262"),
     ],
 )
 def test_a_wrong_value_is_an_error_naming_the_file_and_key(write_options, section, key, value, expected):
@@ -49,9 +51,16 @@ def test_a_wrong_value_is_an_error_naming_the_file_and_key(write_options, sectio
     with pytest.raises(OptionsError) as error:
         BiLMOptions.from_file(path)
     message = str(error.value)
-    assert message.startswith(f"{path}: option '{section}.{key}' is {json.dumps(value)}; expected ")
+    assert message.startswith(f"{path}: option '{section}.{key}' is {json.dumps(value)}: ")
     assert expected in message
     assert "\n" not in message and "Traceback" not in message
+
+
+def test_a_wrong_filter_is_located_inside_the_list(write_options):
+    path = write_options(setter("char_cnn", "filters", [[1, 4], [2, 4.5]]))
+    with pytest.raises(OptionsError) as error:
+        BiLMOptions.from_file(path)
+    assert str(error.value) == f"{path}: option 'char_cnn.filters.1.1' is 4.5: Input should be a valid integer"
 
 
 def test_every_problem_is_reported_at_once(write_options):
@@ -88,7 +97,9 @@ def test_a_section_that_is_not_an_object(write_options):
     def edit(options):
         options["lstm"] = [1, 2]
 
-    with pytest.raises(OptionsError, match=r"options.json: option 'lstm' is \[1, 2\]; expected a JSON object"):
+    with pytest.raises(
+        OptionsError, match=r"options.json: option 'lstm' is \[1, 2\]: Input should be a valid dictionary"
+    ):
         BiLMOptions.from_file(write_options(edit))
 
 
@@ -108,7 +119,7 @@ def test_bilm_tf_keys_round_trip_and_dropout_is_checked(write_options):
     options = BiLMOptions.from_file(write_options(edit))
     written = options.to_dict()
     assert written["dropout"] == 0.1 and written["n_epochs"] == 10 and written["lstm"]["some_key"] == [1, 2]
-    with pytest.raises(OptionsError, match=r"option 'dropout' is 1.5; expected a number >= 0.0 and < 1.0"):
+    with pytest.raises(OptionsError, match=r"option 'dropout' is 1.5: expected a number >= 0 and < 1"):
         BiLMOptions.from_file(write_options(lambda options: options.__setitem__("dropout", 1.5)))
 
 

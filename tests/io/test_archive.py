@@ -55,7 +55,7 @@ def test_an_nlpl_zip_loads_as_its_unzipped_directory_bit_for_bit(fixture_dir, tm
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert (zipped.sha256, zipped.content_sha256) == (plain.sha256, plain.content_sha256)
     assert "model.hdf5" in zipped.sha256_of
-    assert zipped.source.archive is not None and zipped.source.archive.metadata() == META
+    assert zipped.source.files.zipped and json.loads(zipped.source.files.read("meta.json")) == META
 
 
 def test_the_cli_and_the_pipe_take_an_archive(fixture_dir, tmp_path, unzipped):

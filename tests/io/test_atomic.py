@@ -1,10 +1,20 @@
-"""Durable writes: a failed write leaves the target as it was and no temporary behind."""
+"""Durable writes: a failed write leaves the target as it was and no temporary behind; the temporaries of
+killed writers are removed, a live writer's kept."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 
-from spacy_elmo.io.atomic import atomic_directory, atomic_path, atomic_write_bytes, atomic_write_text, temporary_sibling
+from spacy_elmo.io.atomic import (
+    atomic_directory,
+    atomic_path,
+    atomic_write_bytes,
+    atomic_write_text,
+    remove_stale_temporaries,
+    temporary_sibling,
+)
 
 
 def test_write_replaces_the_target_whole(tmp_path):
@@ -44,3 +54,14 @@ def test_directories_appear_whole_and_a_racing_writer_keeps_the_first(tmp_path):
         with atomic_directory(tmp_path / "other") as tmp:
             raise KeyError("stop")
     assert [p.name for p in tmp_path.iterdir()] == ["entry"]
+
+
+def test_the_temporaries_of_every_target_a_pattern_names_are_removed(tmp_path):
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True).stdout)
+    stale = [tmp_path / f"step_1.ckpt.tmp{dead}", tmp_path / f"step_2.ckpt.tmp{os.getpid()}"]
+    kept = [tmp_path / f"step_3.ckpt.tmp{os.getppid()}", tmp_path / f"model.bin.tmp{dead}", tmp_path / "step_4.ckpt"]
+    for path in stale + kept:
+        path.write_bytes(b"half")
+    assert remove_stale_temporaries(tmp_path, "step_*.ckpt") == [stale[0]]  # this process's own is kept
+    assert sorted(remove_stale_temporaries(tmp_path, "step_*.ckpt", keep_own=False)) == [stale[1]]
+    assert sorted(tmp_path.iterdir()) == sorted(kept)

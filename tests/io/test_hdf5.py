@@ -13,8 +13,8 @@ import torch
 from spacy_elmo.bilm.options import OptionsError
 from spacy_elmo.io.arrays import WeightsError, bilm_arrays, build_bilm
 from spacy_elmo.io.hdf5 import load_bilm_tf, save_bilm_tf
-from spacy_elmo.io.native import bilm_from_bytes, bilm_to_bytes, load_native, save_native
-from spacy_elmo.io.resolve import load_bilm
+from spacy_elmo.io.native import bilm_from_bytes, bilm_to_bytes, save_native
+from spacy_elmo.io.resolve import load_model
 
 
 def datasets(path):
@@ -61,12 +61,12 @@ def test_native_round_trip_is_bit_identical(reference_bilm, tmp_path):
     again = bilm_from_bytes(bilm_to_bytes(reference_bilm))
     assert_same_parameters(reference_bilm, again)
     save_native(reference_bilm, tmp_path / "native")
-    assert_same_parameters(reference_bilm, load_native(tmp_path / "native"))
-    assert_same_parameters(reference_bilm, load_bilm(tmp_path / "native"))
+    assert_same_parameters(reference_bilm, load_model(tmp_path / "native").bilm)
+    assert_same_parameters(reference_bilm, load_model(tmp_path / "native").bilm)
 
 
 def test_export_of_native_equals_original_file(fixture_dir, tmp_path):
-    bilm = load_native(save_native(load_bilm(fixture_dir), tmp_path / "native"))
+    bilm = load_model(save_native(load_model(fixture_dir).bilm, tmp_path / "native")).bilm
     save_bilm_tf(bilm, tmp_path / "o.json", tmp_path / "w.hdf5")
     original = datasets(fixture_dir / "lm_weights.hdf5")
     for name, value in datasets(tmp_path / "w.hdf5").items():

@@ -20,7 +20,7 @@ from spacy_elmo.cli import elmo_cli
 from spacy_elmo.io.arrays import MAX_ABS_WEIGHT, WeightsError, bilm_arrays
 from spacy_elmo.io.atomic import remove_stale_temporaries
 from spacy_elmo.io.digest import parse_pin
-from spacy_elmo.io.resolve import load_bilm, load_model
+from spacy_elmo.io.resolve import load_model
 
 runner = CliRunner()
 DATASET = "RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/W_0"
@@ -53,7 +53,7 @@ def test_a_flipped_exponent_bit_is_refused_by_loading_verify_and_convert(model_c
         value = handle[DATASET][...].flat[5]
     assert numpy.isfinite(value) and abs(value) > 1e30
     with pytest.raises(WeightsError, match=rf"{weights}: dataset '{DATASET}' holds .* at \(0, 5\), beyond the 10000"):
-        load_bilm(model_copy)
+        load_model(model_copy)
     verified = runner.invoke(elmo_cli, ["verify", str(model_copy)])
     assert verified.exit_code == 1 and f"dataset '{DATASET}'" in verified.output and "ok" not in verified.output
     converted = runner.invoke(elmo_cli, ["convert", str(model_copy), str(tmp_path / "native")])
@@ -65,7 +65,7 @@ def test_a_nan_weight_is_refused_naming_the_dataset_and_index(model_copy):
     with h5py.File(model_copy / "lm_weights.hdf5", "a") as handle:
         handle["CNN/b_cnn_1"][3] = numpy.nan
     with pytest.raises(WeightsError, match=r"dataset 'CNN/b_cnn_1' holds a NaN or infinite value at \(3,\)"):
-        load_bilm(model_copy)
+        load_model(model_copy)
 
 
 def test_no_trained_elmo_comes_near_the_bound(reference_bilm):
@@ -73,7 +73,7 @@ def test_no_trained_elmo_comes_near_the_bound(reference_bilm):
     from spacy_elmo.io.arrays import bilm_arrays, weight_range
     from spacy_elmo.io.resolve import shipped_model_path
 
-    shipped = load_bilm(shipped_model_path())
+    shipped = load_model(shipped_model_path()).bilm
     for bilm in (reference_bilm, shipped):
         largest, _ = weight_range(bilm_arrays(bilm))
         assert 0 < largest < MAX_ABS_WEIGHT / 100

@@ -5,8 +5,8 @@ import pytest
 import srsly
 
 from spacy_elmo.io.arrays import WeightsError, bilm_arrays
-from spacy_elmo.io.native import DIGEST_KEY, MODEL_FILE, bilm_from_bytes, bilm_to_bytes, load_native, save_native
-from spacy_elmo.io.resolve import load_bilm, shipped_model_path
+from spacy_elmo.io.native import DIGEST_KEY, MODEL_FILE, bilm_from_bytes, bilm_to_bytes, save_native
+from spacy_elmo.io.resolve import load_model, shipped_model_path
 
 
 def flip_bit_inside(data: bytes, array: numpy.ndarray) -> bytes:
@@ -24,9 +24,9 @@ def test_a_flipped_bit_in_a_weight_array_is_refused_naming_the_file(reference_bi
     weights = dict(bilm_arrays(reference_bilm))
     path.write_bytes(flip_bit_inside(path.read_bytes(), weights["CNN_proj/W_proj"]))
     with pytest.raises(WeightsError, match=rf"{path}: the model file is corrupt: its contents have SHA-256"):
-        load_native(tmp_path / "model")
+        load_model(tmp_path / "model")
     with pytest.raises(WeightsError, match="corrupt"):
-        load_bilm(tmp_path / "model")
+        load_model(tmp_path / "model")
 
 
 def test_an_edited_vocabulary_is_refused(make_bilm):
@@ -62,15 +62,15 @@ def test_bytes_round_trip_bit_for_bit(reference_bilm):
 def test_the_shipped_model_carries_a_digest_that_checks():
     payload = srsly.msgpack_loads((shipped_model_path() / MODEL_FILE).read_bytes())
     assert len(payload[DIGEST_KEY]) == 64
-    load_native(shipped_model_path())
+    load_model(shipped_model_path())
 
 
 def test_one_writer_for_full_and_compact_models(make_bilm, tmp_path):
     bilm = make_bilm(n_tokens_vocab=5)
     bilm.vocab = ["<S>", "</S>", "<UNK>", "a", "b"]
-    full = load_native(save_native(bilm, tmp_path / "full"))
-    compact = load_native(save_native(bilm, tmp_path / "compact", softmax_dtype="float16"))
-    bare = load_native(save_native(bilm, tmp_path / "bare", keep_softmax=False))
+    full = load_model(save_native(bilm, tmp_path / "full")).bilm
+    compact = load_model(save_native(bilm, tmp_path / "compact", softmax_dtype="float16")).bilm
+    bare = load_model(save_native(bilm, tmp_path / "bare", keep_softmax=False)).bilm
     original = dict(bilm_arrays(bilm))
     for name, value in bilm_arrays(full):
         assert numpy.array_equal(value, original[name]), name
@@ -95,9 +95,9 @@ def test_an_edited_options_json_beside_a_native_model_is_an_error_naming_it(refe
         rf"{directory / 'options.json'}: differs from the options stored in .*model.msgpack at 'lstm.projection_dim'"
     )
     with pytest.raises(WeightsError, match=pattern):
-        load_native(directory)
+        load_model(directory)
     (directory / "options.json").unlink()  # the copy is optional: the model file is the source of truth
-    assert load_native(directory).options.projection_dim == reference_bilm.options.projection_dim
+    assert load_model(directory).bilm.options.projection_dim == reference_bilm.options.projection_dim
 
 
 def test_a_truncated_or_foreign_file_is_an_error_naming_it(reference_bilm, tmp_path):
@@ -105,7 +105,7 @@ def test_a_truncated_or_foreign_file_is_an_error_naming_it(reference_bilm, tmp_p
     data = (directory / MODEL_FILE).read_bytes()
     (directory / MODEL_FILE).write_bytes(data[: len(data) // 2])
     with pytest.raises(WeightsError, match="model.msgpack: not a spacy-elmo model"):
-        load_native(directory)
+        load_model(directory)
     (directory / MODEL_FILE).write_bytes(b"\x93garbage")
     with pytest.raises(WeightsError, match=rf"{directory / MODEL_FILE}: not a spacy-elmo model"):
-        load_native(directory)
+        load_model(directory)

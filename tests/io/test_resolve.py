@@ -15,7 +15,6 @@ from spacy_elmo.io.native import save_native
 from spacy_elmo.io.resolve import (
     DEFAULT_MODEL,
     available_models,
-    load_bilm,
     load_model,
     resolve_model,
     shipped_model_path,
@@ -46,7 +45,7 @@ def test_bilm_tf_directory_and_hdf5_file(fixture_dir, tmp_path):
 def test_native_directory_loads_the_same_weights(reference_bilm, tmp_path):
     directory = save_native(reference_bilm, tmp_path / "native")
     assert resolve_model(directory).kind == "native"
-    loaded = load_bilm(directory)
+    loaded = load_model(directory).bilm
     assert loaded.options.to_dict() == reference_bilm.options.to_dict()
 
 

@@ -1,0 +1,74 @@
+"""A model's files by name, wherever they are: a directory, or a folder inside a zip archive.
+
+The format readers (`hdf5.py`, `native.py`, `efml.py`) read through `ModelFiles` and never ask where a
+file is, so every format loads from every container, and errors name a file as its container does (a
+path, or `archive.zip/member`). Every read is hashed from the very bytes read (`digests`), so a model's
+digest covers exactly what loading it read.
+"""
+
+import hashlib
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from .archive import Limit, member_sha256, read_member
+from .digest import file_sha256
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """`root` is a directory, or a zip archive whose members under `prefix` are the files (read in place,
+    each within a `Limit`: by default what its kind can need). In a directory a name may be a path of its
+    own (an absolute one, or one relative to the working directory when `root` is `Path()`)."""
+
+    root: Path
+    prefix: Optional[str] = None  # None: a directory; else the folder in the archive ("" for its root)
+    digests: dict[str, str] = field(default_factory=dict, compare=False)  # name -> SHA-256 of what was read
+
+    @classmethod
+    def directory(cls, path: Path) -> "ModelFiles":
+        return cls(Path(path))
+
+    @classmethod
+    def archive(cls, path: Path, prefix: str = "") -> "ModelFiles":
+        return cls(Path(path), prefix)
+
+    @property
+    def zipped(self) -> bool:
+        return self.prefix is not None
+
+    def where(self, name: str) -> str:
+        """How messages name a file: its path, or `archive.zip/member` (as `zipfile.Path` does)."""
+        return f"{self.root}/{self.prefix}{name}" if self.prefix is not None else str(self.root / name)
+
+    def path(self, name: str) -> Optional[Path]:
+        """The file on disk, for a reader that opens it in place (h5py); None inside an archive."""
+        return None if self.prefix is not None else self.root / name
+
+    def exists(self, name: str) -> bool:
+        if self.prefix is None:
+            return (self.root / name).is_file()
+        with zipfile.ZipFile(self.root) as handle:
+            return self.prefix + name in handle.NameToInfo
+
+    def read(self, name: str, limit: Optional[Limit] = None) -> bytes:
+        """A file's bytes (FileNotFoundError naming it when absent), its SHA-256 recorded in `digests`."""
+        if self.prefix is not None:
+            data = read_member(self.root, self.prefix + name, limit)
+        else:
+            target = self.root / name
+            if not target.is_file():
+                raise FileNotFoundError(f"{target}: missing")
+            data = target.read_bytes()
+        self.digests[name] = hashlib.sha256(data).hexdigest()
+        return data
+
+    def sha256(self, name: str, limit: Optional[Limit] = None) -> str:
+        """A file's SHA-256, streamed (a weight file is never held whole to hash it)."""
+        if self.prefix is not None:
+            return member_sha256(self.root, self.prefix + name, limit)
+        target = self.root / name
+        if not target.is_file():
+            raise FileNotFoundError(f"{target}: missing")
+        return file_sha256(target)
