@@ -32,7 +32,7 @@ def evaluate_cli(
     """Perplexity (full softmax) of each direction and their average, over whole sentences."""
     from ..bilm.runner import check_threads, parse_device, torch_threads
     from ..io.resolve import check_output, load_model
-    from ..pretrain.corpus import CorpusError, CorpusSettings, prepare_corpus
+    from ..pretrain.corpus import CorpusError, CorpusSettings, prepare_corpus, tokenize_corpus
     from ..pretrain.perplexity import NoSoftmaxError, stream_perplexity
     from ..text import detect_format
 
@@ -46,7 +46,10 @@ def evaluate_cli(
         bilm.to(place)
         settings = CorpusSettings(format=fmt or detect_format(text), text_field=text_field, max_tokens=max_tokens)
         with tempfile.TemporaryDirectory() as tmp, torch_threads(threads):
-            stream = prepare_corpus(text, settings, cache_dir if cache_dir is not None else tmp)
+            if cache_dir is None:  # nothing to reuse: each file read once (a pipe too)
+                stream = tokenize_corpus(text, settings, Path(tmp) / "text")
+            else:  # keyed by the text's digest
+                stream = prepare_corpus(text, settings, cache_dir)
             results = stream_perplexity(bilm, stream)
     except (FileNotFoundError, CorpusError, NoSoftmaxError, ValueError) as err:
         typer.echo(f"error: {err}", err=True)

@@ -1,17 +1,9 @@
 """Pretraining a biLM language model: a run built from its config in steps, then trained (loop.py).
 
 `pretrain` reads the config (config.py: every problem reported before any work), places the process
-(device, process group), looks for the checkpoint to resume, checks the data against it, prepares the
-data, restores the model from the checkpoint or starts one (new, or `--init-from` weights), assembles the
-loop and runs it.
-
-Content binding: every checkpoint records the SHA-256 of each training and dev file (corpus.py
-`file_digests`). On resume they are compared with the data's now, before anything is written (no corpus
-cache entry, config.cfg, metrics or checkpoint): a difference is a `ResumeDataError` naming the data, the
-file and both digests, unless `accept_changed_data` (`--accept-changed-data`) is given; then each change is
-logged as a warning and recorded in metrics.jsonl ({"type": "data_changed", ...}), and the checkpoints
-from there on record the new digests. The dev data is not compared when the config changed `corpus.dev`
-(an allowed, logged change). A checkpoint written before digests were recorded resumes with a warning.
+(device, process group), looks for the checkpoint to resume and checks its settings and data (resume.py),
+prepares the data, restores the model from the checkpoint or starts one (new, or `--init-from` weights),
+assembles the loop and runs it.
 
 Output directory:
   model/          the trained biLM, native format (softmax and vocabulary included)
@@ -26,10 +18,10 @@ checkpoints, metrics and the model.
 """
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Optional
 
 import numpy
 import torch
@@ -39,23 +31,34 @@ from ..bilm.bilm import BiLM
 from ..bilm.runner import parse_device
 from ..io.arrays import bilm_arrays, build_bilm
 from ..io.native import bilm_from_bytes
-from ..io.resolve import load_bilm
+from ..io.resolve import load_model
 from ..launch_env import launch_env
+from ..text import PathLike
 from .batches import WindowBatcher
-from .checkpoint import Checkpointer, CheckpointError, TrainState, latest_checkpoint
-from .config import PretrainConfigError, PretrainSettings, resume_changes
-from .corpus import TokenStream, build_vocab, file_digests, prepare_corpus
-from .distributed import Placement, barrier, data_parallel, end_distributed, init_distributed, process_group_exists
+from .checkpoint import Checkpointer, CheckpointError, TrainState
+from .config import PretrainConfigError, PretrainSettings
+from .corpus import TokenStream, build_vocab, prepare_corpus
+from .distributed import (
+    Log,
+    Placement,
+    barrier,
+    data_parallel,
+    end_distributed,
+    init_distributed,
+    main_process_log,
+    process_group_exists,
+)
 from .loop import LanguageModelLoss, Optimization, StepSettings, TrainingLoop, TrainResult
-from .metrics_log import Log, TrainingLog, main_process_log
+from .metrics_log import TrainingLog
 from .perplexity import stream_perplexity
+from .resume import ACCEPT_CHANGED_DATA, DataDigests, ResumePoint, check_resume_data, data_digests, find_resume_point
 from .sampled_softmax import LogUniformSampler
 from .vocab import Vocab
 
 
 def pretrain(
     config: Config,
-    output_dir: Union[str, Path],
+    output_dir: PathLike,
     resume: bool = False,
     init_from: Optional[str] = None,
     log: Log = print,
@@ -76,42 +79,6 @@ def pretrain(
         torch.set_num_threads(threads)
         if owns_process_group:
             end_distributed()
-
-
-ACCEPT_CHANGED_DATA = "--accept-changed-data"
-DATA_ROLES = {"train": "training data", "dev": "dev data"}
-DataDigests = dict[str, list[list[str]]]
-"""{"train": [[path, sha256], ...], "dev": [...]}: what a checkpoint records of the data (no "dev": none)."""
-
-
-class ResumeDataError(ValueError):
-    """Resuming on training or dev data whose content differs from what the checkpoint recorded."""
-
-
-@dataclass(frozen=True)
-class DataChange:
-    """A data file whose content differs from the checkpoint's record (None: absent on that side)."""
-
-    role: str  # "train" or "dev"
-    path: str
-    recorded: Optional[str]  # its SHA-256 in the checkpoint
-    current: Optional[str]  # its SHA-256 now
-
-    def describe(self) -> str:
-        was = f"SHA-256 {self.recorded} in the checkpoint" if self.recorded else "not in the checkpoint's data"
-        now = f"{self.current} now" if self.current else "no longer in the data"
-        return f"{DATA_ROLES[self.role]} {self.path}: {was}, {now}"
-
-
-@dataclass
-class ResumePoint:
-    """The checkpoint a resumed run continues from, the (allowed) settings it changes and the data changes
-    accepted with `--accept-changed-data`."""
-
-    path: Path
-    payload: dict[str, Any]
-    changes: dict[str, tuple[Any, Any]]
-    data_changes: list[DataChange] = field(default_factory=list)
 
 
 @dataclass
@@ -135,6 +102,7 @@ def build_loop(
     """The run the config describes, ready to `run()`. Joins the process group under torchrun; only rank 0
     logs. On resume, the data is checked against the checkpoint before anything is written."""
     place = place_process(settings.training.device)
+    step_settings = StepSettings.from_settings(settings.training, place.device)  # fp16 on a CPU refused here
     say = main_process_log(log, place.rank)
     found = find_resume_point(config, output_dir / "checkpoints", say) if resume else None
     digests = data_digests(settings)  # every process: each must refuse changed data on its own
@@ -142,7 +110,7 @@ def build_loop(
         found.data_changes = check_resume_data(found, digests, accept_changed_data, say)
     data = prepare_data(settings, output_dir, place, say, digests)
     bilm, vocab = restore_or_start_model(settings, data.train, found, init_from or settings.paths.init_from, say)
-    loop = assemble_loop(config, settings, bilm, vocab, data, place, found, output_dir, log)
+    loop = assemble_loop(config, settings, step_settings, bilm, vocab, data, place, found, output_dir, log)
     write_run_config(config, output_dir, found, place, say)
     sampler = loop.optimization.sampler
     say(
@@ -176,66 +144,6 @@ def _device(name: str, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def find_resume_point(config: Config, checkpoint_dir: Path, say: Log) -> Optional[ResumePoint]:
-    """The newest readable checkpoint, if its run was trained with this config's settings (a change to one
-    that may not change on resume is a PretrainConfigError); None when there is none."""
-    found = latest_checkpoint(checkpoint_dir, warn=say)
-    if found is None:
-        say(f"no readable checkpoint in {checkpoint_dir}: starting from the beginning")
-        return None
-    path, payload = found
-    changes = resume_changes(payload["config"], config, str(path))
-    for key, (old, new) in changes.items():
-        say(f"resuming with {key} changed: {old!r} -> {new!r}")
-    return ResumePoint(path, payload, changes)
-
-
-def data_digests(settings: PretrainSettings) -> DataDigests:
-    """The SHA-256 of every training file and every dev file (corpus.py `file_digests`)."""
-    C = settings.corpus
-    assert C.train is not None  # the schema refuses a config without it
-    digests = {"train": file_digests(C.train)}
-    if C.dev:
-        digests["dev"] = file_digests(C.dev)
-    return digests
-
-
-def check_resume_data(found: ResumePoint, digests: DataDigests, accept: bool, say: Log) -> list[DataChange]:
-    """The data files whose content differs from `found`'s record. Any is a ResumeDataError naming each
-    (data, path, both digests) unless `accept`; accepted, each is logged as a warning. The dev data is not
-    compared when the config changed corpus.dev (allowed and logged by `find_resume_point`). A checkpoint
-    without a record (written before they were kept) resumes with a warning that nothing could be checked."""
-    recorded = found.payload.get("data")
-    if not isinstance(recorded, dict) or "train" not in recorded:
-        say(
-            f"warning: {found.path} records no digests of its training and dev data (it was written before "
-            f"checkpoints recorded them), so the data could not be checked; the next checkpoint records them"
-        )
-        return []
-    changes: list[DataChange] = []
-    for role in DATA_ROLES:
-        if role == "dev" and "corpus.dev" in found.changes:
-            continue
-        before = {path: digest for path, digest in recorded.get(role) or []}
-        after = {path: digest for path, digest in digests.get(role) or []}
-        changes.extend(
-            DataChange(role, path, before.get(path), after.get(path))
-            for path in dict.fromkeys([*after, *before])
-            if before.get(path) != after.get(path)
-        )
-    if changes and not accept:
-        roles = " and the ".join(dict.fromkeys(DATA_ROLES[change.role] for change in changes))
-        raise ResumeDataError(
-            f"cannot resume from {found.path}: the {roles} changed since it was written "
-            f"({'; '.join(change.describe() for change in changes)}). Restore the data the run was trained on, "
-            f"start a new run in another output directory, or resume with {ACCEPT_CHANGED_DATA} to continue on "
-            f"the changed data (logged, and recorded in metrics.jsonl)"
-        )
-    for change in changes:
-        say(f"warning: resuming on changed {change.describe()} ({ACCEPT_CHANGED_DATA})")
-    return changes
-
-
 def prepare_data(
     settings: PretrainSettings, output_dir: Path, place: Placement, say: Log, digests: DataDigests
 ) -> RunData:
@@ -247,17 +155,17 @@ def prepare_data(
     train_settings = C.settings(C.max_train_tokens)
     if place.is_main:
         t0 = time.perf_counter()
-        stream = prepare_corpus(C.train, train_settings, cache_dir)
+        stream = prepare_corpus(C.train, train_settings, cache_dir, digests["train"])
         say(
             f"training corpus: {stream.n_words} words, {stream.n_sentences} sentences, {len(stream.types)} types "
             f"({time.perf_counter() - t0:.1f}s, cache {stream.directory})"
         )
     barrier(place.world)
     if not place.is_main:
-        stream = prepare_corpus(C.train, train_settings, cache_dir)
+        stream = prepare_corpus(C.train, train_settings, cache_dir, digests["train"])
     dev = None
     if C.dev and place.is_main:
-        dev = prepare_corpus(C.dev, C.settings(C.max_dev_tokens), cache_dir)
+        dev = prepare_corpus(C.dev, C.settings(C.max_dev_tokens), cache_dir, digests["dev"])
     return RunData(stream, dev, digests)
 
 
@@ -283,7 +191,7 @@ def build_model(
     have them, else with a new softmax over `vocab`."""
     seed, bias_init = settings.training.seed, settings.training.softmax_bias_init
     if init_from:
-        source = load_bilm(init_from)
+        source = load_model(init_from).bilm
         if source.lexicon is not None:  # the corpus is read as bilm-tf's byte ids
             raise ValueError(
                 f"--init-from {init_from}: a model with its own character vocabulary (ELMoForManyLangs) cannot "
@@ -323,6 +231,7 @@ def _softmax_arrays(vocab: Vocab, dim: int, seed: int, stream: TokenStream, bias
 def assemble_loop(
     config: Config,
     settings: PretrainSettings,
+    step_settings: StepSettings,
     bilm: BiLM,
     vocab: Vocab,
     data: RunData,
@@ -337,7 +246,7 @@ def assemble_loop(
     bilm.to(place.device)
     bilm.train()
     module = data_parallel(LanguageModelLoss(bilm), place.device, place.world)
-    optimizer = T.optimizer.create([p for p in bilm.parameters()])
+    optimizer = T.optimizer([p for p in bilm.parameters()])
     sampler_rng = torch.Generator().manual_seed(T.seed + 1)
     torch.manual_seed(T.seed + 2 + place.rank)  # dropout: each process its own
     stream = data.train
@@ -356,12 +265,12 @@ def assemble_loop(
         bilm=bilm,
         module=module,
         optimizer=optimizer,
-        learn_rate=T.learn_rate(batcher.steps_per_epoch),
+        learn_rate=T.learn_rate(optimizer.defaults["lr"], batcher.steps_per_epoch),
         sampler=sampler,
         sampler_rng=sampler_rng,
-        settings=StepSettings.from_settings(T, place.device),
+        settings=step_settings,
         device=place.device,
-        scaler=torch.amp.GradScaler("cuda") if T.mixed_precision and place.device.type == "cuda" else None,
+        scaler=torch.amp.GradScaler("cuda") if step_settings.amp_dtype == torch.float16 else None,
     )
     checkpointer = Checkpointer(
         output_dir / "checkpoints",

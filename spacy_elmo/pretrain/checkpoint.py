@@ -5,13 +5,12 @@ the model (the native model bytes, vocabulary included), the optimizer state (te
 arrays, the rest plain data), the loop's counters and data position (`TrainState`), the random states
 (torch generator states as raw bytes, one per process), the run's config and the SHA-256 of every file of
 its training and dev data ({"train": [[path, sha256], ...], "dev": [...]}; older checkpoints have none,
-see build.py). Loading never executes code. A file whose checksum or structure is wrong is refused with
+see resume.py). Loading never executes code. A file whose checksum or structure is wrong is refused with
 `CheckpointError`, and `latest_checkpoint` falls back to the newest older one that reads, so a crash while
 writing, or a damaged disk, costs one interval. `Checkpointer` is what a run saves and restores.
 """
 
 import hashlib
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,13 +21,13 @@ import srsly
 import torch
 
 from ..bilm.bilm import BiLM
-from ..io.atomic import TEMPORARY_SUFFIX, atomic_write_bytes
+from ..io.atomic import atomic_write_bytes, remove_stale_temporaries
 from ..io.native import bilm_to_bytes, decode_array, encode_array
-from .distributed import Placement, gather_bytes
-from .metrics_log import Log, main_process_log
+from .distributed import Log, Placement, gather_bytes, main_process_log
 
 FORMAT = "spacy-elmo.checkpoint.v1"
 NAME = re.compile(r"^step_(\d+)\.ckpt$")
+PATTERN = "step_*.ckpt"  # NAME as a glob, for the temporaries of killed writers
 
 
 class CheckpointError(ValueError):
@@ -76,34 +75,8 @@ def write_checkpoint(directory: Path, step: int, payload: dict[str, Any]) -> Pat
     """Write atomically (spacy_elmo/io/atomic.py): a reader never sees a partial file."""
     body = srsly.msgpack_dumps(payload)
     blob = srsly.msgpack_dumps({"format": FORMAT, "sha256": hashlib.sha256(body).hexdigest(), "payload": body})
-    remove_stale_temporaries(directory)
+    remove_stale_temporaries(directory, PATTERN, keep_own=False)
     return atomic_write_bytes(checkpoint_path(directory, step), blob)
-
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
-
-
-def remove_stale_temporaries(directory: Path) -> list[Path]:
-    """Delete the half-written `step_*.ckpt.tmpPID` files of writers that were killed (their process is
-    gone): they are never read, but each is as large as a checkpoint. Returns what was removed."""
-    directory = Path(directory)
-    removed = []
-    if directory.exists():
-        for path in directory.iterdir():
-            match = TEMPORARY_SUFFIX.search(path.name)
-            if not match or not NAME.match(path.name[: match.start()]):
-                continue
-            if int(match.group(1)) == os.getpid() or not _process_exists(int(match.group(1))):
-                path.unlink(missing_ok=True)
-                removed.append(path)
-    return removed
 
 
 def read_checkpoint(path: Path) -> dict[str, Any]:
@@ -140,7 +113,7 @@ def latest_checkpoint(directory: Path, warn=print) -> Optional[tuple[Path, dict[
     """The newest checkpoint that reads. A corrupt one is reported and renamed to `*.corrupt`: kept
     on disk to inspect, but out of the rotation, so that pruning never deletes a good checkpoint to
     make room for it. Temporary files of killed writers are removed first."""
-    for stale in remove_stale_temporaries(directory):
+    for stale in remove_stale_temporaries(directory, PATTERN, keep_own=False):
         warn(f"removed {stale.name}, left by a checkpoint writer that was stopped")
     for _, path in list_checkpoints(directory):
         try:

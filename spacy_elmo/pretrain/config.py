@@ -1,92 +1,42 @@
 """The pretraining config: spaCy/thinc config format, defaults filled in, overrides applied, validated once.
 
-A user config only needs what differs from `DEFAULT_CONFIG`; `--section.key value` overrides on the
-command line (as `spacy train` takes them) are applied after the defaults are merged, so any key can
-be overridden whether or not the file names it. `PretrainSettings.from_config` reads the whole config
-against one strict schema: the optimizer and the learning-rate schedule are registered functions
-(`@optimizers`, `@schedules`, see optimizers.py and schedule.py), everything else plain settings, and
-every problem is reported at once, each with its key, naming the config file.
+A user config only needs what differs from the defaults (spacy_elmo/configs/pretrain_default.cfg);
+`--section.key value` overrides on the command line (as `spacy train` takes them) are applied after the
+defaults are merged, so any key can be overridden whether or not the file names it.
+`PretrainSettings.from_config` makes the optimizer and the learning-rate schedule with their registered
+functions (`@optimizers`, `@schedules`: thinc's registries, `registry.resolve`; see optimizers.py and
+schedule.py) and reads the rest against one strict schema; every problem is reported at once, each with
+its key, naming the config file.
 """
 
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Optional, Union
 
 import torch
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
-from thinc.api import Config, registry
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from thinc.api import Config, ConfigValidationError, Optimizer, registry
 
 from ..bilm.options import OPTION_NAMES, BiLMOptions
+from ..text import PathLike
 from .corpus import FORMATS, CorpusSettings
-from .optimizers import TorchOptimizer
-from .schedule import ScheduleSettings
+from .optimizers import OptimizerFactory
+from .schedule import LearnRate
 
-DEFAULT_CONFIG = """
-[paths]
-train = null
-dev = null
-vocab = null
-init_from = null
-
-[corpus]
-train = ${paths.train}
-dev = ${paths.dev}
-format = "text"
-text_field = "text"
-lang = "en"
-max_train_tokens = null
-max_dev_tokens = 20000
-cache_dir = null
-
-[vocab]
-file = ${paths.vocab}
-max_size = 30000
-min_count = 1
-
-[model]
-filters = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256]]
-char_embedding_dim = 16
-n_highway = 1
-activation = "relu"
-lstm_dim = 512
-projection_dim = 128
-n_layers = 2
-cell_clip = 3.0
-proj_clip = 3.0
-use_skip_connections = true
-
-[training]
-seed = 0
-device = "cpu"
-n_threads = 0
-window = 20
-batch_size = 64
-max_steps = 1000
-max_epochs = 0
-max_minutes = 0
-dropout = 0.1
-grad_clip = 10.0
-n_negatives = 1024
-softmax_bias_init = "zero"
-mixed_precision = false
-log_every = 10
-eval_every = 200
-checkpoint_every = 200
-keep_checkpoints = 2
-
-[training.optimizer]
-# a registered optimizer: spacy-elmo.Adam.v1 (takes eps), spacy-elmo.Adagrad.v1 (initial_accumulator_value)
-# or spacy-elmo.SGD.v1; learn_rate is the peak rate of the schedule
-@optimizers = "spacy-elmo.Adam.v1"
-learn_rate = 0.001
-
-[training.schedule]
-# linear warm-up, then a constant rate ("none") or a "linear" or "cosine" decay down to
-# final_learn_rate_ratio x learn_rate at training.max_steps (or max_epochs)
-@schedules = "spacy-elmo.warmup_decay.v1"
-warmup_steps = 0
-decay = "none"
-final_learn_rate_ratio = 0.0
-"""
+DEFAULT_CONFIG = Path(__file__).parent.parent / "configs" / "pretrain_default.cfg"
+RENAMED = {
+    "training.mixed_precision": 'now training.precision: "fp32", "bf16" or "fp16" (mixed_precision = true was '
+    '"fp16" on a GPU, "bf16" on the CPU)'
+}
+"""Settings of earlier versions, with what replaced them: a config that still has one is told so."""
 
 
 class PretrainConfigError(ValueError):
@@ -94,10 +44,10 @@ class PretrainConfigError(ValueError):
 
 
 def load_config(
-    path: Optional[Union[str, Path]] = None, overrides: Optional[dict[str, Any]] = None, text: Optional[str] = None
+    path: Optional[PathLike] = None, overrides: Optional[dict[str, Any]] = None, text: Optional[str] = None
 ) -> Config:
     """The config at `path` (or in `text`) over the defaults, with `overrides` ({"training.max_steps": 100})."""
-    defaults = Config().from_str(DEFAULT_CONFIG, interpolate=False)
+    defaults = Config().from_disk(DEFAULT_CONFIG, interpolate=False)
     if path is not None:
         path = Path(path)
         if not path.exists():
@@ -114,7 +64,7 @@ def load_config(
                 raise PretrainConfigError(f"override --{key}: no section [{section}] in the pretraining config")
             node = node[part]
         if leaf not in node:
-            raise PretrainConfigError(f"override --{key}: unknown setting '{leaf}' in [{section}]")
+            raise PretrainConfigError(f"override --{_unknown(key)}")
     return Config().from_str(merged.to_str(), overrides=overrides or {}, interpolate=True)
 
 
@@ -130,6 +80,15 @@ Count = Annotated[int, BeforeValidator(_null_is_zero), Field(ge=0)]
 Minutes = Annotated[float, BeforeValidator(_null_is_zero), Field(ge=0)]
 Positive = Annotated[int, Field(ge=1)]
 Files = Union[str, list[str]]
+
+
+def _torch_optimizers_only(value: OptimizerFactory) -> OptimizerFactory:
+    if isinstance(value, Optimizer):
+        raise ValueError(
+            "is a thinc optimizer (for `spacy train`); pretraining trains with torch optimizers: "
+            "spacy-elmo.Adam.v1, spacy-elmo.Adagrad.v1 or spacy-elmo.SGD.v1"
+        )
+    return value
 
 
 class _Section(BaseModel):
@@ -202,14 +161,14 @@ class TrainingSection(_Section):
     grad_clip: Minutes  # 0: no clipping
     n_negatives: Count  # 0 (or the vocabulary's size or more): the full softmax
     softmax_bias_init: Literal["zero", "unigram"]
-    mixed_precision: bool
+    precision: Literal["fp32", "bf16", "fp16"]  # fp32, or bfloat16 or float16 autocast (fp16: GPU only)
     # every how many steps (0: never; a checkpoint and an evaluation come at the end regardless)
     log_every: Positive
     eval_every: Count
     checkpoint_every: Count
     keep_checkpoints: Positive
-    optimizer: TorchOptimizer
-    schedule: ScheduleSettings
+    optimizer: Annotated[OptimizerFactory, AfterValidator(_torch_optimizers_only)]
+    schedule: LearnRate
 
     @field_validator("device")
     @classmethod
@@ -223,24 +182,26 @@ class TrainingSection(_Section):
     def _has_an_end(self) -> "TrainingSection":
         if not (self.max_steps or self.max_epochs or self.max_minutes):
             raise ValueError("set at least one of training.max_steps, training.max_epochs, training.max_minutes")
-        if self.schedule.needs_last_step and not (self.max_steps or self.max_epochs):
-            raise ValueError(
-                "training.schedule needs the step it ends at, but neither training.max_steps nor "
-                "training.max_epochs is set (max_minutes alone does not give one)"
-            )
+        if not (self.max_steps or self.max_epochs):
+            self.schedule(0, 1.0, None)  # a ValueError from a schedule that needs the last step
         return self
 
-    def learn_rate(self, steps_per_epoch: int) -> Callable[[int], float]:
-        """The learning rate of every step: the schedule from `optimizer.learn_rate`, ending at max_steps (or
-        max_epochs)."""
-        last_step = self.max_steps or self.max_epochs * steps_per_epoch
-        return self.schedule.schedule(self.optimizer.learn_rate, last_step)
+    def last_step(self, steps_per_epoch: int) -> Optional[int]:
+        """Where the run ends, in steps: max_steps, or max_epochs of steps (None: only max_minutes ends it)."""
+        return self.max_steps or self.max_epochs * steps_per_epoch or None
+
+    def learn_rate(self, peak: float, steps_per_epoch: int) -> Callable[[int], float]:
+        """The learning rate of every step: the schedule from the optimizer's rate `peak` to the last step."""
+        last_step = self.last_step(steps_per_epoch)
+        return lambda step: self.schedule(step, peak, last_step)
 
     def amp_dtype(self, device: torch.device) -> Optional[torch.dtype]:
-        """What `mixed_precision` autocasts to: float16 on CUDA, bfloat16 on the CPU; None without it."""
-        if not self.mixed_precision:
-            return None
-        return torch.float16 if device.type == "cuda" else torch.bfloat16
+        """What `precision` autocasts to on `device` (None: fp32); fp16 is refused on a CPU."""
+        if self.precision == "fp16" and device.type != "cuda":
+            raise PretrainConfigError(
+                f"training.precision is 'fp16', which needs a GPU (training on {device}); use 'bf16' on the CPU"
+            )
+        return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[self.precision]
 
 
 # The [model] settings: the biLM's options (bilm/options.py), less the vocabulary size, which the run's
@@ -265,7 +226,11 @@ class PretrainSettings(_Section):
         """The settings of `config` (as `load_config` returns it); a PretrainConfigError lists every problem,
         each with its key, and names `source` (the config file)."""
         problems: list[str] = []
-        values = _resolve_registered(dict(Config(config).interpolate()), "", problems)
+        values = dict(Config(config).interpolate())
+        training = values.get("training")
+        if isinstance(training, dict):  # else reported by the schema
+            made = {key: _make(training[key], f"training.{key}", problems) for key in REGISTERED if key in training}
+            values["training"] = {**training, **made}
         problems.extend(_model_problems(values.get("model")))
         try:
             settings = cls.model_validate(values)
@@ -295,44 +260,32 @@ def _model_problems(section: Any) -> list[str]:
     return []
 
 
+REGISTERED = ("optimizer", "schedule")
+"""The [training] blocks that a registered function makes."""
 _FAILED = object()  # stands in for a registered block that could not be made (already reported)
 
 
-def _resolve_registered(section: dict[str, Any], path: str, problems: list[str]) -> dict[str, Any]:
-    """`section` with every registered block ({"@optimizers": name, ...}) replaced by what its registered
-    function makes of the block's other keys; the problems of a block are added to `problems`, with its keys."""
-    out: dict[str, Any] = {}
-    for key, value in section.items():
-        where = f"{path}{key}"
-        if isinstance(value, dict) and registry.is_promise(value):
-            out[key] = _make_registered(value, where, problems)
-        elif isinstance(value, dict):
-            out[key] = _resolve_registered(value, f"{where}.", problems)
-        else:
-            out[key] = value
-    return out
-
-
-def _make_registered(block: dict[str, Any], where: str, problems: list[str]) -> Any:
-    names = [key for key in block if key.startswith("@")]
-    if len(names) != 1:
-        problems.append(f"{where}: one registered function a block, got {names}")
-        return _FAILED
-    registry_name, name = names[0][1:], block[names[0]]
-    if not hasattr(registry, registry_name):
-        problems.append(f"{where}.{names[0]}: no such registry (pretraining uses @optimizers and @schedules)")
-        return _FAILED
-    if not registry.has(registry_name, name):
-        ours = sorted(n for n in getattr(registry, registry_name).get_all() if n.startswith("spacy-elmo."))
-        problems.append(f"{where}.{names[0]} is {name!r}: not a registered function (pretraining's: {', '.join(ours)})")
-        return _FAILED
-    settings = {key: value for key, value in block.items() if key != names[0]}
+def _make(block: Any, where: str, problems: list[str]) -> Any:
+    """What the registered function of `block` ({"@optimizers": name, ...}) makes of its other keys
+    (`registry.resolve`); its problems, each with its key, are added to `problems`."""
+    if not registry.is_promise(block):
+        return block  # reported by the schema
+    for key, name in block.items():
+        if key.startswith("@") and not registry.has(key[1:], name):
+            known = getattr(registry, key[1:]).get_all() if hasattr(registry, key[1:]) else {}
+            ours = ", ".join(sorted(n for n in known if n.startswith("spacy-elmo."))) or f"none in @{key[1:]}"
+            problems.append(f"{where}.{key} is {name!r}: not a registered function (pretraining's: {ours})")
+            return _FAILED
     try:
-        return registry.get(registry_name, name)(**settings)
-    except ValidationError as err:  # a registered settings class: every field's problem, with its key
-        problems.extend(_problem(e, prefix=where) for e in err.errors())
-    except (TypeError, ValueError) as err:  # a registered function: an unknown or a bad argument
-        problems.append(f"{where} ({name}): {err}")
+        return registry.resolve({"block": block}, validate=True)["block"]
+    except ConfigValidationError as err:  # an argument unknown, missing or of the wrong type (confection)
+        for error in err.errors or []:
+            key = ".".join([where, *map(str, error.get("loc", [])[1:])])
+            problems.append(f"{key}: {str(error['msg']).removeprefix('at root: ')}")
+    except ValidationError as err:  # an argument out of its range (the function's own pydantic check)
+        problems.extend(_problem(error, prefix=where) for error in err.errors())
+    except (TypeError, ValueError) as err:  # a registered function not checked so: an unknown or a bad argument
+        problems.append(f"{where}: {err}")
     return _FAILED
 
 
@@ -343,7 +296,7 @@ def _problem(error: Any, prefix: str = "") -> str:
     if kind == "missing":
         return f"{key} is missing"
     if kind == "extra_forbidden":
-        return f"{key}: unknown setting"
+        return _unknown(key)
     if kind == "value_error":
         detail = message.removeprefix("Value error, ")
         return f"{key} {detail}" if detail.startswith("is ") else f"{key}: {detail}"
@@ -352,55 +305,5 @@ def _problem(error: Any, prefix: str = "") -> str:
     return f"{key} is {error['input']!r}; {message[:1].lower()}{message[1:]}"
 
 
-# Settings that may differ between a run and its resumption: when to stop, how often to log, evaluate and
-# checkpoint, what to evaluate on, where the corpus cache lives, and how many threads or which device run
-# it (the last two change speed, or the last bits of the numbers, not what is trained). Anything else
-# (model, data, vocabulary, batches, optimizer, schedule, seed) would continue a run that was not trained
-# that way.
-RESUMABLE_CHANGES = (
-    "training.max_steps",
-    "training.max_epochs",
-    "training.max_minutes",
-    "training.log_every",
-    "training.eval_every",
-    "training.checkpoint_every",
-    "training.keep_checkpoints",
-    "training.n_threads",
-    "training.device",
-    "paths.dev",
-    "corpus.dev",
-    "corpus.max_dev_tokens",
-    "corpus.cache_dir",
-    "paths.init_from",  # a checkpoint's weights win over init_from on resume
-)
-
-
-def _flatten(section: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(section, dict):
-        return {prefix[:-1]: section}
-    out: dict[str, Any] = {}
-    for key, value in section.items():
-        out.update(_flatten(value, f"{prefix}{key}."))
-    return out
-
-
-def resume_changes(saved: str, current: Config, source: str) -> dict[str, tuple[Any, Any]]:
-    """The settings that differ between a checkpoint's config (`saved`, as text) and this run's, as
-    {key: (saved, now)}. A change to anything but `RESUMABLE_CHANGES` is a PretrainConfigError naming
-    every such key: the checkpoint was not trained that way."""
-    before = _flatten(Config().from_str(saved, interpolate=True))
-    after = _flatten(Config(current).interpolate())
-    changed = {
-        key: (before.get(key), after.get(key))
-        for key in sorted(set(before) | set(after))
-        if before.get(key) != after.get(key)
-    }
-    refused = {key: values for key, values in changed.items() if key not in RESUMABLE_CHANGES}
-    if refused:
-        listed = "; ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in refused.items())
-        raise PretrainConfigError(
-            f"cannot resume from {source}: the run was trained with other settings ({listed}). Resume with "
-            f"the checkpoint's settings (its config is saved in the checkpoint and in config.cfg), or start a "
-            f"new run in another output directory. Safe to change on resume: {', '.join(RESUMABLE_CHANGES)}"
-        )
-    return changed
+def _unknown(key: str) -> str:
+    return f"{key}: unknown setting" + (f", {RENAMED[key]}" if key in RENAMED else "")

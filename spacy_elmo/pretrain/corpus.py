@@ -17,10 +17,11 @@ biLM reads characters, so a rare word keeps its spelling as input and only its s
 `<UNK>`. Tokenization is per paragraph in spaCy; everything after it (framing, type ids, counts) is
 vectorised with numpy over spaCy's hash arrays.
 
-A cache entry is keyed by the input paths, sizes and modification times and by the settings; it is
-written to a temporary directory and renamed (spacy_elmo/io/atomic.py), so a killed run never leaves a
-half-written entry. What a run was trained on is bound by content instead: `file_digests` (the SHA-256 of
-every file, read in blocks), recorded in its checkpoints and checked on resume (build.py).
+A cache entry is keyed by the content of the input files and by the settings: `file_digests` (the SHA-256
+of every file, read in blocks), which a run computes anyway, to record in its checkpoints what it was
+trained on and to check it on resume (resume.py). An entry is written to a temporary directory and renamed
+(spacy_elmo/io/atomic.py), so a killed run never leaves a half-written entry. `tokenize_corpus` makes a
+stream without the cache, reading each file once (`evaluate` on a pipe).
 """
 
 import hashlib
@@ -37,7 +38,7 @@ import srsly
 from .. import chars
 from ..io.atomic import atomic_directory, atomic_path
 from ..io.digest import file_sha256
-from ..text import check_rereadable, make_tokenizer, text_lines, texts_from_jsonl
+from ..text import PathLike, check_rereadable, make_tokenizer, text_lines, texts_from_jsonl
 from .vocab import BOS, EOS, Vocab
 
 # 2: text decoded strictly, a UTF-8 byte-order mark skipped; a cache of version 1 may hold U+FFFD tokens of
@@ -45,7 +46,6 @@ from .vocab import BOS, EOS, Vocab
 # 3: a NUL refused; a cache of version 2 may hold the NUL-laden tokens of UTF-16 text without a byte-order mark
 CACHE_VERSION = 3
 FORMATS = ("text", "jsonl", "tokenized", "bilm-tf")
-PathLike = Union[str, Path]
 
 
 class CorpusError(ValueError):
@@ -264,9 +264,10 @@ def _tokenize(files: list[Path], settings: CorpusSettings) -> tuple[numpy.ndarra
     return numpy.concatenate(chunks), strings
 
 
-def cache_key(files: list[Path], settings: CorpusSettings) -> str:
-    described = [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
-    blob = json.dumps({"version": CACHE_VERSION, "files": described, "settings": asdict(settings)}, sort_keys=True)
+def cache_key(digests: list[list[str]], settings: CorpusSettings) -> str:
+    """The cache entry of files of this content (`file_digests`, in their order), tokenized with `settings`."""
+    sha256 = [digest for _, digest in digests]
+    blob = json.dumps({"version": CACHE_VERSION, "sha256": sha256, "settings": asdict(settings)}, sort_keys=True)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:20]
 
 
@@ -278,13 +279,23 @@ def prepare_corpus(
     paths: Union[PathLike, Sequence[PathLike]],
     settings: CorpusSettings = CorpusSettings(),
     cache_dir: Optional[PathLike] = None,
+    digests: Optional[list[list[str]]] = None,
 ) -> TokenStream:
-    """The token stream of these files, from the cache when the files and settings are unchanged."""
-    files = expand_paths(paths)
+    """The token stream of these files, from the cache when files of this content were tokenized with these
+    settings before. `digests`: their `file_digests`, when the caller has them (else they are computed)."""
+    digests = file_digests(paths) if digests is None else digests
     cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    entry = cache_root / cache_key(files, settings)
+    entry = cache_root / cache_key(digests, settings)
     if (entry / "tokens.npy").exists() and (entry / "types.msgpack").exists():
         return TokenStream(entry)
+    return tokenize_corpus([path for path, _ in digests], settings, entry)
+
+
+def tokenize_corpus(
+    paths: Union[PathLike, Sequence[PathLike]], settings: CorpusSettings, directory: PathLike
+) -> TokenStream:
+    """The token stream of these files, written to `directory` (whole, or not at all); each file read once."""
+    files = expand_paths(paths)
     hashes, strings = _tokenize(files, settings)
     unique, inverse = numpy.unique(hashes, return_inverse=True)
     counts = numpy.bincount(inverse, minlength=len(unique))
@@ -296,14 +307,14 @@ def prepare_corpus(
     remap = numpy.empty(len(order), dtype=numpy.int32)
     remap[order] = numpy.arange(len(order), dtype=numpy.int32)
     tokens = remap[inverse.reshape(-1)]
-    with atomic_directory(entry) as tmp:  # another process (a DDP rank) may finish the same entry first
+    with atomic_directory(Path(directory)) as tmp:  # another process (a DDP rank) may finish the same entry first
         with open(tmp / "tokens.npy", "wb") as handle:
             numpy.save(handle, tokens)
         types = {"types": [words[i] for i in order], "counts": counts[order].tolist()}
         srsly.write_msgpack(tmp / "types.msgpack", types)
         meta = {"files": [str(f) for f in files], "settings": asdict(settings), "n_tokens": int(len(tokens))}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-    return TokenStream(entry)
+    return TokenStream(Path(directory))
 
 
 def build_vocab(stream: TokenStream, max_size: Optional[int] = None, min_count: int = 1) -> Vocab:

@@ -6,13 +6,24 @@ the loop has one code path. NCCL on GPUs, gloo on CPUs.
 
 import importlib
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from ..launch_env import launch_env
+
+Log = Callable[[str], None]
+
+
+def main_process_log(log: Log, rank: int) -> Log:
+    """`log` on rank 0, nothing on the other ranks: one copy of every line is enough."""
+    return log if rank == 0 else _quiet
+
+
+def _quiet(message: str) -> None:
+    pass
 
 
 @dataclass(frozen=True)

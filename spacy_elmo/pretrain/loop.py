@@ -57,7 +57,7 @@ class LanguageModelLoss(nn.Module):
 
 @dataclass(frozen=True)
 class StepSettings:
-    """How one optimization step runs: the training config's dropout, grad_clip and mixed_precision."""
+    """How one optimization step runs: the training config's dropout, grad_clip and precision."""
 
     dropout: float = 0.0
     grad_clip: float = 0.0  # 0: no clipping

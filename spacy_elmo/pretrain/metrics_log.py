@@ -5,21 +5,10 @@ only."""
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any
 
-if TYPE_CHECKING:
-    from .checkpoint import TrainState
-
-Log = Callable[[str], None]
-
-
-def main_process_log(log: Log, rank: int) -> Log:
-    """`log` on rank 0, nothing on the other ranks: one copy of every line is enough."""
-    return log if rank == 0 else _quiet
-
-
-def _quiet(message: str) -> None:
-    pass
+from .checkpoint import TrainState
+from .distributed import Log, main_process_log
 
 
 class MetricsLog:
@@ -62,7 +51,7 @@ class TrainingLog:
         self._interval_tokens += n_tokens
         self._interval_time += seconds
 
-    def train(self, state: "TrainState", learn_rate: float) -> None:
+    def train(self, state: TrainState, learn_rate: float) -> None:
         """One train record averaging the steps since the last one (none: nothing to write)."""
         losses = self.losses[self._interval_first :]
         if not losses:
@@ -92,7 +81,7 @@ class TrainingLog:
         """A record of something that happened to the run at `step` (not a measurement), e.g. "data_changed"."""
         self.metrics.write({"type": kind, "step": step, **fields})
 
-    def eval(self, state: "TrainState", result: dict[str, float]) -> None:
+    def eval(self, state: TrainState, result: dict[str, float]) -> None:
         self.metrics.write(
             {
                 "type": "eval",

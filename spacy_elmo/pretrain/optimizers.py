@@ -5,47 +5,42 @@
     learn_rate = 0.001
     eps = 1e-8
 
-Each is a settings class registered in thinc's `optimizers` registry: the block's keys are its fields,
-validated strictly (a problem names its key), and `create` makes the torch optimizer of the model's
-parameters. `learn_rate` is the peak rate; [training.schedule] sets the rate of every step (schedule.py).
-thinc's own `Adam.v1` and `SGD.v1` make thinc optimizers, for `spacy train`; these make torch ones.
-Another optimizer is one more registered subclass of `TorchOptimizer`.
+Each is a function in thinc's `optimizers` registry that returns a factory: called with the model's
+parameters, it makes the torch optimizer (the biLM trains with torch optimizers; thinc's own `Adam.v1` and
+`SGD.v1` make thinc ones, for `spacy train`). Its arguments are checked strictly by pydantic, a problem
+naming its key. `learn_rate` is the peak rate; [training.schedule] sets the rate of every step
+(schedule.py). Another optimizer is one more registered function.
 """
 
 from collections.abc import Iterable
+from functools import partial
+from typing import Annotated, Callable
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field, validate_call
 from thinc.api import registry
 
-
-class TorchOptimizer(BaseModel):
-    """The settings of a torch optimizer, as [training.optimizer] gives them."""
-
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
-    learn_rate: float = Field(0.001, gt=0)
-
-    def create(self, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
-        raise NotImplementedError
+OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
+Rate = Annotated[float, Field(gt=0)]
+checked = validate_call(config=ConfigDict(strict=True))
+"""A registered function's arguments as the config gives them, checked: 1.5 is no integer, "1" no number."""
 
 
 @registry.optimizers("spacy-elmo.Adam.v1")
-class Adam(TorchOptimizer):
-    eps: float = Field(1e-8, gt=0)
-
-    def create(self, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
-        return torch.optim.Adam(params, lr=self.learn_rate, eps=self.eps)
+@checked
+def adam(learn_rate: Rate = 0.001, eps: Rate = 1e-8) -> OptimizerFactory:
+    return partial(torch.optim.Adam, lr=learn_rate, eps=eps)
 
 
 @registry.optimizers("spacy-elmo.Adagrad.v1")
-class Adagrad(TorchOptimizer):
-    initial_accumulator_value: float = Field(1.0, ge=0)
-
-    def create(self, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
-        return torch.optim.Adagrad(params, lr=self.learn_rate, initial_accumulator_value=self.initial_accumulator_value)
+@checked
+def adagrad(
+    learn_rate: Rate = 0.001, initial_accumulator_value: Annotated[float, Field(ge=0)] = 1.0
+) -> OptimizerFactory:
+    return partial(torch.optim.Adagrad, lr=learn_rate, initial_accumulator_value=initial_accumulator_value)
 
 
 @registry.optimizers("spacy-elmo.SGD.v1")
-class SGD(TorchOptimizer):
-    def create(self, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
-        return torch.optim.SGD(params, lr=self.learn_rate)
+@checked
+def sgd(learn_rate: Rate = 0.001) -> OptimizerFactory:
+    return partial(torch.optim.SGD, lr=learn_rate)

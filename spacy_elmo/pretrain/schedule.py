@@ -7,68 +7,51 @@ card); a decay does that without a restart. It is no help to a run too short to 
 project's 600-step biLM ends at 238 dev perplexity with a constant rate, 261 with linear and 266 with
 cosine decay (project/results/README.md).
 
-The config chooses a schedule by its registered name ([training.schedule], `@schedules`); another
-schedule is one more registered subclass of `ScheduleSettings`.
+The config chooses a schedule by its registered name ([training.schedule], `@schedules`): a function in
+thinc's `schedules` registry that returns the `LearnRate` of every step; another schedule is one more
+registered function.
 """
 
 import math
-from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Annotated, Callable, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from thinc.api import registry
 
+from .optimizers import checked
 
-@dataclass(frozen=True)
-class LearnRateSchedule:
-    """`peak` after `warmup_steps`; with a decay, down to `final_ratio * peak` at step `horizon`."""
-
-    peak: float
-    warmup_steps: int = 0
-    decay: str = "none"
-    horizon: int = 0
-    final_ratio: float = 0.0
-
-    def __call__(self, step: int) -> float:
-        if self.warmup_steps and step < self.warmup_steps:
-            return self.peak * (step + 1) / self.warmup_steps
-        if self.decay == "none":
-            return self.peak
-        progress = min(1.0, (step - self.warmup_steps) / max(1, self.horizon - self.warmup_steps))
-        if self.decay == "linear":
-            shape = 1.0 - progress
-        else:
-            shape = 0.5 * (1.0 + math.cos(math.pi * progress))
-        return self.peak * (self.final_ratio + (1.0 - self.final_ratio) * shape)
-
-
-class ScheduleSettings(BaseModel):
-    """The settings of a schedule, as [training.schedule] gives them; `schedule` makes the rate of every
-    step once the run knows its peak rate (training.optimizer.learn_rate) and its last step."""
-
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
-
-    @property
-    def needs_last_step(self) -> bool:
-        """Whether the schedule ends somewhere: a run without max_steps or max_epochs is then refused."""
-        return False
-
-    def schedule(self, peak: float, last_step: int) -> Callable[[int], float]:
-        raise NotImplementedError
+LearnRate = Callable[[int, float, Optional[int]], float]
+"""rate(step, peak, last_step): the rate of `step` (0-based) given the peak rate (training.optimizer.learn_rate)
+and the run's last step (training.max_steps, or max_epochs of steps; None when only max_minutes ends it, which
+a schedule that needs the last step refuses with a ValueError, whatever the step)."""
 
 
 @registry.schedules("spacy-elmo.warmup_decay.v1")
-class WarmupDecay(ScheduleSettings):
-    """`LearnRateSchedule`: a linear warm-up over `warmup_steps`, then constant ("none") or decaying
-    ("linear", "cosine") to `final_learn_rate_ratio` x the peak at the last step."""
+@checked
+def warmup_decay(
+    warmup_steps: Annotated[int, Field(ge=0)] = 0,
+    decay: Literal["none", "linear", "cosine"] = "none",
+    final_learn_rate_ratio: Annotated[float, Field(ge=0, le=1)] = 0.0,
+) -> LearnRate:
+    """A linear warm-up to the peak over `warmup_steps`, then constant ("none") or decaying ("linear",
+    "cosine") to `final_learn_rate_ratio` x the peak at the last step, which a decay needs."""
 
-    warmup_steps: int = Field(0, ge=0)
-    decay: Literal["none", "linear", "cosine"] = "none"
-    final_learn_rate_ratio: float = Field(0.0, ge=0.0, le=1.0)
+    def rate(step: int, peak: float, last_step: Optional[int]) -> float:
+        if decay != "none" and last_step is None:
+            raise ValueError(
+                f"training.schedule decays ({decay!r}) to the last step, but neither training.max_steps nor "
+                "training.max_epochs is set (max_minutes alone does not give one)"
+            )
+        if warmup_steps and step < warmup_steps:
+            return peak * (step + 1) / warmup_steps
+        if decay == "none":
+            return peak
+        assert last_step is not None
+        progress = min(1.0, (step - warmup_steps) / max(1, last_step - warmup_steps))
+        if decay == "linear":
+            shape = 1.0 - progress
+        else:
+            shape = 0.5 * (1.0 + math.cos(math.pi * progress))
+        return peak * (final_learn_rate_ratio + (1.0 - final_learn_rate_ratio) * shape)
 
-    @property
-    def needs_last_step(self) -> bool:
-        return self.decay != "none"
-
-    def schedule(self, peak: float, last_step: int) -> LearnRateSchedule:
-        return LearnRateSchedule(peak, self.warmup_steps, self.decay, last_step, self.final_learn_rate_ratio)
+    return rate

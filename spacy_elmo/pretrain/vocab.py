@@ -5,12 +5,12 @@ word's id is its frequency rank, so the vocabulary must be sorted so.
 """
 
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Optional, Union
 
 import numpy
 
 from ..io.hdf5 import read_vocab, write_vocab
+from ..text import PathLike
 
 BOS, EOS, UNK = "<S>", "</S>", "<UNK>"
 SPECIALS = (BOS, EOS, UNK)
@@ -69,15 +69,9 @@ class Vocab:
         return cls([*SPECIALS, *(words[i] for i in keep)], source="built vocabulary")
 
     @classmethod
-    def from_file(cls, path: Union[str, Path]) -> "Vocab":
+    def from_file(cls, path: PathLike) -> "Vocab":
         """A bilm-tf vocabulary file: one word a line, `<S>`, `</S>`, `<UNK>` first."""
         return cls(read_vocab(path), source=str(path))
 
-    def to_file(self, path: Union[str, Path]) -> None:
+    def to_file(self, path: PathLike) -> None:
         write_vocab(list(self.words), path)
-
-
-def words_by_frequency(words: Sequence[str], counts: Sequence[int]) -> list[str]:
-    """Words sorted as the vocabulary sorts them (for reports and tests)."""
-    order = sorted(range(len(words)), key=lambda i: (-int(counts[i]), words[i]))
-    return [words[i] for i in order]

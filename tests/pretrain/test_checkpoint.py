@@ -11,7 +11,7 @@ import numpy
 import pytest
 
 from spacy_elmo.io.arrays import bilm_arrays
-from spacy_elmo.io.native import load_native
+from spacy_elmo.io.resolve import load_model
 from spacy_elmo.pretrain import checkpoint as ckpt
 from spacy_elmo.pretrain.build import pretrain
 
@@ -86,8 +86,8 @@ def test_sigkill_and_resume_repeats_the_uninterrupted_losses_exactly(tmp_path, c
     assert [r["step"] for r in read_metrics(killed / "metrics.jsonl", "train")] == list(range(1, 31))
     assert losses == reference.losses  # exact, step for step
     a, b = (
-        dict(bilm_arrays(reference_model := load_native(tmp_path / "reference" / "model"))),
-        dict(bilm_arrays(load_native(killed / "model"))),
+        dict(bilm_arrays(reference_model := load_model(tmp_path / "reference" / "model").bilm)),
+        dict(bilm_arrays(load_model(killed / "model").bilm)),
     )
     assert all(numpy.array_equal(a[k], b[k]) for k in a) and reference_model.vocab is not None
 

@@ -6,7 +6,8 @@ from typer.testing import CliRunner
 from fixture_paths import ELMO_FIXTURE
 from spacy_elmo.cli import elmo_cli
 from spacy_elmo.io.arrays import bilm_arrays
-from spacy_elmo.io.native import load_native, save_native
+from spacy_elmo.io.native import save_native
+from spacy_elmo.io.resolve import load_model
 
 runner = CliRunner()
 
@@ -67,14 +68,14 @@ def test_pretrain_reports_a_missing_config_and_an_unknown_override(tmp_path):
 def test_pretrain_names_the_config_file_and_the_key_of_a_bad_value(tmp_path, sample_train):
     args = ["pretrain", "pretrain_tiny.cfg", str(tmp_path / "out"), "--paths.train", str(sample_train)]
     result = runner.invoke(elmo_cli, [*args, "--training.schedule.decay", "exponential"])
-    assert result.exit_code == 1 and "pretrain_tiny.cfg: training.schedule.decay is 'exponential'" in result.output
+    assert result.exit_code == 1 and "pretrain_tiny.cfg: training.schedule.decay: 'exponential' is not" in result.output
     assert not (tmp_path / "out").exists()  # refused before any work
 
 
 def test_compact_native_copy_stores_the_softmax_as_float16(trained_tiny, tmp_path):
-    model = load_native(trained_tiny.output_dir / "model")
+    model = load_model(trained_tiny.output_dir / "model").bilm
     save_native(model, tmp_path / "compact", softmax_dtype="float16")
-    back = load_native(tmp_path / "compact")
+    back = load_model(tmp_path / "compact").bilm
     a, b = dict(bilm_arrays(model)), dict(bilm_arrays(back))
     for name in a:
         if name.startswith("softmax/"):

@@ -9,7 +9,14 @@ import pytest
 from fixture_paths import FIXTURES
 from spacy_elmo import chars
 from spacy_elmo.pretrain import corpus as corpus_module
-from spacy_elmo.pretrain.corpus import CorpusError, CorpusSettings, build_vocab, file_digests, prepare_corpus
+from spacy_elmo.pretrain.corpus import (
+    CorpusError,
+    CorpusSettings,
+    build_vocab,
+    file_digests,
+    prepare_corpus,
+    tokenize_corpus,
+)
 from spacy_elmo.pretrain.vocab import UNK_ID
 
 
@@ -80,7 +87,7 @@ def test_types_are_frequency_sorted_and_unknown_words_keep_their_characters(tmp_
     assert numpy.array_equal(stream.type_chars()[rare[0]], expected)
 
 
-def test_cache_is_reused_and_invalidated_by_changes(tmp_path, monkeypatch):
+def test_cache_is_the_contents_reused_and_invalidated_by_changes(tmp_path, monkeypatch):
     path = tmp_path / "a.txt"
     path.write_text("One sentence here.\n", encoding="utf-8")
     first = prepare_corpus(path, CorpusSettings(), tmp_path / "cache")
@@ -91,11 +98,16 @@ def test_cache_is_reused_and_invalidated_by_changes(tmp_path, monkeypatch):
     monkeypatch.setattr(corpus_module, "_tokenize", no_tokenizing)
     again = prepare_corpus(path, CorpusSettings(), tmp_path / "cache")
     assert again.directory == first.directory
+    # the entry is the content's: a file touched, or the same text under another name, reuses it
+    os.utime(path, ns=(first.directory.stat().st_mtime_ns + 10**9,) * 2)
+    copy = tmp_path / "copy.txt"
+    copy.write_bytes(path.read_bytes())
+    assert prepare_corpus(path, CorpusSettings(), tmp_path / "cache").directory == first.directory
+    assert prepare_corpus(copy, CorpusSettings(), tmp_path / "cache").directory == first.directory
     monkeypatch.undo()
     # other settings or a modified file: a new entry
     assert prepare_corpus(path, CorpusSettings(max_tokens=2), tmp_path / "cache").directory != first.directory
     path.write_text("Another sentence now.\n", encoding="utf-8")
-    os.utime(path, ns=(first.directory.stat().st_mtime_ns + 10**9,) * 2)
     changed = prepare_corpus(path, CorpusSettings(), tmp_path / "cache")
     assert changed.directory != first.directory
     assert "Another" in changed.types
@@ -189,8 +201,8 @@ def test_utf16_without_a_byte_order_mark_is_refused_not_learned(tmp_path, fmt):
 
 
 def test_a_pipe_is_tokenized_as_its_file_is_but_not_pretrained_on(tmp_path):
-    """`evaluate` reads a pipe once, and must keep doing so; pretraining reads its data again (digests
-    first, then tokens), so a pipe was empty by then."""
+    """`evaluate` reads a pipe once (`tokenize_corpus`), and must keep doing so; pretraining and the cache
+    read their data again (digests first, then tokens), so a pipe was empty by then."""
     path = tmp_path / "a.txt"
     path.write_text("The cat sat.  It was\nhappy.\n\nA dog barked!\n", encoding="utf-8")
     expected = words_of(prepare_corpus(path, CorpusSettings(), tmp_path / "file-cache"))
@@ -201,7 +213,7 @@ def test_a_pipe_is_tokenized_as_its_file_is_but_not_pretrained_on(tmp_path):
         pipe = Path(f"/dev/fd/{read}")
         try:
             if check == "tokens":
-                assert words_of(prepare_corpus(pipe, CorpusSettings(), tmp_path / "pipe-cache")) == expected
+                assert words_of(tokenize_corpus(pipe, CorpusSettings(), tmp_path / "pipe-tokens")) == expected
             else:
                 with pytest.raises(CorpusError, match=rf"{pipe}: the corpus file is a pipe/FIFO: pretraining needs"):
                     file_digests([path, pipe])

@@ -8,7 +8,7 @@ import pytest
 
 from fixture_paths import ROOT
 from spacy_elmo.io.arrays import bilm_arrays
-from spacy_elmo.io.native import load_native
+from spacy_elmo.io.resolve import load_model
 from spacy_elmo.pretrain.build import build_model, pretrain
 from spacy_elmo.pretrain.config import PretrainSettings
 from spacy_elmo.pretrain.corpus import CorpusSettings, build_vocab, prepare_corpus
@@ -88,8 +88,8 @@ def test_two_process_gloo_ddp_matches_one_process_on_the_same_global_batch(
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert "2 process(es)" in done.stdout
 
-    one = dict(bilm_arrays(load_native(single / "model")))
-    two = dict(bilm_arrays(load_native(ddp / "model")))
+    one = dict(bilm_arrays(load_model(single / "model").bilm))
+    two = dict(bilm_arrays(load_model(ddp / "model").bilm))
     assert one.keys() == two.keys()
     settings = PretrainSettings.from_config(tiny_config(**overrides))
     stream = prepare_corpus(sample_train, CorpusSettings(), corpus_cache)

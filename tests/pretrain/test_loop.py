@@ -10,7 +10,7 @@ import pytest
 
 from spacy_elmo.io.arrays import bilm_arrays
 from spacy_elmo.io.hdf5 import load_bilm_tf, save_bilm_tf
-from spacy_elmo.io.native import load_native
+from spacy_elmo.io.resolve import load_model
 from spacy_elmo.pretrain import checkpoint as ckpt
 from spacy_elmo.pretrain.build import pretrain
 from spacy_elmo.pretrain.corpus import CorpusSettings, prepare_corpus
@@ -28,7 +28,7 @@ def test_training_lowers_held_out_perplexity_at_least_4x(trained_tiny, read_metr
 
 
 def test_output_model_has_softmax_and_vocab_and_evaluates_as_during_training(trained_tiny, corpus_cache, sample_dev):
-    model = load_native(trained_tiny.output_dir / "model")
+    model = load_model(trained_tiny.output_dir / "model").bilm
     assert model.softmax is not None and model.vocab[:3] == ["<S>", "</S>", "<UNK>"]
     assert len(model.vocab) == model.softmax.n_vocab == 3000
     dev = prepare_corpus(sample_dev, CorpusSettings(max_tokens=5000), corpus_cache)
@@ -37,7 +37,7 @@ def test_output_model_has_softmax_and_vocab_and_evaluates_as_during_training(tra
 
 
 def test_export_to_bilm_tf_and_back_is_bit_exact_with_softmax_and_vocab(trained_tiny, tmp_path):
-    model = load_native(trained_tiny.output_dir / "model")
+    model = load_model(trained_tiny.output_dir / "model").bilm
     save_bilm_tf(model, tmp_path / "options.json", tmp_path / "weights.hdf5", tmp_path / "vocab.txt")
     back = load_bilm_tf(tmp_path / "options.json", tmp_path / "weights.hdf5", tmp_path / "vocab.txt")
     original = dict(bilm_arrays(model))
@@ -84,7 +84,7 @@ def test_sigterm_stops_after_the_step_with_a_checkpoint_and_resume_continues_exa
         signal.signal(signal.SIGTERM, previous)
     assert stopped.state.step == 10 and f"stopping at step 10 (signal {int(signal.SIGTERM)})" in messages
     assert ckpt.latest_checkpoint(tmp_path / "stopped" / "checkpoints")[1]["trainer"]["step"] == 10
-    assert load_native(tmp_path / "stopped" / "model").vocab is not None
+    assert load_model(tmp_path / "stopped" / "model").bilm.vocab is not None
 
     resumed = pretrain(tiny_config(**overrides), tmp_path / "stopped", resume=True, log=lambda m: None)
     assert stopped.losses + resumed.losses == reference.losses  # exact, step for step
@@ -94,15 +94,15 @@ def test_sigterm_stops_after_the_step_with_a_checkpoint_and_resume_continues_exa
         return [{k: v for k, v in r.items() if k not in ("wall_s", "tokens_per_s")} for r in records]
 
     assert timeless("stopped") == timeless("reference")
-    a = dict(bilm_arrays(load_native(tmp_path / "reference" / "model")))
-    b = dict(bilm_arrays(load_native(tmp_path / "stopped" / "model")))
+    a = dict(bilm_arrays(load_model(tmp_path / "reference" / "model").bilm))
+    b = dict(bilm_arrays(load_model(tmp_path / "stopped" / "model").bilm))
     assert a.keys() == b.keys() and all(numpy.array_equal(a[k], b[k]) for k in a)
 
 
 @pytest.mark.slow  # 120 bf16 training steps: about 30 s on a CPU without bf16 instructions
 def test_bf16_follows_the_fp32_loss_curve(trained_tiny, tiny_config, tmp_path):
     config = tiny_config(
-        **{"training.max_steps": 120, "training.eval_every": 120, "training.mixed_precision": True},
+        **{"training.max_steps": 120, "training.eval_every": 120, "training.precision": "bf16"},
     )
     bf16 = pretrain(config, tmp_path / "bf16", log=lambda message: None)
     fp32 = trained_tiny

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from spacy_elmo.cli import elmo_cli
 from spacy_elmo.pretrain import checkpoint as ckpt
-from spacy_elmo.pretrain.build import ResumeDataError, pretrain
+from spacy_elmo.pretrain.build import pretrain
+from spacy_elmo.pretrain.resume import ResumeDataError
 
 # a 4-step run with checkpoints at steps 2 and 4; the corpus cache inside the run directory, so that a
 # snapshot of the directory also shows whether the corpus was read again

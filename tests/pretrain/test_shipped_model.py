@@ -7,7 +7,7 @@ import numpy
 import pytest
 
 from spacy_elmo.bilm.runner import BiLMRunner
-from spacy_elmo.io.resolve import DEFAULT_MODEL, load_bilm, shipped_model_path
+from spacy_elmo.io.resolve import DEFAULT_MODEL, load_model, shipped_model_path
 
 SENSES = {
     "bank": (
@@ -111,7 +111,7 @@ SENSES = {
 
 @pytest.fixture(scope="module")
 def shipped():
-    return load_bilm(DEFAULT_MODEL)
+    return load_model(DEFAULT_MODEL).bilm
 
 
 def test_shipped_model_is_small_and_has_its_softmax_vocabulary_and_card():
@@ -121,7 +121,7 @@ def test_shipped_model_is_small_and_has_its_softmax_vocabulary_and_card():
     assert (directory / "README.md").exists()
     options = json.loads((directory / "options.json").read_text(encoding="utf-8"))
     assert options["lstm"]["n_layers"] == 2
-    model = load_bilm(DEFAULT_MODEL)
+    model = load_model(DEFAULT_MODEL).bilm
     assert model.softmax is not None and model.vocab[:3] == ["<S>", "</S>", "<UNK>"]
     assert "the" in model.vocab[:10]
 

@@ -1,0 +1,167 @@
+"""Resuming a run: the checkpoint it continues from, checked against this run's config and data.
+
+Settings: a checkpoint records its run's config; resuming with other settings is refused (`resume_changes`),
+except for those that only say when to stop, how often to log, evaluate and checkpoint, what to evaluate on
+and what runs it (`RESUMABLE_CHANGES`), which are allowed and logged.
+
+Data: every checkpoint records the SHA-256 of each training and dev file (corpus.py `file_digests`). On
+resume they are compared with the data's now, before anything is written (no corpus cache entry,
+config.cfg, metrics or checkpoint): a difference is a `ResumeDataError` naming the data, the file and both
+digests, unless `accept_changed_data` (`--accept-changed-data`) is given; then each change is logged as a
+warning and recorded in metrics.jsonl ({"type": "data_changed", ...}), and the checkpoints from there on
+record the new digests. The dev data is not compared when the config changed `corpus.dev` (an allowed,
+logged change). A checkpoint written before digests were recorded resumes with a warning.
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from thinc.api import Config
+
+from ..dicts import changed_keys, flatten
+from .checkpoint import latest_checkpoint
+from .config import RENAMED, PretrainConfigError, PretrainSettings
+from .corpus import file_digests
+from .distributed import Log
+
+ACCEPT_CHANGED_DATA = "--accept-changed-data"
+DATA_ROLES = {"train": "training data", "dev": "dev data"}
+DataDigests = dict[str, list[list[str]]]
+"""{"train": [[path, sha256], ...], "dev": [...]}: what a checkpoint records of the data (no "dev": none)."""
+
+# Settings that may differ between a run and its resumption: when to stop, how often to log, evaluate and
+# checkpoint, what to evaluate on, where the corpus cache lives, and how many threads or which device run
+# it (the last two change speed, or the last bits of the numbers, not what is trained). Anything else
+# (model, data, vocabulary, batches, optimizer, schedule, seed) would continue a run that was not trained
+# that way.
+RESUMABLE_CHANGES = (
+    "training.max_steps",
+    "training.max_epochs",
+    "training.max_minutes",
+    "training.log_every",
+    "training.eval_every",
+    "training.checkpoint_every",
+    "training.keep_checkpoints",
+    "training.n_threads",
+    "training.device",
+    "paths.dev",
+    "corpus.dev",
+    "corpus.max_dev_tokens",
+    "corpus.cache_dir",
+    "paths.init_from",  # a checkpoint's weights win over init_from on resume
+)
+
+
+class ResumeDataError(ValueError):
+    """Resuming on training or dev data whose content differs from what the checkpoint recorded."""
+
+
+@dataclass(frozen=True)
+class DataChange:
+    """A data file whose content differs from the checkpoint's record (None: absent on that side)."""
+
+    role: str  # "train" or "dev"
+    path: str
+    recorded: Optional[str]  # its SHA-256 in the checkpoint
+    current: Optional[str]  # its SHA-256 now
+
+    def describe(self) -> str:
+        was = f"SHA-256 {self.recorded} in the checkpoint" if self.recorded else "not in the checkpoint's data"
+        now = f"{self.current} now" if self.current else "no longer in the data"
+        return f"{DATA_ROLES[self.role]} {self.path}: {was}, {now}"
+
+
+@dataclass
+class ResumePoint:
+    """The checkpoint a resumed run continues from, the (allowed) settings it changes and the data changes
+    accepted with `--accept-changed-data`."""
+
+    path: Path
+    payload: dict[str, Any]
+    changes: dict[str, tuple[Any, Any]]
+    data_changes: list[DataChange] = field(default_factory=list)
+
+
+def resume_changes(saved: str, current: Config, source: str) -> dict[str, tuple[Any, Any]]:
+    """The settings that differ between a checkpoint's config (`saved`, as text) and this run's, as
+    {key: (saved, now)}. A change to anything but `RESUMABLE_CHANGES` is a PretrainConfigError naming
+    every such key: the checkpoint was not trained that way."""
+    before, after = Config().from_str(saved, interpolate=True), Config(current).interpolate()
+    then, now = flatten(before), flatten(after)
+    renamed = [f"{old} ({RENAMED[old]})" for old in RENAMED if old in then]
+    if renamed:
+        raise PretrainConfigError(
+            f"cannot resume from {source}: its config has {'; '.join(renamed)}: it was written by an earlier "
+            "version; start a new run in another output directory"
+        )
+    changed = {key: (then.get(key), now.get(key)) for key in changed_keys(before, after)}
+    refused = {key: values for key, values in changed.items() if key not in RESUMABLE_CHANGES}
+    if refused:
+        listed = "; ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in refused.items())
+        raise PretrainConfigError(
+            f"cannot resume from {source}: the run was trained with other settings ({listed}). Resume with "
+            f"the checkpoint's settings (its config is saved in the checkpoint and in config.cfg), or start a "
+            f"new run in another output directory. Safe to change on resume: {', '.join(RESUMABLE_CHANGES)}"
+        )
+    return changed
+
+
+def find_resume_point(config: Config, checkpoint_dir: Path, say: Log) -> Optional[ResumePoint]:
+    """The newest readable checkpoint, if its run was trained with this config's settings (a change to one
+    that may not change on resume is a PretrainConfigError); None when there is none."""
+    found = latest_checkpoint(checkpoint_dir, warn=say)
+    if found is None:
+        say(f"no readable checkpoint in {checkpoint_dir}: starting from the beginning")
+        return None
+    path, payload = found
+    changes = resume_changes(payload["config"], config, str(path))
+    for key, (old, new) in changes.items():
+        say(f"resuming with {key} changed: {old!r} -> {new!r}")
+    return ResumePoint(path, payload, changes)
+
+
+def data_digests(settings: PretrainSettings) -> DataDigests:
+    """The SHA-256 of every training file and every dev file (corpus.py `file_digests`)."""
+    C = settings.corpus
+    assert C.train is not None  # the schema refuses a config without it
+    digests = {"train": file_digests(C.train)}
+    if C.dev:
+        digests["dev"] = file_digests(C.dev)
+    return digests
+
+
+def check_resume_data(found: ResumePoint, digests: DataDigests, accept: bool, say: Log) -> list[DataChange]:
+    """The data files whose content differs from `found`'s record. Any is a ResumeDataError naming each
+    (data, path, both digests) unless `accept`; accepted, each is logged as a warning. The dev data is not
+    compared when the config changed corpus.dev (allowed and logged by `find_resume_point`). A checkpoint
+    without a record (written before they were kept) resumes with a warning that nothing could be checked."""
+    recorded = found.payload.get("data")
+    if not isinstance(recorded, dict) or "train" not in recorded:
+        say(
+            f"warning: {found.path} records no digests of its training and dev data (it was written before "
+            f"checkpoints recorded them), so the data could not be checked; the next checkpoint records them"
+        )
+        return []
+    changes: list[DataChange] = []
+    for role in DATA_ROLES:
+        if role == "dev" and "corpus.dev" in found.changes:
+            continue
+        before = {path: digest for path, digest in recorded.get(role) or []}
+        after = {path: digest for path, digest in digests.get(role) or []}
+        changes.extend(
+            DataChange(role, path, before.get(path), after.get(path))
+            for path in dict.fromkeys([*after, *before])
+            if before.get(path) != after.get(path)
+        )
+    if changes and not accept:
+        roles = " and the ".join(dict.fromkeys(DATA_ROLES[change.role] for change in changes))
+        raise ResumeDataError(
+            f"cannot resume from {found.path}: the {roles} changed since it was written "
+            f"({'; '.join(change.describe() for change in changes)}). Restore the data the run was trained on, "
+            f"start a new run in another output directory, or resume with {ACCEPT_CHANGED_DATA} to continue on "
+            f"the changed data (logged, and recorded in metrics.jsonl)"
+        )
+    for change in changes:
+        say(f"warning: resuming on changed {change.describe()} ({ACCEPT_CHANGED_DATA})")
+    return changes
