@@ -28,7 +28,7 @@ def chunk_rows(n_rows: int) -> list[int]:
     A row's result of a BLAS product depends on the kernel, and the kernel on the shape: products of
     fewer than 4 rows take another path and round differently. With at least 8 rows a chunk, a token's
     vector does not depend on which other tokens share its batch (bit for bit: tests/bilm/test_runner.py),
-    a short sentence is not padded to 64 rows (3x the work for one sentence of 20 tokens), and there are
+    a short sentence is not padded to ROW_CHUNK rows (work for rows that hold no token), and there are
     at most 8 chunk shapes over a long stream (libraries that cache a kernel per shape stay small).
     """
     full, rest = divmod(n_rows, ROW_CHUNK)
@@ -125,9 +125,9 @@ class CharacterEncoder(nn.Module):
             words = nn.functional.embedding(char_ids[:, -1].long(), self.word_embedding)
             char_ids = char_ids[:, :-1]
         embedded = nn.functional.embedding(char_ids.long(), self.char_embedding)  # (ROW_CHUNK, chars, dim)
-        # Each width's convolution as one matrix product over unfolded windows: 2-3x faster on CPU
-        # than conv1d with so few input channels, and the same numbers. The bias is added after the
-        # max (a constant commutes with it).
+        # Each width's convolution as one matrix product over unfolded windows: faster on CPU than conv1d
+        # with so few input channels (benchmarks/RESULTS.md, "Other inference figures"), and the same
+        # numbers. The bias is added after the max (a constant commutes with it).
         dim = embedded.shape[2]
         pooled: list[torch.Tensor] = []
         for (width, _), kernel, source in zip(self.options.filters, kernels, self.conv_weights):

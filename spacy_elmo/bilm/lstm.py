@@ -238,19 +238,20 @@ class BiLSTMStack(nn.Module):
         four_c = w_in.shape[-1]
         whole = grad or inputs.device.type != "cpu"
         chunk = n_steps if whole else input_chunk_steps(rows, four_c)
+        product = products.bind(w_in, inputs)
         for start in range(0, n_steps, chunk):
             stop = min(start + chunk, n_steps)
             kept = rows if whole else max(batch_sizes[start], MIN_GEMM_ROWS)
             x = inputs[:, start:stop, :kept].reshape(2, (stop - start) * kept, P)
             # One view a step: the backward of `unbind` stacks the steps' gradients once, where indexing
             # the result in the loop would allocate and add a gradient the size of all of it every step.
-            yield from products.product(x, w_in, bias=bias).view(2, stop - start, kept, four_c).unbind(1)
+            yield from product(x, bias).view(2, stop - start, kept, four_c).unbind(1)
 
 
 # The most bytes of input products computed at once at CPU inference. glibc's malloc serves blocks above
-# its mmap threshold (at most 32 MiB) with fresh pages at every call, and faulting those in costs more
-# than the product itself (the full model at batch 32: 92 MB a layer, ~22 ms); a chunk's result is also
-# still in cache when its steps read it (benchmarks/RESULTS.md, issue 25).
+# its mmap threshold (at most 32 MiB) with fresh pages at every call, and faulting those in can cost more
+# than the product itself; a chunk's result is also still in cache when its steps read it
+# (benchmarks/RESULTS.md, "LSTM input products in chunks of steps").
 INPUT_CHUNK_BYTES = 16 << 20
 
 

@@ -2,44 +2,39 @@
 
 The biLM spends almost all its time in matrix products (character convolutions as products over
 unfolded windows, highway and projection layers, the LSTMs' input, recurrent and projection products).
-Every one of them is a call of `Products.product`, so a precision is a choice of how to multiply:
+Every one of them goes through a `Products`, so a precision is a choice of how to multiply:
 
 - "fp32": float32 throughout (the default);
 - "bf16" / "fp16": operands rounded to 16 bits, accumulated in float32 by the library, results returned
   as float32; the elementwise work (cell state, gates, clips, residuals) stays float32. Weights are
   rounded once and kept (no cast per call) unless gradients flow to them (fine-tuning: cast per call).
   "fp16" is for GPUs; CPUs have bf16 units, not fp16 ones;
-- "int8": dynamic quantization, CPU only and inference only. Weights are quantized once, per output
-  column (symmetric, scale = max |w| / 127), and packed once for oneDNN's int8 product where it runs;
-  activations per row, at run time. The integer product is exact, and the scales are per row and per
-  column, so a token's result does not depend on the other rows of its batch, bit for bit. Results are
-  float32.
+- "int8": dynamic quantization, CPU only and inference only (`int8.py`).
 
-A precision is one strategy: `prepare` turns a float32 weight into the form it multiplies by, once,
-and `multiply` computes with that form. On the CPU at inference, fp32 and bf16 run through oneDNN with
-each weight packed once (`OneDNN`; its private torch operators are in `_onednn.py`). A row's result
-from oneDNN does not depend on how many rows share the product: a probe checks that for every weight
-when it is packed. On CPUs where oneDNN's bf16 kernel changes with the row count (AMX), bf16 products run
-in calls of a fixed number of rows (`BLOCK_ROWS`, `depends_on_row_count`). Where gradients flow
-(pretraining, fine-tuning), on a GPU, where oneDNN is missing, and for a weight oneDNN cannot pack or
-that fails its probe, torch's own products run (`TorchFloat`, `TorchHalf`). What each costs:
-benchmarks/RESULTS.md.
+A precision is one `Strategy` or a list of them: `prepare` turns a float32 weight into the form it
+multiplies by, once, and `multiply` computes with that form. On the CPU at inference, fp32 and bf16 run
+through oneDNN with each weight packed once (`OneDNN`; the private torch operators are in
+`_torch_private.py`), a row's result independent of the rows that share its product. Where gradients
+flow (pretraining, fine-tuning), on a GPU, where oneDNN is missing, and for a weight oneDNN cannot pack
+or that fails its probe, torch's own products run (`TorchFloat`, `TorchHalf`). What each costs:
+benchmarks/RESULTS.md, "Precision on the CPU".
 
 Prepared weights live in the `Products` object (kept for the parameter they came from, prepared again
 when it changes), never in the model: saving a model saves its float32 weights whatever the precision.
 """
 
 import functools
-from typing import Callable, Optional, Union
+from typing import Callable, Optional, Protocol, Union
 
 import torch
 
-from . import _onednn
+from . import _torch_private
+from .int8 import Int8
 
 PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 HALF_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 CPU_ONLY = ("int8",)
-INT8_MAX = 127.0
+GPU_ONLY = ("fp16",)
 
 
 def check_precision(precision: object, where: str = "precision") -> str:
@@ -48,9 +43,6 @@ def check_precision(precision: object, where: str = "precision") -> str:
         allowed = ", ".join(repr(p) for p in PRECISIONS)
         raise ValueError(f"{where} must be one of {allowed}, got {precision!r}")
     return str(precision)
-
-
-GPU_ONLY = ("fp16",)
 
 
 def check_device(precision: str, device: torch.device) -> None:
@@ -69,10 +61,10 @@ def check_device(precision: str, device: torch.device) -> None:
 
 def slower_than_fp32_here(precision: str) -> Optional[str]:
     """Why `precision` runs slower than fp32 on this CPU, or None: bf16 needs oneDNN's bf16 kernels and
-    int8 the AVX-512 integer products; without them torch's fallbacks are 8-220x slower than fp32
-    (benchmarks/RESULTS.md, the precision section)."""
+    int8 the AVX-512 integer products; without them torch's fallbacks are many times slower than fp32
+    (benchmarks/RESULTS.md, "Reduced precision without bf16/VNNI instructions")."""
     if precision == "bf16":
-        return _onednn.linear_unavailable(torch.bfloat16)
+        return _torch_private.linear_unavailable(torch.bfloat16)
     capability = torch.backends.cpu.get_cpu_capability()
     if precision == "int8" and not capability.startswith("AVX512"):
         return f"this CPU's best torch kernels are {capability}, without AVX-512's int8 products"
@@ -83,28 +75,27 @@ def gradient_flows(x: torch.Tensor, w: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and (w.requires_grad or x.requires_grad)
 
 
-class Strategy:
+class Strategy(Protocol):
     """How one precision multiplies: [bias +] x @ w, float32 out, for a weight w (K, N), or for w (D, K, N)
-    and x (D, M, K), one matrix a direction D.
+    and x (D, M, K), one matrix a direction D. A protocol (`int8.Int8` implements it without importing
+    this module); a subclass inherits the defaults.
 
     `prepare` gets the float32 weight and returns the form `multiply` takes, or None where this strategy
     cannot multiply by it (the `Products` falls back to its next strategy). `kernels` names what makes
     the numbers: two strategies with the same `kernels` give the same bits (the token cache's key)."""
 
-    kernels = ""
+    kernels: str = ""
     # prepare and multiply are torch operations that gradients flow through
-    differentiable = False
+    differentiable: bool = False
     # the prepared weight is kept for the next call (else: prepared at every call)
-    keep = True
+    keep: bool = True
 
     def runs_on(self, x: torch.Tensor, w: torch.Tensor) -> bool:
         return True
 
-    def prepare(self, w: torch.Tensor) -> Optional[object]:
-        raise NotImplementedError
+    def prepare(self, w: torch.Tensor) -> Optional[object]: ...
 
-    def multiply(self, x: torch.Tensor, prepared: object, bias: Optional[torch.Tensor]) -> torch.Tensor:
-        raise NotImplementedError
+    def multiply(self, x: torch.Tensor, prepared: object, bias: Optional[torch.Tensor]) -> torch.Tensor: ...
 
 
 class TorchFloat(Strategy):
@@ -147,34 +138,6 @@ class TorchHalf(Strategy):
         return fused(bias.to(self.dtype), x, prepared).float()
 
 
-# A strategy prepared matrix by matrix: one prepared matrix for a (K, N) weight, a list of D for (D, K, N).
-Matrices = Union[object, list[object]]
-MultiplyMatrix = Callable[[torch.Tensor, object, Optional[torch.Tensor], Optional[torch.Tensor]], torch.Tensor]
-
-
-def prepare_matrices(w: torch.Tensor, prepare_matrix: Callable[[torch.Tensor], Optional[object]]) -> Optional[Matrices]:
-    """w (K, N) prepared, or w (D, K, N) as a list of D prepared matrices; None if any matrix cannot be."""
-    if w.dim() != 3:
-        return prepare_matrix(w)
-    matrices = [prepare_matrix(d) for d in w]
-    return None if any(m is None for m in matrices) else matrices
-
-
-def multiply_matrices(
-    x: torch.Tensor, matrices: Matrices, bias: Optional[torch.Tensor], columns: int, multiply_matrix: MultiplyMatrix
-) -> torch.Tensor:
-    """x (D, M, K) by a list of D prepared matrices, or x (..., K) by one; `multiply_matrix(x (M, K),
-    matrix, bias (N,) or (M, N), out)` -> float32 (M, N) into `out` if given."""
-    if isinstance(matrices, list):
-        out = x.new_empty(len(matrices), x.shape[1], columns, dtype=torch.float32)
-        for d, matrix in enumerate(matrices):
-            # bias (D, M or 1, N), or one (1, ..., N) for every direction
-            multiply_matrix(x[d], matrix, None if bias is None else bias[min(d, bias.shape[0] - 1)], out[d])
-        return out
-    flat = x.reshape(-1, x.shape[-1])
-    return multiply_matrix(flat, matrices, bias, None).view(*x.shape[:-1], columns)
-
-
 # Rows of the probes that check a packed weight's batch independence: the fewest rows the biLM ever
 # multiplies (the LSTM's floor, `lstm.MIN_GEMM_ROWS`), a block and a tail, and a long product; then a
 # block's rows at an offset (each row with other neighbours).
@@ -182,11 +145,10 @@ PROBE_ROWS = (4, 37, 1031)
 PROBE_OFFSET = 5
 
 # oneDNN picks its bf16 kernel by the number of rows: on CPUs with AMX, tiles for some row counts and
-# AVX-512 for others, accumulating in another order, so a row's bf16 result depended on how many rows
-# shared its product (measured on an AMX Xeon: 1 of the 30 fixture sentences through the shipped model off
-# by 1.5e-5 alone vs in a batch). On such a CPU (`depends_on_row_count`), bf16 products run in calls of
-# exactly this many rows (zero rows pad the last): one kernel for every row whatever its batch. Elsewhere
-# products run whole. What it costs: benchmarks/RESULTS.md.
+# AVX-512 for others, accumulating in another order, so a row's bf16 result can depend on how many rows
+# share its product. On such a CPU (`depends_on_row_count`), bf16 products run in calls of exactly this
+# many rows (zero rows pad the last): one kernel for every row whatever its batch. Elsewhere products run
+# whole. What it costs: benchmarks/RESULTS.md, "bf16 on an AMX CPU".
 BLOCK_ROWS = {"bf16": 32}
 # The row counts `depends_on_row_count` tries, each tiling the first DETECT_ROWS rows of its probe.
 DETECT_COUNTS = (4, 16, 32, 37, 64, 100, 256)
@@ -196,15 +158,17 @@ DETECT_ROWS = 512
 def onednn_linear(
     x: torch.Tensor, packed: torch.Tensor, bias: Optional[torch.Tensor], block_rows: Optional[int] = None
 ) -> torch.Tensor:
-    """`_onednn.linear` of x (M, K), in calls of exactly `block_rows` rows (zero rows pad the last), or in
-    one call where `block_rows` is None."""
+    """`_torch_private.linear` of x (M, K), in calls of exactly `block_rows` rows (zero rows pad the last),
+    or in one call where `block_rows` is None."""
     rows = x.shape[0]
     if block_rows is None or rows == block_rows:
-        return _onednn.linear(x, packed, bias)
+        return _torch_private.linear(x, packed, bias)
     padding = -rows % block_rows
     if padding:
         x = torch.cat([x, x.new_zeros(padding, x.shape[1])])
-    blocks = [_onednn.linear(x[start : start + block_rows], packed, bias) for start in range(0, x.shape[0], block_rows)]
+    blocks = [
+        _torch_private.linear(x[start : start + block_rows], packed, bias) for start in range(0, x.shape[0], block_rows)
+    ]
     return (torch.cat(blocks) if len(blocks) > 1 else blocks[0])[:rows]
 
 
@@ -212,29 +176,28 @@ def onednn_linear(
 def depends_on_row_count(dtype: torch.dtype) -> bool:
     """Whether oneDNN's product in `dtype` on this CPU gives a row other bits in products of other row
     counts: once a process, on a weight of the biLM's widths, each of DETECT_COUNTS tiling DETECT_ROWS rows
-    (2M results each: in bf16 such a difference shows in only ~1e-4 to 1e-5 of the results, as rounding
-    to bf16 hides most differences in the float32 sums' last places, so a few rows could miss it)."""
+    (many rows, as rounding to bf16 hides most differences of the float32 sums: a few rows could miss it)."""
     generator = torch.Generator().manual_seed(0)
     w = torch.randn(512, 4096, generator=generator)
     try:
-        packed = _onednn.pack(w, dtype)
+        packed = _torch_private.pack(w, dtype)
     except RuntimeError:
         return False  # nothing to block: `pack_for_onednn` refuses such weights
     probe = torch.randn(2 * DETECT_ROWS, w.shape[0], generator=generator).to(dtype)
-    longest = _onednn.linear(probe, packed, None)[:DETECT_ROWS]
+    longest = _torch_private.linear(probe, packed, None)[:DETECT_ROWS]
     for rows in DETECT_COUNTS:
-        tiles = [_onednn.linear(probe[s : s + rows], packed, None) for s in range(0, DETECT_ROWS, rows)]
+        tiles = [_torch_private.linear(probe[s : s + rows], packed, None) for s in range(0, DETECT_ROWS, rows)]
         if not torch.equal(torch.cat(tiles)[:DETECT_ROWS], longest):
             return True
     return False
 
 
 def pack_for_onednn(w: torch.Tensor, dtype: torch.dtype, block_rows: Optional[int] = None) -> Optional[torch.Tensor]:
-    """A (K, N) weight packed for `_onednn.linear` in `dtype`, or None where oneDNN cannot pack it or
+    """A (K, N) weight packed for `_torch_private.linear` in `dtype`, or None where oneDNN cannot pack it or
     where a row's result would depend on how many rows share the product or which rows are beside it (a
     probe of PROBE_ROWS rows, multiplied as `onednn_linear` multiplies with `block_rows`)."""
     try:
-        packed = _onednn.pack(w, dtype)
+        packed = _torch_private.pack(w, dtype)
     except RuntimeError:  # e.g. a dtype this CPU has no instructions for
         return None
     generator = torch.Generator().manual_seed(0)
@@ -259,8 +222,9 @@ class OneDNNWeight:
 
 
 class OneDNN(Strategy):
-    """fp32 or bf16 CPU inference through oneDNN, each weight packed once; bf16 in calls of `BLOCK_ROWS`
-    rows on a CPU where whole products depend on their row count (`depends_on_row_count`)."""
+    """fp32 or bf16 CPU inference through oneDNN, each weight packed once (a (D, K, N) weight: one packed
+    matrix a direction); bf16 in calls of `BLOCK_ROWS` rows on a CPU where whole products depend on their
+    row count (`depends_on_row_count`)."""
 
     def __init__(self, precision: str) -> None:
         self.kernels = f"onednn-{precision}"
@@ -271,26 +235,36 @@ class OneDNN(Strategy):
     def runs_on(self, x: torch.Tensor, w: torch.Tensor) -> bool:
         return x.device.type == "cpu" and w.dtype == torch.float32
 
-    def prepare(self, w: torch.Tensor) -> Optional[Matrices]:
-        return prepare_matrices(w, self.prepare_matrix)
+    def prepare(self, w: torch.Tensor) -> Union[None, OneDNNWeight, list[OneDNNWeight]]:
+        """`w` packed (one matrix a direction), or None where any matrix fails its probe (torch's products
+        run)."""
+        if w.dim() != 3:
+            return self.prepare_matrix(w)
+        matrices = [self.prepare_matrix(d) for d in w]
+        return None if any(m is None for m in matrices) else [m for m in matrices if m is not None]
 
     def prepare_matrix(self, w: torch.Tensor) -> Optional[OneDNNWeight]:
-        """`w` packed, or None where it fails the probe (torch's products run)."""
         packed = pack_for_onednn(w, self.dtype, self.block_rows)
         return None if packed is None else OneDNNWeight(packed, self.block_rows)
 
     def multiply(self, x: torch.Tensor, prepared: object, bias: Optional[torch.Tensor]) -> torch.Tensor:
-        first = prepared[0] if isinstance(prepared, list) else prepared
-        assert isinstance(first, OneDNNWeight)
-        # cast once for every direction (`multiply_matrix` then finds it cast)
-        return multiply_matrices(x.to(self.dtype), prepared, bias, first.columns, self.multiply_matrix)
+        """x (D, M, K) by a list of D packed matrices, or x (..., K) by one."""
+        x = x.to(self.dtype)  # cast once for every direction
+        if isinstance(prepared, list):
+            out = x.new_empty(len(prepared), x.shape[1], prepared[0].columns, dtype=torch.float32)
+            for d, matrix in enumerate(prepared):
+                # bias (D, M or 1, N), or one (1, ..., N) for every direction
+                self.multiply_matrix(x[d], matrix, None if bias is None else bias[min(d, bias.shape[0] - 1)], out[d])
+            return out
+        assert isinstance(prepared, OneDNNWeight)
+        flat = x.reshape(-1, x.shape[-1])
+        return self.multiply_matrix(flat, prepared, bias, None).view(*x.shape[:-1], prepared.columns)
 
     def multiply_matrix(
-        self, x: torch.Tensor, matrix: object, bias: Optional[torch.Tensor], out: Optional[torch.Tensor]
+        self, x: torch.Tensor, matrix: OneDNNWeight, bias: Optional[torch.Tensor], out: Optional[torch.Tensor]
     ) -> torch.Tensor:
-        """A bias of one row is fused into oneDNN's product, a bias per row (the LSTM's recurrent
-        products) added in float32 after it."""
-        assert isinstance(matrix, OneDNNWeight)
+        """x (M, K) @ matrix -> float32 (M, N), into `out` if given. A bias of one row is fused into
+        oneDNN's product, a bias per row (the LSTM's recurrent products) added in float32 after it."""
         one_row = bias is not None and bias.numel() == matrix.columns
         fused = bias.reshape(-1).to(self.dtype).contiguous() if bias is not None and one_row else None
         result = onednn_linear(x.to(self.dtype).contiguous(), matrix.packed, fused, matrix.block_rows)
@@ -299,113 +273,12 @@ class OneDNN(Strategy):
         return out.copy_(result) if out is not None else result.float()
 
 
-class Int8Weight:
-    """A (K, N) weight quantized to int8, one float32 scale per output column: packed once for oneDNN's int8
-    linear product (`pack`, where it can be), else kept as int8 (N, K) `rows` for `_int_mm` (one form, not
-    both: the packed weight is a copy)."""
-
-    def __init__(self, w: torch.Tensor, pack: bool = False) -> None:
-        w = w.float()
-        scale = w.abs().amax(dim=0) / INT8_MAX
-        self.scale = torch.where(scale > 0, scale, torch.ones_like(scale))
-        rows = torch.round(w / self.scale).clamp(-INT8_MAX, INT8_MAX).to(torch.int8).t().contiguous()
-        self.columns = rows.shape[0]
-        self.zero_points = torch.zeros(self.columns, dtype=torch.int32)
-        self.packed: Optional[torch.Tensor] = None
-        if pack:
-            try:
-                self.packed = _onednn.pack_int8(rows)
-            except RuntimeError:  # a CPU or build whose oneDNN cannot pack int8
-                self.packed = None
-        self.rows: Optional[torch.Tensor] = rows if self.packed is None else None
-
-
-# Output columns a product computes at once, so that an (M, 16384) int32 result is scaled while a block
-# of it is in cache (measurements: benchmarks/RESULTS.md, "precision.py smaller").
-INT8_COLUMN_BLOCK = 2048
-
-
-def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x (..., M, K) float -> (codes (..., M, K) uint8, scale (..., M, 1) float32): each row symmetric,
-    scale = max |row| / 127 (1 for a row of zeros), its integers q in [-127, 127] stored as q + 128 (a
-    uint8 with zero point 128: oneDNN's layout; `_int_mm` takes them back as int8)."""
-    scale = x.abs().amax(dim=-1, keepdim=True) / INT8_MAX  # (linalg.vector_norm's inf norm: 4-17x slower)
-    scale = torch.where(scale > 0, scale, 1.0)
-    return torch.round(x / scale).add_(128).to(torch.uint8), scale
-
-
-def int8_product(
-    x: torch.Tensor, weight: Int8Weight, bias: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None
-) -> torch.Tensor:
-    """x (M, K) float (+ bias (N,) or (M, N)) -> (M, N) float32 (into `out` if given) through exact
-    int8 x int8 -> int32 products, each scaled by its column's scale, then its row's, then biased."""
-    codes, scale = quantize_rows(x)
-    result = int8_scaled_product(codes, scale, weight, out)
-    return result if bias is None else result.add_(bias)
-
-
-def int8_scaled_product(
-    codes: torch.Tensor, scale: torch.Tensor, weight: Int8Weight, out: Optional[torch.Tensor] = None
-) -> torch.Tensor:
-    """`quantize_rows`' (codes (M, K), scale (M, 1)) times the weight, scaled: float32 (M, N). With a
-    packed weight, oneDNN's int8 product applies the column scales as it writes its result; without,
-    `_int_mm`, a block of columns at a time, each block scaled while it is in cache. The two round alike
-    (the same float32 operations in the same order), so they give the same bits."""
-    if weight.packed is not None:
-        result = _onednn.qlinear(codes, weight.packed, weight.scale, weight.zero_points)
-        return torch.mul(result, scale, out=result if out is None else out)
-    assert weight.rows is not None
-    quantized = codes.bitwise_xor(128).view(torch.int8)  # q + 128 with its top bit flipped: q
-    if out is None:
-        out = scale.new_empty(codes.shape[0], weight.columns)
-    for start in range(0, out.shape[1], INT8_COLUMN_BLOCK):
-        columns = slice(start, start + INT8_COLUMN_BLOCK)
-        block = out[:, columns]
-        block.copy_(_onednn.int_mm(quantized, weight.rows[columns].t()))
-        block.mul_(weight.scale[columns]).mul_(scale)
-    return out
-
-
-class Int8(Strategy):
-    """Dynamic int8 quantization (inference only: no gradient, and no strategy to fall back to). Where
-    oneDNN's int8 linear product runs, weights are packed for it once; elsewhere the products are
-    `_int_mm`'s. Both are exact in their integers and scale alike, so they give the same bits, batch
-    independent."""
-
-    kernels = "int8"
-
-    def __init__(self, pack: Optional[bool] = None) -> None:
-        self.pack = _onednn.qlinear_unavailable() is None if pack is None else pack
-
-    def prepare(self, w: torch.Tensor) -> Optional[Matrices]:
-        return prepare_matrices(w, lambda matrix: Int8Weight(matrix, self.pack))
-
-    def multiply(self, x: torch.Tensor, prepared: object, bias: Optional[torch.Tensor]) -> torch.Tensor:
-        if isinstance(prepared, Int8Weight):
-            return multiply_matrices(x, prepared, bias, prepared.columns, self.multiply_matrix)
-        assert isinstance(prepared, list)
-        # one matrix a direction: every direction's rows quantized at once, the bias added at once (the
-        # same operations per element as a direction at a time: the same bits, in fewer calls a step)
-        codes, scale = quantize_rows(x)
-        out = x.new_empty(len(prepared), x.shape[1], prepared[0].columns, dtype=torch.float32)
-        for d, matrix in enumerate(prepared):
-            int8_scaled_product(codes[d], scale[d], matrix, out[d])
-        return out if bias is None else out.add_(bias)
-
-    @staticmethod
-    def multiply_matrix(
-        x: torch.Tensor, matrix: object, bias: Optional[torch.Tensor], out: Optional[torch.Tensor]
-    ) -> torch.Tensor:
-        assert isinstance(matrix, Int8Weight)
-        return int8_product(x, matrix, bias, out)
-
-
 # `Products.bind`'s result: (x, bias) -> [bias +] x @ w, float32.
 BoundProduct = Callable[..., torch.Tensor]
 
 
 class Products:
-    """The matrix products of one precision: `product` is what the biLM calls.
+    """The matrix products of one precision: what the biLM multiplies through.
 
     The first of `strategies` that can multiply does: a strategy that is not `differentiable` steps aside
     where gradients flow, and one whose `prepare` returned None for a weight steps aside for that weight.
@@ -431,18 +304,19 @@ class Products:
         source: Optional[torch.Tensor] = None,
         bias: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
-        """[bias +] x (..., M, K) @ w (K, N), or batched x (D, M, K) @ w (D, K, N), float32; `source`: the
-        parameter `w` was derived from (what its prepared form is kept for), if `w` is not one itself."""
+        """[bias +] x (..., M, K) @ w (K, N), or batched x (D, M, K) @ w (D, K, N), float32: `bind` for one
+        call. `source`: the parameter `w` was derived from (what its prepared form is kept for), if `w` is
+        not one itself."""
         return self.bind(w, x, source)(x, bias)
 
     def bind(
         self, w: torch.Tensor, like: torch.Tensor, source: Optional[torch.Tensor] = None, grad: Optional[bool] = None
     ) -> BoundProduct:
         """`product` by `w` as a function of (x, bias), the strategy chosen and the weight prepared once:
-        what a loop calls at every step (the LSTM's recurrent and projection products), without choosing
-        again each time. `like`: an input of the kind the loop multiplies (its device); `grad`: whether
-        gradients flow through any of the calls (default: through `like` or to `w`). Where they do, a
-        differentiable strategy prepares at every call, so that the gradient reaches `w`."""
+        what a loop calls at every step, without choosing again each time. `like`: an input of the kind
+        the loop multiplies (its device); `grad`: whether gradients flow through any of the calls
+        (default: through `like` or to `w`). Where they do, a differentiable strategy prepares at every
+        call, so that the gradient reaches `w`."""
         if grad is None:
             grad = gradient_flows(like, w)
         for strategy in self.strategies:
@@ -452,16 +326,16 @@ class Products:
                 fixed = strategy.prepare(w)
                 return lambda x, bias=None: strategy.multiply(x, fixed, bias)
             if not grad and strategy.runs_on(like, w):
-                prepared = self._kept(strategy, w, source)
+                prepared = self._prepared_weight(strategy, w, source)
                 if prepared is not None:
                     return lambda x, bias=None: strategy.multiply(x, prepared, bias)
         raise RuntimeError(f"precision {self.precision!r} is for inference: its products have no gradient")
 
-    def _kept(self, strategy: Strategy, w: torch.Tensor, source: Optional[torch.Tensor]) -> Optional[object]:
+    def _prepared_weight(self, strategy: Strategy, w: torch.Tensor, source: Optional[torch.Tensor]) -> Optional[object]:
         """The strategy's prepared `w`, prepared again when its parameter changes (in place: a training
         step, `load_state_dict`; or its storage). The entry holds the parameter, so its id stays its own."""
         parameter = w if source is None else source
-        state = (parameter._version, parameter.data_ptr(), parameter.device, tuple(w.shape))
+        state = (_torch_private.tensor_state(parameter), tuple(w.shape))
         key = (strategy.kernels, id(parameter))
         entry = self._prepared.get(key)
         if entry is None or entry[1] != state:
@@ -480,6 +354,6 @@ def products_for(precision: str) -> Products:
         return Products(precision, Int8())
     torch_products: Strategy = TorchFloat() if precision == "fp32" else TorchHalf(precision)
     dtype = HALF_DTYPES.get(precision, torch.float32)
-    if precision != "fp16" and _onednn.linear_unavailable(dtype) is None:
+    if precision != "fp16" and _torch_private.linear_unavailable(dtype) is None:
         return Products(precision, OneDNN(precision), torch_products)
     return Products(precision, torch_products)

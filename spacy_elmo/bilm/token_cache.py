@@ -12,6 +12,8 @@ from typing import Callable
 import numpy
 import torch
 
+from ._torch_private import tensor_state
+
 
 class TokenCache:
     def __init__(self, max_size: int) -> None:
@@ -32,7 +34,7 @@ class TokenCache:
         self._store = torch.empty(0)
 
     def _check_weights(self, module: torch.nn.Module, kernels: str) -> None:
-        key = (kernels, *((p.data_ptr(), p._version, p.dtype, p.device) for p in module.parameters()))
+        key = (kernels, *(tensor_state(p) for p in module.parameters()))
         if key != self._weights_key:
             self.clear()
             self._weights_key = key

@@ -36,11 +36,18 @@ def test_input_products_in_chunks_are_all_at_once_bit_for_bit(make_bilm, monkeyp
     monkeypatch.setattr(lstm, "INPUT_CHUNK_BYTES", 1)  # a step a chunk, each with only its running rows
     assert lstm.input_chunk_steps(len(SENTENCES), 4 * bilm.options.lstm_dim) == 1
     calls = []
-    product = products.product
-    monkeypatch.setattr(products, "product", lambda x, w, *a, **k: calls.append(x.shape) or product(x, w, *a, **k))
+    bind, input_weights = products.bind, {id(w) for w in bilm.lstm.input_w}
+
+    def counting_bind(w, like, *args, **kwargs):
+        bound = bind(w, like, *args, **kwargs)
+        if id(w) not in input_weights:
+            return bound
+        return lambda x, bias=None: calls.append(x.shape) or bound(x, bias)
+
+    monkeypatch.setattr(products, "bind", counting_bind)
     chunked, chunked_state = run(bilm, products)
-    monkeypatch.setattr(products, "product", product)
-    # every step a product of its own (those of the token layer aside), down to the running rows
+    monkeypatch.setattr(products, "bind", bind)
+    # every step an input product of its own, down to the running rows
     assert len(calls) >= 2 * max(len(s) for s in SENTENCES) and min(shape[-2] for shape in calls) == lstm.MIN_GEMM_ROWS
     assert all(torch.equal(a, b) for a, b in zip(whole, chunked))
     assert torch.equal(whole_state.h, chunked_state.h) and torch.equal(whole_state.c, chunked_state.c)

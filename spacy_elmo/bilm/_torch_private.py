@@ -1,0 +1,164 @@
+"""Every private torch API the package uses, and the one check that allows them.
+
+Private torch APIs may change their names, signatures or meaning in any release, so they run only on
+the torch versions in SUPPORTED_TORCH (pyproject.toml names the same range; tests/bilm/test_torch_private.py
+checks each on the installed torch, and a new release joins the range once they pass on it). On any other
+torch each has a public stand-in, or a clear error where none exists:
+
+- oneDNN's packed linear product (`torch.ops.mkldnn._reorder_linear_weight` / `_linear_pointwise`):
+  `linear_unavailable` gives a reason, and `precision.products_for` picks torch's public products;
+- oneDNN's packed int8 product (`torch.ops.onednn.qlinear_*`): `qlinear_unavailable` gives a reason, and
+  int8 products run `int_mm`;
+- `torch._int_mm`: the same int32 result through a public float64 product (every partial sum of int8 x
+  int8 products is an integer far below 2**53, so float64 holds it exactly, whatever the summation order);
+- `Tensor._version` (how a prepared weight or a cached vector notices an in-place change): `tensor_state`
+  compares a copy of the tensor's bytes instead (a copy at every check: slower, the same answers);
+- `torch._higher_order_ops.scan` (the ONNX export's loop over time steps): none; `scan` refuses, as a
+  Python loop would export a graph of one fixed length.
+"""
+
+import re
+from typing import Any, Callable, Optional
+
+import torch
+
+# torch versions (major, minor) the private APIs run on: from the first, up to but not including the second.
+SUPPORTED_TORCH = ((2, 13), (2, 15))
+
+# A bf16 product through oneDNN needs one of these (oneDNN's own check: `_is_mkldnn_bf16_supported`).
+BF16_INSTRUCTIONS = "avx_ne_convert, or avx512bw, avx512vl and avx512dq"
+
+
+def torch_release(version: str) -> tuple[int, int]:
+    """(major, minor) of a torch version string such as "2.13.0+cpu" or "2.14.0a0+git1234"."""
+    match = re.match(r"(\d+)\.(\d+)", version)
+    if match is None:
+        raise ValueError(f"not a torch version: {version!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def supported_torch(version: str) -> bool:
+    lowest, first_unsupported = SUPPORTED_TORCH
+    return lowest <= torch_release(version) < first_unsupported
+
+
+def supported_range() -> str:
+    (low_major, low_minor), (high_major, high_minor) = SUPPORTED_TORCH
+    return f">={low_major}.{low_minor},<{high_major}.{high_minor}"
+
+
+# Whether this process may call the private APIs (tests turn it off to check the public stand-ins).
+ALLOWED = supported_torch(torch.__version__)
+
+
+def outside_the_range() -> Optional[str]:
+    """Why no private API may run here (the installed torch is outside SUPPORTED_TORCH), or None."""
+    if ALLOWED:
+        return None
+    return f"torch {torch.__version__} is outside {supported_range()}, the versions its private APIs run on"
+
+
+def linear_unavailable(dtype: torch.dtype) -> Optional[str]:
+    """Why oneDNN's packed linear product cannot run in `dtype` here, or None where it can."""
+    if not ALLOWED:
+        return outside_the_range()
+    if dtype not in (torch.float32, torch.bfloat16):
+        return f"the biLM runs no {dtype} products through oneDNN"
+    ops = torch.ops.mkldnn
+    names = ("_reorder_linear_weight", "_linear_pointwise")
+    if not torch.backends.mkldnn.is_available() or not all(hasattr(ops, name) for name in names):
+        return "this torch build has no oneDNN linear operators"
+    if dtype == torch.bfloat16 and not (hasattr(ops, "_is_mkldnn_bf16_supported") and ops._is_mkldnn_bf16_supported()):
+        return f"this CPU lacks the instructions oneDNN's bf16 products need ({BF16_INSTRUCTIONS})"
+    return None
+
+
+def pack(w: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A (K, N) float32 weight as oneDNN's packed (N, K) weight in `dtype`, for `linear`.
+    Only where `linear_unavailable(dtype)` is None."""
+    return torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous().to(dtype), None)
+
+
+def linear(x: torch.Tensor, packed: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """x (M, K) @ w + bias (N,), in the dtype of the packed weight; `packed`: a weight from `pack`."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+def qlinear_unavailable() -> Optional[str]:
+    """Why oneDNN's packed int8 linear product cannot run here, or None where it can."""
+    if not ALLOWED:
+        return outside_the_range()
+    ops = getattr(torch.ops, "onednn", None)
+    if ops is None or not all(hasattr(ops, name) for name in ("qlinear_prepack", "qlinear_pointwise")):
+        return "this torch build has no oneDNN int8 linear operators"
+    capability = torch.backends.cpu.get_cpu_capability()
+    # measured only where int8 pays: benchmarks/RESULTS.md, "Precision on the CPU"
+    if not capability.startswith("AVX512"):
+        return f"this CPU's best kernels are {capability}, not AVX-512: its int8 products stay `_int_mm`'s"
+    return None
+
+
+def pack_int8(rows: torch.Tensor) -> torch.Tensor:
+    """int8 weight rows (N, K) packed once for `qlinear` (only where `qlinear_unavailable()` is None)."""
+    return torch.ops.onednn.qlinear_prepack(rows, None)
+
+
+def qlinear(
+    shifted: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, zero_points: torch.Tensor
+) -> torch.Tensor:
+    """Activations (M, K) as uint8 with zero point 128 (int8 + 128) times a `pack_int8` weight: the exact
+    int32 product, each column multiplied by its scale in float32, (M, N) float32."""
+    return torch.ops.onednn.qlinear_pointwise(
+        shifted, 1.0, 128, packed, scales, zero_points, None, 1.0, 0, torch.float32, "none", [], ""
+    )
+
+
+def int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The exact int32 product of int8 matrices a (M, K) and b (K, N)."""
+    if ALLOWED and hasattr(torch, "_int_mm"):
+        return torch._int_mm(a, b)
+    return torch.mm(a.double(), b.double()).to(torch.int32)
+
+
+class TensorBytes:
+    """A copy of a tensor's bytes, equal to another only where every byte is: `tensor_state`'s public
+    stand-in for torch's version counter (exact: unlike `torch.equal`, it tells -0.0 from 0.0)."""
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.bytes = tensor.detach().reshape(-1).clone().view(torch.uint8)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TensorBytes) and torch.equal(self.bytes, other.bytes)
+
+
+def tensor_state(tensor: torch.Tensor) -> tuple:
+    """A value equal to a later `tensor_state(tensor)` only while the tensor's values are unchanged: its
+    storage, dtype, device and shape, and its version counter (`Tensor._version`: every in-place change
+    counts it up), or outside the supported torch range a copy of its bytes (`TensorBytes`)."""
+    changes: object = tensor._version if ALLOWED else TensorBytes(tensor)
+    return (changes, tensor.data_ptr(), tensor.dtype, tensor.device, tuple(tensor.shape))
+
+
+def scan_unavailable() -> Optional[str]:
+    """Why torch's `scan` cannot run here, or None where it can."""
+    if not ALLOWED:
+        return outside_the_range()
+    try:
+        import torch._higher_order_ops.scan  # noqa: F401
+    except ImportError:
+        return "this torch build has no `torch._higher_order_ops.scan`"
+    return None
+
+
+def scan(step: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any) -> tuple[Any, Any]:
+    """torch's `scan`: `step(carry, x) -> (carry, y)` over the first dimension of `xs`, from `init`;
+    returns (the last carry, the ys stacked). It exports as one ONNX `Scan` over a length known only at run
+    time; with no public stand-in, it raises where `scan_unavailable()` gives a reason."""
+    reason = scan_unavailable()
+    if reason is not None:
+        raise RuntimeError(f"exporting the biLM to ONNX needs torch's `scan`: {reason}")
+    from torch._higher_order_ops.scan import scan as private_scan
+
+    return private_scan(step, init, xs)
