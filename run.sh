@@ -3,9 +3,10 @@
 # (unless TORCH_SPEC / TORCH_PIP_ARGS say otherwise), this package and its test extras.
 #   bash run.sh demo     the main job (see README)
 #   bash run.sh test     the test suite
-#   bash run.sh bench    the benchmarks (slow; writes benchmarks/results/*.json)
+#   bash run.sh bench    the throughput benchmarks (slow; appends to benchmarks/results/*.jsonl; --smoke: seconds)
 #   bash run.sh project  the spaCy project workflow (project.yml)
-#   bash run.sh lint     ruff check and ruff format --check (the dev extra is installed on first use)
+#   bash run.sh lint     ruff check, ruff format --check and lint-imports (the layers and no import cycle;
+#                        the dev extra is installed on first use)
 #   bash run.sh types    mypy over spacy_elmo/ (likewise)
 # Environment: VENV (default .venv), PYTHON (default python3), TORCH_SPEC (default torch==2.13.0),
 # TORCH_PIP_ARGS (extra pip arguments for torch, e.g. an index holding CPU-only or CUDA wheels).
@@ -46,9 +47,9 @@ fi
 case "$task" in
   demo) exec "$PY" -m spacy_elmo.demo "$@" ;;
   test) exec "$PY" -m pytest -q -p no:cacheprovider tests "$@" ;;
-  bench) exec "$PY" benchmarks/bilm_throughput.py "$@" ;;
+  bench) for s in bilm_throughput pipe_throughput train_throughput; do "$PY" "benchmarks/$s.py" --output "benchmarks/results/$s.jsonl" "$@" || exit 1; done ;;
   project) exec "$PY" -m spacy project run all . "$@" ;;
-  lint) "$VENV/bin/ruff" check . "$@" && exec "$VENV/bin/ruff" format --check . ;;
+  lint) "$VENV/bin/ruff" check . "$@" && "$VENV/bin/ruff" format --check . && exec "$VENV/bin/lint-imports" ;;
   types) exec "$VENV/bin/mypy" "$@" ;;
   *) echo "usage: bash run.sh {demo|test|bench|project|lint|types} [args]" >&2; exit 2 ;;
 esac

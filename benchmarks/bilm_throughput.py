@@ -2,17 +2,16 @@
 
     python benchmarks/bilm_throughput.py [--device cpu|cuda] [--configs full,small] [--batch-sizes 1,32,128]
     python benchmarks/bilm_throughput.py --precision fp32,bf16,int8
-    python benchmarks/bilm_throughput.py --precision fp32-torch,fp32,bf16-torch,bf16   # oneDNN vs torch's kernels
-    python benchmarks/bilm_throughput.py --entry runner     # through BiLMRunner.embed_sentences (words in)
+    python benchmarks/bilm_throughput.py --entry runner    # through BiLMRunner.embed_sentences (words in)
+    python benchmarks/bilm_throughput.py --device cuda --configs full --batch-sizes 1024 --profile
 
 Random weights, sentences of `--length` tokens (+ <S>, </S>), fp32 by default. For every
 (configuration, batch size, precision) one JSON line: tokens/s, achieved GFLOP/s (2 FLOPs per
-multiply-add, boundary tokens not counted), that as a fraction of the square-matmul rate of the same
-precision on the same kernels, measured in the same run (`common.matmul_rate`), and the tokens/s as a
-ratio to the first precision listed (measured in the same run). "fp32-torch" and "bf16-torch" are those
-precisions through torch's own products (what the CPU ran before oneDNN's packed products).
-`--entry bilm` (default) times the module's forward on character ids; `--entry runner` times what `embed`
-and the Python API run: words -> character ids -> batching -> forward -> per-sentence numpy arrays.
+multiply-add, boundary tokens not counted), that as a fraction of torch's square-matmul rate at the same
+precision measured in the same run (`common.matmul_rate`), and the tokens/s as a ratio to the first
+precision listed (same run). `--entry bilm` (default) times `BiLMRunner.run` on character ids; `--entry
+runner` times what `embed` and the Python API run: words -> ids -> batching -> forward -> numpy arrays.
+`--profile` also prints torch.profiler's top operators of one forward at each point.
 """
 
 import argparse
@@ -20,21 +19,11 @@ import time
 from typing import Callable
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
-from common import (
-    best_time,
-    bilm_flops_per_token,
-    check_benchmark_precision,
-    describe_machine,
-    emit,
-    matmul_rate,
-    products_named,
-)
-from spacy_elmo import chars
-from spacy_elmo.bilm.bilm import BiLM
+from common import SMOKE_HELP, best_time, bilm_flops_per_token, describe_machine, emit, matmul_rate
+from spacy_elmo import BiLM, BiLMRunner
 from spacy_elmo.bilm.options import full_options, small_options
-from spacy_elmo.bilm.precision import Products
-from spacy_elmo.bilm.runner import BiLMRunner
 
 CONFIGS = {"full": full_options, "small": small_options}
 WORDS = "the of and to in a is that for it as was with be by on not he I this are or his from at which".split()
@@ -46,18 +35,6 @@ def make_sentences(batch_size: int, length: int) -> list[list[str]]:
     return [[WORDS[i] + ("s" if (r + c) % 3 == 0 else "") for c, i in enumerate(row)] for r, row in enumerate(picks)]
 
 
-def make_batch(batch_size: int, length: int) -> torch.Tensor:
-    return torch.from_numpy(chars.batch_to_ids(make_sentences(batch_size, length)))
-
-
-def bilm_work(bilm: BiLM, ids: torch.Tensor, products: Products) -> Callable[[], object]:
-    return lambda: bilm(ids, products=products)
-
-
-def runner_work(runner: BiLMRunner, sentences: list[list[str]]) -> Callable[[], object]:
-    return lambda: runner.embed_sentences(sentences)
-
-
 def time_work(work: Callable[[], object], min_seconds: float, sync: Callable[[], None]) -> float:
     """Best time of `work` after a warm-up, repeated for about `min_seconds` (2 to 20 times)."""
     with torch.no_grad():
@@ -65,6 +42,18 @@ def time_work(work: Callable[[], object], min_seconds: float, sync: Callable[[],
         once = best_time(work, 1, sync)
         repeats = max(2, int(min_seconds / max(once, 1e-3)))
         return best_time(work, min(repeats, 20), sync)
+
+
+def print_profile(work: Callable[[], object], device: str, sync: Callable[[], None]) -> None:
+    """Where one call's time goes: torch.profiler's top operators by device time, then by CPU time."""
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+    with torch.no_grad(), profile(activities=activities) as prof:
+        work()
+        sync()
+    table = prof.key_averages()
+    if device.startswith("cuda"):
+        print(table.table(sort_by="cuda_time_total", row_limit=18, max_name_column_width=60))
+    print(table.table(sort_by="cpu_time_total", row_limit=18, max_name_column_width=60))
 
 
 def main() -> None:
@@ -75,9 +64,7 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=20, help="tokens a sentence, boundaries excluded")
     parser.add_argument("--min-seconds", type=float, default=3.0, help="time each point at least this long")
     parser.add_argument("--output", default="", help="append JSON lines to this file too")
-    parser.add_argument(
-        "--precision", default="fp32", help="comma-separated: fp32, bf16, fp16, int8, fp32-torch, bf16-torch"
-    )
+    parser.add_argument("--precision", default="fp32", help="comma-separated: fp32, bf16, fp16, int8")
     parser.add_argument("--compile", action="store_true", help="torch.compile the LSTM cell")
     parser.add_argument("--entry", default="bilm", choices=["bilm", "runner"], help="what is timed (see above)")
     parser.add_argument(
@@ -86,12 +73,16 @@ def main() -> None:
         help="let the biLM run each distinct token of a batch through the CNN once (off by default: the "
         "FLOP count assumes every token does, and these sentences repeat few word types)",
     )
+    parser.add_argument("--profile", action="store_true", help="print torch.profiler's table at each point")
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = parser.parse_args()
+    if args.smoke:
+        args.configs, args.batch_sizes, args.length, args.min_seconds = "small", "2", 5, 0.0
     device = args.device
-    precisions = [check_benchmark_precision(p) for p in args.precision.split(",")]
+    precisions = args.precision.split(",")
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     machine = describe_machine(device)
-    size = 8192 if device.startswith("cuda") else 2048
+    size = 256 if args.smoke else 8192 if device.startswith("cuda") else 2048
     rates = {p: matmul_rate(device, p, n=size) for p in precisions}
     for precision, rate in rates.items():
         emit(
@@ -100,7 +91,7 @@ def main() -> None:
         )
     for name in args.configs.split(","):
         options = CONFIGS[name]()
-        bilm = BiLM(options).to(device).eval()
+        bilm = BiLM(options).eval()
         bilm.reset_parameters(0)
         bilm.to(device)
         if args.compile:
@@ -109,16 +100,19 @@ def main() -> None:
         flops = bilm_flops_per_token(options)
         for batch_size in [int(b) for b in args.batch_sizes.split(",")]:
             baseline = None
+            sentences = make_sentences(batch_size, args.length)
+            ids = torch.from_numpy(bilm.batch_to_ids(sentences)).to(device)
             for precision in precisions:
-                if args.entry == "bilm":
-                    ids = make_batch(batch_size, args.length).to(device)
-                    work = bilm_work(bilm, ids, products_named(precision))
-                else:
-                    # one batch of all the sentences, as the bilm entry has
-                    runner = BiLMRunner(bilm, token_budget=batch_size * (args.length + 2))
-                    runner.products = products_named(precision)
-                    work = runner_work(runner, make_sentences(batch_size, args.length))
+                # one batch of all the sentences in both entries
+                runner = BiLMRunner(bilm, precision=precision, token_budget=batch_size * (args.length + 2))
+                work: Callable[[], object] = (
+                    (lambda r=runner, i=ids: r.run(i))
+                    if args.entry == "bilm"
+                    else (lambda r=runner, s=sentences: r.embed_sentences(s))
+                )
                 seconds = time_work(work, args.min_seconds, sync)
+                if args.profile:
+                    print_profile(work, device, sync)
                 tokens_per_s = batch_size * args.length / seconds
                 baseline = baseline or tokens_per_s
                 achieved = tokens_per_s * flops / 1e9

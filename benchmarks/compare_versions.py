@@ -10,6 +10,7 @@ the kernels that version runs) with that version's package first on PYTHONPATH, 
 (configuration, batch size, precision) the best tokens/s of each version over the rounds, and their
 ratio, are printed and written as JSON lines.
 OLD_CHECKOUT: a directory holding the old `spacy_elmo` (e.g. `git worktree add /tmp/old COMMIT`).
+`--smoke` runs one round of the smallest shape (with options every version's script takes).
 """
 
 import argparse
@@ -18,13 +19,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-from common import emit
+from common import SMOKE_HELP, emit
 
 HERE = Path(__file__).resolve().parent
 
 
-def run_once(pythonpath: Path, args: list[str]) -> list[dict]:
+def run_once(pythonpath: Path, args: list[str]) -> list[dict[str, Any]]:
     """The JSON lines of one `bilm_throughput.py` run with `pythonpath` first on the path."""
     benchmarks = pythonpath / "benchmarks"
     env = dict(os.environ, PYTHONPATH=f"{pythonpath}{os.pathsep}{benchmarks}")
@@ -45,10 +47,14 @@ def main() -> None:
     parser.add_argument("old", type=Path)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--output", default="")
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args, rest = parser.parse_known_args()
     throughput_args = [a for a in rest if a != "--"]
+    if args.smoke:
+        args.rounds = 1
+        throughput_args = "--configs small --batch-sizes 2 --length 5 --min-seconds 0 --precision fp32".split()
     versions = {"old": args.old.resolve(), "new": HERE.parent}
-    best: dict[tuple, dict[str, float]] = {}
+    best: dict[tuple[Any, ...], dict[str, float]] = {}
     for round_index in range(args.rounds):
         for name, path in versions.items():
             for record in run_once(path, throughput_args):

@@ -19,13 +19,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import describe_machine, emit
+from common import SMOKE_HELP, describe_machine, emit
 
 ROOT = Path(__file__).parent.parent
 DEFAULT_TEXT = os.environ.get("SPACY_ELMO_LONG_TEXT", str(ROOT.parent / "shared/data/gutenberg-en/valid.txt.gz"))
 
 
-def words(path: Path, n: int) -> list[str]:
+def words(path: Path, n: int, smoke: bool = False) -> list[str]:
+    if smoke:  # no data files needed
+        return [("the", "bank", "raised", "its", "rates", ".")[i % 6] for i in range(n)]
     out: list[str] = []
     with gzip.open(path, "rt", encoding="utf-8") as handle:
         for line in handle:
@@ -60,9 +62,12 @@ def main() -> None:
     parser.add_argument("--text", default=DEFAULT_TEXT)
     parser.add_argument("--unwindowed", default="1", help="also run without windows (1) or not (0)")
     parser.add_argument("--output", default="")
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP + "; the test fixture model, generated text")
     args = parser.parse_args()
+    if args.smoke:
+        args.model, args.tokens = str(Path(__file__).resolve().parent.parent / "tests/fixtures/elmo-fixture"), "200"
     lengths = [int(n) for n in args.tokens.split(",")]
-    text = words(Path(args.text), max(lengths))
+    text = words(Path(args.text), max(lengths), args.smoke)
     with tempfile.TemporaryDirectory() as tmp:
         for n in lengths:
             line = Path(tmp) / f"line{n}.txt"

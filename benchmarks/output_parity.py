@@ -3,58 +3,77 @@
     PYTHONPATH=/path/to/old/checkout python benchmarks/output_parity.py dump old.npz
     python benchmarks/output_parity.py dump new.npz
     python benchmarks/output_parity.py compare old.npz new.npz
+    python benchmarks/output_parity.py dump --smoke out.npz   # the fixture through the runner only
 
 The fixture and the shipped model through the runner (stateless at several budgets, stateful, every
 CPU precision, token layer), the `elmo` pipe (with and without sentence boundaries, stateful, every CPU
-precision), the perplexity batches and `embed` (whitespace and spaCy tokenization). Works with the
-layout before the seam redesign too (`spacy_elmo.loading`, pipe-level `stateful`), so a refactor can be
-checked against the commit before it.
+precision), and the CLI's `evaluate` (perplexities) and `embed` (whitespace and spaCy tokenization).
+Works with older layouts too (`spacy_elmo.io.resolve.load_bilm` or `spacy_elmo.loading` before
+`spacy_elmo.load_model`, pipe-level `stateful`), so a refactor can be checked against the commit before it.
 """
 
 import json
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any, Callable
 
 import h5py
 import numpy
 import spacy
 import torch
 
+FIX = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "elmo-fixture"
 
-def dump(path: str) -> None:
-    torch.set_num_threads(1)
-    out = {}
+
+def model_loader() -> Callable[[str], Any]:
+    """name or path -> BiLM, through whichever loader this version of the package has."""
     import spacy_elmo
-    from spacy_elmo import BiLMRunner as BiLMEmbedder
-    from spacy_elmo import load_bilm_tf
 
+    load_model = getattr(spacy_elmo, "load_model", None)
+    if load_model is not None:
+        return lambda name: load_model(name).bilm
     try:
         from spacy_elmo.io.resolve import load_bilm
     except ImportError:  # before the seam redesign
         from spacy_elmo.loading import load_bilm  # type: ignore[no-redef]
+    return load_bilm
+
+
+def cli(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "spacy_elmo", *args], check=True, stdout=subprocess.DEVNULL)
+
+
+def dump(path: str, smoke: bool = False) -> None:
+    torch.set_num_threads(1)
+    out: dict[str, numpy.ndarray] = {}
+    import spacy_elmo
+    from spacy_elmo import BiLMRunner, load_bilm_tf
 
     print("spacy_elmo from", spacy_elmo.__file__, file=sys.stderr)
-    FIX = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "elmo-fixture"
     groups = json.loads((FIX / "sentences.json").read_text())
     sents = [s.split() for g in groups for s in g]
     ref = load_bilm_tf(FIX / "options.json", FIX / "lm_weights.hdf5")
     for budget in (1, 60, 4096):
-        for i, a in enumerate(BiLMEmbedder(ref, token_budget=budget).embed_sentences(sents)):
+        for i, a in enumerate(BiLMRunner(ref, token_budget=budget).embed_sentences(sents)):
             out[f"ref_b{budget}_{i}"] = a
-    st = BiLMEmbedder(ref, stateful=True)
+    st = BiLMRunner(ref, stateful=True)
     for b in range(10):
         for k, a in enumerate(st.embed_batch([groups[0][b].split(), groups[1][b].split(), groups[2][b].split()])):
             out[f"ref_stateful_{b}_{k}"] = a
-    out["ref_tokens"] = BiLMEmbedder(ref).embed_tokens((FIX / "vocab_test.txt").read_text().split("\n")[:200])
-    for i, a in enumerate(BiLMEmbedder(ref, precision="bf16").embed_sentences(sents[:6])):
+    out["ref_tokens"] = BiLMRunner(ref).embed_tokens((FIX / "vocab_test.txt").read_text().split("\n")[:200])
+    if smoke:
+        numpy.savez(path, **out)
+        return
+    for i, a in enumerate(BiLMRunner(ref, precision="bf16").embed_sentences(sents[:6])):
         out[f"ref_bf16_{i}"] = a
-    shipped = load_bilm("en_elmo_small")
-    for i, a in enumerate(BiLMEmbedder(shipped).embed_sentences(sents + [["x" * 300], ["ünï", "😀", "中文"], []])):
+    shipped = model_loader()("en_elmo_small")
+    for i, a in enumerate(BiLMRunner(shipped).embed_sentences(sents + [["x" * 300], ["ünï", "😀", "中文"], []])):
         out[f"shipped_{i}"] = a
     for precision in ("bf16", "int8"):
         for budget in (1, 4096):
-            runner = BiLMEmbedder(shipped, precision=precision, token_budget=budget)
+            runner = BiLMRunner(shipped, precision=precision, token_budget=budget)
             for i, a in enumerate(runner.embed_sentences(sents[:12])):
                 out[f"shipped_{precision}_b{budget}_{i}"] = a
     texts = [
@@ -87,38 +106,47 @@ def dump(path: str) -> None:
         nlp.add_pipe("elmo", config={"stateful": True, "model": {"path": str(FIX)}})
     for i, doc in enumerate(nlp.pipe([" ".join(g[b].split()) for g in groups for b in range(3)], batch_size=4)):
         out[f"pipe_stateful_{i}"] = doc._.elmo_layers
-    from spacy_elmo.pretrain.batches import sentence_batches
 
-    rng = numpy.random.default_rng(0)
-    toks = []
-    for n in rng.integers(0, 40, 300):
-        toks += [0] + list(rng.integers(3, 50, n)) + [1]
-    toks = numpy.array(toks)
-    tc = rng.integers(0, 200, (50, 50))
-    for j, b in enumerate(sentence_batches(toks, tc, numpy.arange(50), token_budget=200)):
-        out[f"sb_{j}_c"] = b.char_ids.numpy()
-        out[f"sb_{j}_n"] = b.next_ids.numpy()
-        out[f"sb_{j}_p"] = b.prev_ids.numpy()
-    try:
-        from spacy_elmo.embed import EmbedSettings, embed_file
-    except ImportError:  # before the seam redesign
-        from spacy_elmo.embed_hdf5 import EmbedSettings, embed_file  # type: ignore[no-redef]
-    print(
-        "embed from",
-        embed_file.__code__.co_filename,
-        BiLMEmbedder.__module__,
-        sys.modules[BiLMEmbedder.__module__].__file__,
-        file=sys.stderr,
-    )
-    d = Path(tempfile.mkdtemp())
-    (d / "in.txt").write_text("\n".join(" ".join(s) for s in sents) + "\nThe café's ünïcode. Isn't it?\n")
-    for tok in ("whitespace", "en"):
-        embed_file(d / "in.txt", d / f"out_{tok}.h5", EmbedSettings(model="en_elmo_small", layers="all", tokenizer=tok))
-        with h5py.File(d / f"out_{tok}.h5") as h:
-            for k in h.keys():
-                out[f"embed_{tok}_{k}"] = h[k][...]
+    with tempfile.TemporaryDirectory() as tmp:
+        run_the_cli(Path(tmp), sents, out)
     numpy.savez(path, **out)
     print(len(out), "arrays", file=sys.stderr)
+
+
+def run_the_cli(d: Path, sents: list[list[str]], out: dict[str, numpy.ndarray]) -> None:
+    """`evaluate` (perplexities) and `embed` (both tokenizers) on the fixture's sentences."""
+    (d / "in.txt").write_text("\n".join(" ".join(s) for s in sents) + "\nThe café's ünïcode. Isn't it?\n")
+    cli(
+        "evaluate",
+        "en_elmo_small",
+        str(d / "in.txt"),
+        "--format",
+        "tokenized",
+        "--threads",
+        "1",
+        "-o",
+        str(d / "ev.json"),
+    )
+    for key, value in json.loads((d / "ev.json").read_text()).items():
+        if isinstance(value, (int, float)):
+            out[f"evaluate_{key}"] = numpy.array(value)
+    for tok in ("whitespace", "en"):
+        embed_out = d / f"out_{tok}.h5"
+        cli(
+            "embed",
+            "en_elmo_small",
+            str(d / "in.txt"),
+            str(embed_out),
+            "--layers",
+            "all",
+            "--tokenizer",
+            tok,
+            "--threads",
+            "1",
+        )
+        with h5py.File(embed_out) as h:
+            for k in h.keys():
+                out[f"embed_{tok}_{k}"] = h[k][...]
 
 
 def compare(old: str, new: str) -> int:
@@ -134,6 +162,8 @@ def compare(old: str, new: str) -> int:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["dump"] and len(sys.argv) == 3:
         dump(sys.argv[2])
+    elif sys.argv[1:3] == ["dump", "--smoke"] and len(sys.argv) == 4:
+        dump(sys.argv[3], smoke=True)
     elif sys.argv[1:2] == ["compare"] and len(sys.argv) == 4:
         sys.exit(compare(sys.argv[2], sys.argv[3]))
     else:

@@ -1,35 +1,32 @@
-"""`nlp.pipe` words/s with the `elmo` pipe: the shipped model (if installed) and the paper's full
-configuration (random weights), on the CPU and, with --gpu, on the GPU.
+"""`nlp.pipe` words/s with the `elmo` pipe: the shipped model and the paper's full configuration (random
+weights), on the CPU and, with --gpu, on the GPU.
 
     python benchmarks/pipe_throughput.py [--models shipped,full,fixture] [--words 20000] [--gpu]
     python benchmarks/pipe_throughput.py --models shipped --n-process 1,2 --threads 1   # processes, 1 thread each
     python benchmarks/pipe_throughput.py --models shipped --precision fp32,bf16,int8 --threads 2
-    python benchmarks/pipe_throughput.py --models shipped --precision fp32-torch,fp32   # torch's kernels vs oneDNN's
 
 Docs are paragraphs of the project's Gutenberg validation sample (assets/gutenberg/valid_sample.txt.gz;
 generated sentences if it is missing), run through spacy.blank("en") + sentencizer + elmo with its
 defaults (store="layers", float32), all pipeline work included (tokenizer, sentence splits, char ids,
 biLM, scatter back, doc extensions). One warm-up pass over a few docs first; then the best of
---repeats passes. One JSON line per model and `--n-process` value: words/s (all tokens, whitespace
-included), doc count, device, threads (worker processes run one torch thread each).
+--repeats passes. One JSON line per model, precision and `--n-process` value: words/s (all tokens,
+whitespace included), doc count, device, threads (worker processes run one torch thread each).
 """
 
 import argparse
 import gzip
 import random
-import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import spacy
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-import spacy_elmo.io.resolve  # noqa: E402
-from common import TORCH_KERNELS, describe_machine, emit  # noqa: E402
-from spacy_elmo.bilm.bilm import BiLM  # noqa: E402
-from spacy_elmo.bilm.options import full_options  # noqa: E402
-from spacy_elmo.layers import bilm_model  # noqa: E402
+from common import SMOKE_HELP, describe_machine, emit
+from spacy_elmo import BiLM, save_bilm_tf
+from spacy_elmo.bilm.options import full_options
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "assets" / "gutenberg" / "valid_sample.txt.gz"
@@ -54,25 +51,29 @@ def load_texts(n_words: int) -> list[str]:
     return out
 
 
-def build(model: str, precision: str = "fp32") -> spacy.Language:
+def save_full_model(directory: Path) -> Path:
+    """The paper's full configuration with random weights (seed 0), saved where the pipe can load it."""
+    bilm = BiLM(full_options())
+    bilm.reset_parameters(0)
+    save_bilm_tf(bilm, directory / "options.json", directory / "lm_weights.hdf5")
+    return directory
+
+
+def build(path: str, precision: str = "fp32") -> spacy.Language:
     nlp = spacy.blank("en")
     nlp.add_pipe("sentencizer")
-    path = {"shipped": "", "fixture": str(FIXTURE), "full": ""}[model]  # full: weights are set below
-    setting = precision.removesuffix("-torch")
-    config = {"@architectures": "spacy-elmo.BiLM.v1", "path": path, "precision": setting}
-    elmo = nlp.add_pipe("elmo", config={"model": config})
-    if model == "full":
-        bilm = BiLM(full_options())
-        bilm.reset_parameters(0)
-        bilm_model.set_bilm(elmo.model, bilm)
-    if precision in TORCH_KERNELS:
-        bilm_model.ensure_bilm(elmo.model)  # loaded first: loading a biLM gives the runner new products
-        bilm_model.get_runner(elmo.model).products = TORCH_KERNELS[precision]()
+    config = {"@architectures": "spacy-elmo.BiLM.v1", "path": path, "precision": precision}
+    nlp.add_pipe("elmo", config={"model": config})
     return nlp
 
 
 def measure(
-    nlp: spacy.Language, texts: list[str], repeats: int, sync, n_process: int = 1, batch_size: int = 64
+    nlp: spacy.Language,
+    texts: list[str],
+    repeats: int,
+    sync: Callable[[], None],
+    n_process: int = 1,
+    batch_size: int = 64,
 ) -> tuple[float, int]:
     list(nlp.pipe(texts[:8]))  # warm-up (and lazy weight loading)
     best = float("inf")
@@ -102,49 +103,49 @@ def main() -> None:
         help="nlp.pipe batch_size in docs (spaCy hands whole batches to worker processes: keep it well under "
         "docs / n_process, or one worker gets all the work)",
     )
-    parser.add_argument(
-        "--precision",
-        default="fp32",
-        help="comma-separated: fp32, bf16, int8 (the model's setting), fp32-torch, bf16-torch (torch's kernels)",
-    )
+    parser.add_argument("--precision", default="fp32", help="comma-separated: fp32, bf16, int8 (the model's setting)")
     parser.add_argument("--output", default="", help="append JSON lines to this file too")
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = parser.parse_args()
+    if args.smoke:
+        args.models, args.words, args.repeats = "fixture", 300, 1
     if args.threads:
         torch.set_num_threads(args.threads)
     device = "cpu"
-    sync = lambda: None  # noqa: E731
+    sync: Callable[[], None] = lambda: None  # noqa: E731
     if args.gpu:
         spacy.require_gpu(0)
         device = "cuda:0"
         sync = torch.cuda.synchronize
     machine = describe_machine(device)
-    for model in args.models.split(","):
-        record = {"bench": "pipe_throughput", "model": model, "date": time.strftime("%Y-%m-%d"), **machine}
-        if model == "shipped" and not spacy_elmo.io.resolve.available_models():
-            emit({**record, "skipped": f"no shipped model in {spacy_elmo.io.resolve.SHIPPED_MODELS_DIR}"}, args.output)
-            continue
-        n_words = args.full_words if model == "full" and not args.gpu else args.words
-        texts = load_texts(n_words)
-        for precision, n_process in [(p, int(n)) for p in args.precision.split(",") for n in args.n_process.split(",")]:
-            nlp = build(model, precision)
-            words_per_s, counted = measure(nlp, texts, args.repeats, sync, n_process, args.batch_size)
-            options = nlp.get_pipe("elmo").bilm.options
-            emit(
-                {
-                    **record,
-                    "precision": precision,
-                    "n_process": n_process,
-                    "pipe_batch_size": args.batch_size,
-                    "threads_per_process": torch.get_num_threads() if n_process == 1 else 1,
-                    "words_per_s": round(words_per_s, 1),
-                    "words": counted,
-                    "docs": len(texts),
-                    "lstm_dim": options.lstm_dim,
-                    "projection_dim": options.projection_dim,
-                    "token_budget": bilm_model.get_runner(nlp.get_pipe("elmo").model).token_budget,
-                },
-                args.output,
-            )
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = {"shipped": "", "fixture": str(FIXTURE)}
+        for model in args.models.split(","):
+            if model == "full":
+                paths["full"] = str(save_full_model(Path(tmp)))
+            record = {"bench": "pipe_throughput", "model": model, "date": time.strftime("%Y-%m-%d"), **machine}
+            n_words = args.full_words if model == "full" and not args.gpu else args.words
+            texts = load_texts(n_words)
+            for precision in args.precision.split(","):
+                for n_process in [int(n) for n in args.n_process.split(",")]:
+                    nlp = build(paths[model], precision)
+                    words_per_s, counted = measure(nlp, texts, args.repeats, sync, n_process, args.batch_size)
+                    options = nlp.get_pipe("elmo").bilm.options
+                    emit(
+                        {
+                            **record,
+                            "precision": precision,
+                            "n_process": n_process,
+                            "pipe_batch_size": args.batch_size,
+                            "threads_per_process": torch.get_num_threads() if n_process == 1 else 1,
+                            "words_per_s": round(words_per_s, 1),
+                            "words": counted,
+                            "docs": len(texts),
+                            "lstm_dim": options.lstm_dim,
+                            "projection_dim": options.projection_dim,
+                        },
+                        args.output,
+                    )
 
 
 if __name__ == "__main__":

@@ -8,19 +8,22 @@ line per configuration.
   python benchmarks/train_throughput.py                       # small and full configs, CPU
   python benchmarks/train_throughput.py --device cuda         # on a GPU (device name reported)
   python benchmarks/train_throughput.py --configs small --batch-size 128 --steps 5
+
+It drives the pretraining loop's own `train_step` (the one internal import of the maintained benchmarks:
+the package has no public entry for a single step), so the figure is the step alone; a `pretrain` run's
+metrics.jsonl gives the loop's tokens/s with its input side.
 """
 
 import argparse
 import json
-import platform
 import time
 
 import numpy
 import torch
 
-from spacy_elmo import chars
-from spacy_elmo.bilm.bilm import BiLM
-from spacy_elmo.bilm.options import BiLMOptions, full_options, small_options
+from common import SMOKE_HELP, describe_machine, emit
+from spacy_elmo import BiLM, BiLMOptions
+from spacy_elmo.bilm.options import full_options, small_options
 from spacy_elmo.pretrain.batches import LMBatch
 from spacy_elmo.pretrain.loop import LanguageModelLoss, StepSettings, train_step
 from spacy_elmo.pretrain.sampled_softmax import LogUniformSampler
@@ -31,31 +34,15 @@ CONFIGS = {
 }
 
 
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"{platform.processor() or platform.machine()} CPU ({_cpu_model()}), {torch.get_num_threads()} thread(s)"
-
-
-def _cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
-
-
-def random_batch(n_rows: int, n_steps: int, n_vocab: int, generator: numpy.random.Generator) -> LMBatch:
+def random_batch(bilm: BiLM, n_rows: int, n_steps: int, n_vocab: int, generator: numpy.random.Generator) -> LMBatch:
     """Char ids of Zipf-distributed random words and their softmax targets."""
     words = [
         "".join(generator.choice(list("abcdefghijklmnopqrstuvwxyz"), size=int(n)))
         for n in generator.integers(1, 12, size=4096)
     ]
     ranks = numpy.minimum(generator.zipf(1.2, size=(n_rows, n_steps + 2)) - 1, len(words) - 1)
-    window = [[words[r] for r in row[1:-1]] for row in ranks]
-    char_ids = torch.from_numpy(chars.batch_to_ids(window, add_boundaries=False).astype(numpy.int64))
+    ids = bilm.tokens_to_ids([words[r] for row in ranks for r in row[1:-1]]).astype(numpy.int64)
+    char_ids = torch.from_numpy(ids.reshape(n_rows, n_steps, -1))
     targets = torch.from_numpy(numpy.minimum(ranks, n_vocab - 1).astype(numpy.int64))
     return LMBatch(char_ids=char_ids, next_ids=targets[:, 2:], prev_ids=targets[:, :-2])
 
@@ -80,7 +67,7 @@ def measure(
     sampler = LogUniformSampler(n_vocab, n_negatives)
     log_expected = sampler.log_expected.to(device)
     rng = numpy.random.default_rng(0)
-    batches = [random_batch(batch_size, window, n_vocab, rng) for _ in range(2)]
+    batches = [random_batch(bilm, batch_size, window, n_vocab, rng) for _ in range(2)]
     amp_dtype = (torch.float16 if device.type == "cuda" else torch.bfloat16) if amp else None
     settings = StepSettings(dropout=0.1, grad_clip=10.0, amp_dtype=amp_dtype)
     scaler = torch.amp.GradScaler("cuda") if amp and device.type == "cuda" else None
@@ -120,7 +107,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: PyTorch's default)")
     parser.add_argument("--amp", action="store_true", help="mixed precision (float16 on CUDA, bfloat16 on CPU)")
     parser.add_argument("--options-json", default=None, help="measure this options.json dict instead (name 'custom')")
+    parser.add_argument("--output", default="", help="append JSON lines to this file too")
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = parser.parse_args()
+    if args.smoke:
+        args.configs, args.batch_size, args.window, args.vocab, args.negatives = "small", 2, 5, 1000, 64
+        args.steps, args.warmup = 1, 1
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -138,22 +130,21 @@ def main() -> None:
         result = measure(
             make(), device, args.batch_size, args.window, args.vocab, args.negatives, args.steps, args.warmup, args.amp
         )
-        print(
-            json.dumps(
-                {
-                    "benchmark": "train_throughput",
-                    "config": name,
-                    "architecture": label,
-                    "device": device_name(device),
-                    "batch": f"{args.batch_size}x{args.window}",
-                    "vocab": args.vocab,
-                    "negatives": args.negatives,
-                    "amp": args.amp,
-                    "torch": torch.__version__,
-                    **result,
-                }
-            ),
-            flush=True,
+        emit(
+            {
+                "bench": "train_throughput",
+                "config": name,
+                "architecture": label,
+                "device": describe_machine(str(device))["device"],
+                "batch": f"{args.batch_size}x{args.window}",
+                "vocab": args.vocab,
+                "negatives": args.negatives,
+                "amp": args.amp,
+                "torch": torch.__version__,
+                "date": time.strftime("%Y-%m-%d"),
+                **result,
+            },
+            args.output,
         )
 
 

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# One lent GPU's whole session (issue 38), unattended and within a deadline, on the device machine:
-# the GPU tests, the speed figures, a pretraining run, and the CPU test suite beside the pretraining.
-#   bash benchmarks/gpu_session.sh OUT_DIR [SECONDS] [PRETRAIN_CORPUS.xz]
-# Needs .whl/site.tar.xz (bash benchmarks/gpu_wheels.sh) for spaCy, thinc and srsly, which that machine
+# One lent GPU's whole session, unattended and within a deadline, on the device machine: the GPU tests,
+# the speed figures and a profile, a pretraining run, and the CPU test suite beside the pretraining.
+#   bash benchmarks/gpu/session.sh OUT_DIR [SECONDS] [PRETRAIN_CORPUS.xz]
+# SPEED_ONLY=1 skips the tests and the pretraining. The corpus: benchmarks/gpu/corpus.py, made beforehand.
+# Needs .whl/site.tar.xz (bash benchmarks/gpu/wheels.sh) for spaCy, thinc and srsly, which that machine
 # lacks. Every step has its own time limit, so a step that breaks or hangs costs only its share; each
 # prints "=== NAME rc=N Ts" in OUT_DIR/session.log. Figures go to OUT_DIR/results.jsonl.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=${1:?OUT_DIR}
 budget=${2:-560}
 corpus=${3:-}
@@ -47,9 +48,9 @@ fi
 if [ "${SPEED_ONLY:-0}" = 1 ]; then corpus=""; fi
 # 1. correctness: the GPU tests (fp32/bf16/fp16 pipe vs CPU, to_cpu, spacy train --gpu-id 0, OOM split)
 [ "${SPEED_ONLY:-0}" = 1 ] || step gpu-tests 200 $PY -m pytest -p no:cacheprovider -q -rA -m gpu tests/pipeline/test_gpu.py tests/bilm/test_runner.py
-[ "${SPEED_ONLY:-0}" = 1 ] || step gpu-checks 60 $PY benchmarks/gpu_checks.py --output "$results"
 
-# 2. speed: the full configuration at big batches (fp32, bf16, bf16 with the compiled cell), end to end, training
+# 2. speed: the full configuration at big batches (fp32, bf16, bf16 with the compiled cell), where a forward's
+#    time goes, end to end, training
 cd benchmarks
 step bilm-fp32 50 $PY bilm_throughput.py --device cuda --configs full,small --batch-sizes 256,1024 --precision fp32 \
   --min-seconds 2 --output "$results"
@@ -57,6 +58,8 @@ step bilm-bf16 50 $PY bilm_throughput.py --device cuda --configs full --batch-si
   --min-seconds 2 --output "$results"
 step bilm-bf16-compiled 90 $PY bilm_throughput.py --device cuda --configs full --batch-sizes 1024 --precision bf16 \
   --compile --min-seconds 2 --output "$results"
+step profile 40 $PY bilm_throughput.py --device cuda --configs full --batch-sizes 1024 --precision fp32,bf16 \
+  --min-seconds 0 --profile
 step pipe 60 $PY pipe_throughput.py --gpu --models shipped,full --words 100000 --full-words 50000 --repeats 2 \
   --output "$results"
 step pipe-bf16 40 $PY pipe_throughput.py --gpu --models full --full-words 50000 --repeats 2 --precision bf16 \
@@ -88,12 +91,12 @@ def rate(path):
     except Exception:
         return 0.0
 fp32, amp = rate("/tmp/train_small.json"), rate("/tmp/train_small--amp.json")
-best, use_amp = (amp, "true") if amp > 1.3 * fp32 else (fp32, "false")
+best, use_amp = (amp, "fp16") if amp > 1.3 * fp32 else (fp32, "fp32")
 seconds = float(sys.argv[1]) * 60 - 45
 print(use_amp, max(500, int(best * seconds / (int(sys.argv[2]) * 32))) if best else 4000)
 PYEOF
 )
-  echo "pretraining: mixed precision $amp, $steps steps, at most $minutes minutes"
+  echo "pretraining: precision $amp, $steps steps, at most $minutes minutes"
   (timeout -s TERM -k 20 $((step_s - 20)) $PY -m pytest -p no:cacheprovider -q -n 6 -m "not slow and not gpu" tests \
     > "$out/cpu_tests.log" 2>&1; echo "cpu tests rc=$?" >> "$out/cpu_tests.log") &
   tests_pid=$!
@@ -102,7 +105,7 @@ PYEOF
     --corpus.cache_dir /tmp/ccache --training.device cuda --training.batch_size "${PRETRAIN_BATCH:-512}" \
     --training.n_negatives 4096 --training.optimizer.learn_rate "${PRETRAIN_LR:-0.003}" \
     --training.schedule.warmup_steps 300 --training.schedule.decay cosine \
-    --training.schedule.final_learn_rate_ratio 0.05 --training.max_steps "$steps" --training.mixed_precision "$amp" \
+    --training.schedule.final_learn_rate_ratio 0.05 --training.max_steps "$steps" --training.precision "$amp" \
     --training.max_minutes "$minutes" --training.eval_every 500 --training.checkpoint_every 1000 \
     --training.log_every 100
   wait "$tests_pid"

@@ -1,9 +1,9 @@
-"""The GPU session's pretraining text (issue 38), made here so the GPU spends no time tokenizing:
+"""The GPU session's pretraining text, made on this machine so the GPU spends no time tokenizing:
 the Gutenberg 10M-word sample tokenized as `pretrain` tokenizes "text" (spaCy's tokenizer and
 sentencizer), one sentence a line, plus the project tasks' training text (never dev or test), and the
 dev text (the first 20,000 words of Gutenberg valid, likewise). Both in the "bilm-tf" format.
 
-    python benchmarks/gpu_corpus.py DATA_DIR TASK_TEXT OUT_DIR
+    python benchmarks/gpu/corpus.py DATA_DIR TASK_TEXT OUT_DIR
     # DATA_DIR: shared/data; TASK_TEXT: project/scripts/task_text.py's output for the WNUT-17 train
     # split and MR's seed-0 train split -> OUT_DIR/train.txt.xz, OUT_DIR/dev.txt
 """

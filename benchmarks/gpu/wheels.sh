@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Wheels the GPU machine lacks (spaCy, thinc, srsly and their needs), for Python 3.12, made small enough
 # to travel with the working tree (64 MiB in all): debug symbols stripped, spaCy's own tests dropped.
-#   bash benchmarks/gpu_wheels.sh [DIR]     -> DIR/site.tar.xz (default .whl); unpack it into a folder on
+#   bash benchmarks/gpu/wheels.sh [DIR]     -> DIR/site.tar.xz (default .whl); unpack it into a folder on
 #                                             PYTHONPATH there (a wheel unpacked is an installed wheel)
 # This package travels as source (PYTHONPATH=repo); a dist-info with its entry points goes in the site,
 # so that spaCy finds the `elmo` factory and the architectures from a config as it would installed.
 # Versions are this venv's, so the GPU runs the same spaCy stack as CI.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 dir=${1:-.whl}
 py=${PY:-.venv/bin/python}
 names="spacy thinc srsly cymem preshed murmurhash blis catalogue confection wasabi weasel spacy-legacy
