@@ -7,7 +7,7 @@ A run is a trained pipeline `training/<task>-<variant>/model-best` with its eval
 `training/<task>-<variant>/timing.json`. Tasks and variants are the table in common.py; optional tasks
 (CoNLL-2003, SST-5) appear when they were run. The learned layer weights of every ELMo run (the softmax of
 its spacy-elmo.ScalarMix.v1 layer, as in the paper's Figure 2) are read from the trained pipeline itself,
-the perplexities and checks from their JSON files.
+the perplexities from their JSON files.
 """
 
 import argparse
@@ -168,15 +168,11 @@ def collect_rows(training: Path, metrics: Path, with_weights: bool = True, allow
     return rows
 
 
-def read_optional(path: Path) -> Optional[Any]:
-    return read_json(path) if path.exists() else None
-
-
 def fmt(value: Optional[float], scale: float = 100.0) -> str:
     return "-" if value is None else f"{value * scale:.2f}"
 
 
-def markdown(rows: Sequence[Row], perplexity: dict[str, Any], checks: dict[str, Any]) -> str:
+def markdown(rows: Sequence[Row], perplexity: dict[str, Any]) -> str:
     lines = ["# spacy-elmo project results", ""]
     lines += [
         "| task | data | variant | biLM | metric | dev | test | seed | train wall time (s) |",
@@ -213,12 +209,6 @@ def markdown(rows: Sequence[Row], perplexity: dict[str, Any], checks: dict[str, 
                 f"| {name} | {p['forward_ppl']:.1f} | {p['backward_ppl']:.1f} | {p['average_ppl']:.1f} "
                 f"| {p['n_tokens']} | {oov} |"
             )
-    if checks:
-        lines += ["", "## Checks", ""]
-        for name, check in checks.items():
-            status = "passed" if check.get("passed") else "FAILED"
-            detail = check.get("summary", "")
-            lines.append(f"- {name}: {status}{' - ' + detail if detail else ''}")
     return "\n".join(lines) + "\n"
 
 
@@ -233,15 +223,10 @@ def collect(
             if key not in data:
                 raise KeyError(f"{path}: missing '{key}'")
         perplexity[path.stem] = data
-    checks = {}
-    for name in ("roundtrip", "fixture_parity", "package"):
-        data = read_optional(metrics / "checks" / f"{name}.json")
-        if data is not None:
-            checks[name] = data
-    result = {"rows": [asdict(r) for r in rows], "perplexity": perplexity, "checks": checks}
+    result = {"rows": [asdict(r) for r in rows], "perplexity": perplexity}
     output.parent.mkdir(parents=True, exist_ok=True)
     output.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf8")
-    output.with_suffix(".md").write_text(markdown(rows, perplexity, checks), encoding="utf8")
+    output.with_suffix(".md").write_text(markdown(rows, perplexity), encoding="utf8")
     return result
 
 

@@ -1,11 +1,11 @@
 """What the project's scripts share: the table of tasks and variants, how a step runs a command (with
 capped math threads, timed, failing loudly), how a task is trained and evaluated, and how scripts end.
 
-Tasks: WNUT-17 (`ner`) and MR (`textcat`) always run; CoNLL-2003 and SST-5 only when their data is given
-(optional_task.py). Each task is trained in three variants with the configs
-`project/configs/<component>_{baseline,elmo}.cfg`: spaCy's own tok2vec, ELMo from the project's biLM and
-ELMo from the shipped one (or any model path). Files of a run NAME = <task>-<variant>: corpus/<task>/,
-training/NAME/ (model-best, timing.json), metrics/eval/NAME.json.
+Tasks: WNUT-17 (`ner`) and MR (`textcat`) from assets/ always run; CoNLL-2003 and SST-5 only when their
+data directory is given (they cannot be redistributed). Each task is trained in three variants with the
+configs `project/configs/<component>_{baseline,elmo}.cfg`: spaCy's own tok2vec, ELMo from the project's
+biLM and ELMo from the shipped one (or any model path). Files of a run NAME = <task>-<variant>:
+corpus/<task>/, training/NAME/ (model-best, timing.json), metrics/eval/NAME.json.
 """
 
 import argparse
@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 # the pipes trained here: spaCy's score key for each, and what people call it (single-label textcat:
 # micro-averaged F equals accuracy)
@@ -31,8 +31,12 @@ class Task:
     dataset: str
     component: str  # the trained pipe, a key of METRICS
     eval_split: str  # the split `spacy evaluate` scores: test, or dev where the data has no public test
-    required: bool  # in every run of the workflow; optional tasks appear when their data was given
-    files: tuple[str, ...] = ()  # optional tasks: the train and dev files' names in their data directory
+    required: bool  # in every run of the workflow; optional tasks run when their data directory is given
+    format: str  # how its files are read: wnut, conll (convert_ner.py), mr, sst5 (convert_textcat.py)
+    source: str = ""  # its data directory in assets/; "" for the optional tasks (the user gives one)
+    # (split, file name in the data directory); MR has one set, split by a seed. An optional task's test
+    # file may be absent.
+    files: tuple[tuple[str, str], ...] = ()
 
     @property
     def metric(self) -> str:
@@ -43,13 +47,16 @@ class Task:
         return METRICS[self.component][1]
 
 
+WNUT17_FILES = (("train", "wnut17train.conll"), ("dev", "emerging.dev.conll"), ("test", "emerging.test.annotated"))
+CONLL_FILES = (("train", "train.txt"), ("dev", "valid.txt"), ("test", "test.txt"))
+SST5_FILES = (("train", "train.txt"), ("dev", "dev.txt"), ("test", "test.txt"))
 TASKS: dict[str, Task] = {
     task.name: task
     for task in (
-        Task("ner", "WNUT-17", "ner", "test", True),
-        Task("textcat", "MR", "textcat", "test", True),
-        Task("conll", "CoNLL-2003", "ner", "dev", False, ("train.txt", "valid.txt")),
-        Task("sst5", "SST-5", "textcat", "dev", False, ("train.txt", "dev.txt")),
+        Task("ner", "WNUT-17", "ner", "test", True, "wnut", "assets/wnut17", WNUT17_FILES),
+        Task("textcat", "MR", "textcat", "test", True, "mr", "assets/mr-polarity"),
+        Task("conll", "CoNLL-2003", "ner", "dev", False, "conll", files=CONLL_FILES),
+        Task("sst5", "SST-5", "textcat", "dev", False, "sst5", files=SST5_FILES),
     )
 }
 VARIANTS: dict[str, str] = {
@@ -160,13 +167,3 @@ def convert_main(
     with exit_on():
         count = convert(args.format, args.input, args.output, getattr(args, cap.replace("-", "_")))
     print(f"wrote {count} {unit} to {args.output}")
-
-
-def finish_check(report: dict[str, Any], output: Path) -> None:
-    """How every check ends: `report` (with "summary" and "passed") written to `output`, the summary
-    printed, and exit status 1 if it failed (a step of `spacy project run` fails only by its status)."""
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf8")
-    print(report["summary"])
-    if not report["passed"]:
-        sys.exit(1)

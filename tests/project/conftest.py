@@ -44,7 +44,7 @@ def write(path, data):
 @pytest.fixture
 def make_runs():
     """make_runs(root, scores=SCORES): what the workflow leaves under root/training and root/metrics
-    for runs with these test scores (config, meta, timing, evaluation), a perplexity and a check."""
+    for runs with these test scores (config, meta, timing, evaluation) and a perplexity."""
 
     def make(root, scores=SCORES):
         for (task, variant), score in scores.items():
@@ -64,7 +64,6 @@ def make_runs():
             root / "metrics" / "perplexity" / "wikitext_valid.json",
             {"forward_ppl": 420.0, "backward_ppl": 440.0, "average_ppl": 430.0, "n_tokens": 2000, "oov_rate": 0.035},
         )
-        write(root / "metrics" / "checks" / "roundtrip.json", {"passed": True, "summary": "bit for bit"})
 
     return make
 

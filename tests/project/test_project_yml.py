@@ -39,14 +39,19 @@ def test_no_list_item_was_merged_by_interpolation():
             assert len(command.get(key, [])) == len(written[command["name"]].get(key, [])), (command["name"], key)
 
 
-def test_a_normal_size_and_the_checks_the_tests_make_are_opt_in():
-    assert len((ROOT / "project.yml").read_text(encoding="utf8")) < 10_000
+def test_a_self_contained_project_of_a_few_commands_with_readable_vars():
+    text = (ROOT / "project.yml").read_text(encoding="utf8")
+    assert len(text) < 10_000
     config = _config()
-    commands = {c["name"]: c for c in config["commands"]}
-    default = " ".join(line for step in config["workflows"]["all"] for line in commands[step]["script"])
-    checks = " ".join(line for step in config["workflows"]["checks"] for line in commands[step]["script"])
-    for script in ("check_roundtrip.py", "check_fixture.py", "check_package.py"):
-        assert script not in default and script in checks, script
+    assert 5 <= len(config["commands"]) <= 8
+    assert [c["name"] for c in config["commands"]] == config["workflows"]["all"], "the commands, in the order they run"
+    for command in config["commands"]:
+        assert command.get("help") and "\n" not in command["help"], command["name"]
+    for name, value in config["vars"].items():
+        assert "--" not in str(value), f"vars.{name} packs flags: write them in the command or the script"
+    # no test fixtures and no check scripts: the package's tests make those checks
+    assert "tests/" not in text and "check_" not in text
+    assert not list((ROOT / "project" / "scripts").glob("check_*.py"))
 
 
 def test_scripts_configs_and_committed_inputs_exist():
@@ -56,7 +61,7 @@ def test_scripts_configs_and_committed_inputs_exist():
             for path in re.findall(r"(project/(?:scripts|configs)/[\w.]+)", line):
                 assert (ROOT / path).is_file(), f"{command['name']}: {path} does not exist"
         for dep in command.get("deps", []):
-            if dep.startswith(("assets/", "project/", "tests/")):
+            if dep.startswith(("assets", "project/")):
                 assert (ROOT / dep).exists(), f"{command['name']}: dependency {dep} does not exist"
 
 

@@ -1,11 +1,18 @@
-"""tasks.py: the table of runs gives the workflow's commands, one per task and variant."""
+"""tasks.py: the table of runs gives the workflow's commands, one per task and variant; the optional tasks
+(CoNLL-2003, SST-5) run when their data directory is given, on any language and biLM, with no pretraining."""
 
 import json
+from pathlib import Path
 
 import pytest
+from spacy.tokens import DocBin
 
+import collect_results
 import common
 import tasks
+from fixture_paths import FIXTURES
+
+EFML_MODEL = FIXTURES / "elmoformanylangs" / "word_char"
 
 
 @pytest.fixture
@@ -19,6 +26,7 @@ def ran(tmp_path, monkeypatch):
         return 2.5
 
     monkeypatch.setattr(common, "run", fake_run)
+    (tmp_path / "training" / "bilm-domain" / "model").mkdir(parents=True)  # variant 'elmo' needs the biLM
     return commands
 
 
@@ -104,3 +112,86 @@ def test_unknown_tasks_and_variants_are_errors(ran):
     with pytest.raises(SystemExit):
         tasks.main(["train", "ner", "--variants", "baseline,nope"])
     assert not ran
+
+
+def conll_file(path, n_sentences):
+    lines = ["-DOCSTART- -X- -X- O", ""]
+    for i in range(n_sentences):
+        lines += [f"Word{i} NNP B-NP B-PER", "ran VBD B-VP O", ""]
+    path.write_text("\n".join(lines), encoding="utf8")
+    return path
+
+
+def test_an_optional_task_without_data_is_skipped_and_its_stale_results_removed(tmp_path):
+    metrics, corpus = tmp_path / "metrics", tmp_path / "corpus"
+    (corpus / "conll").mkdir(parents=True)
+    (corpus / "conll" / "train.spacy").write_text("from an earlier run")
+    (metrics / "eval").mkdir(parents=True)
+    stale = metrics / "eval" / "conll-baseline.json"
+    stale.write_text("{}")
+    keep = metrics / "eval" / "ner-baseline.json"
+    keep.write_text("{}")
+    tasks.main(["convert", "conll", "--conll-dir=", "--corpus", str(corpus)])
+    assert (corpus / "conll").is_dir() and not any((corpus / "conll").iterdir())  # train and evaluate skip it
+    tasks.main(["evaluate", "conll", "--metrics", str(metrics), "--corpus", str(corpus)])
+    assert not stale.exists() and keep.exists()
+
+
+def test_a_missing_data_file_is_a_clear_error(tmp_path):
+    with pytest.raises(SystemExit, match="train.txt"):
+        tasks.main(["convert", "sst5", f"--sst5-dir={tmp_path}", "--corpus", str(tmp_path / "c")])
+
+
+def test_an_optional_task_with_a_train_only_cap_a_test_split_and_no_pretraining(tmp_path, monkeypatch):
+    commands = []
+
+    def fake_run(command, threads=0, log=None):  # records the command; `spacy train` makes its output directory
+        command = command[1:]  # without `python`
+        commands.append(command)
+        output = Path(command[command.index("--output") + 1])
+        if command[:3] == ["-m", "spacy", "train"]:
+            output.mkdir(parents=True)
+        else:  # `spacy evaluate`: a score that tells the splits apart
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(json.dumps({"ner": {"ents_f": 0.25 if "test" in output.name else 0.5}}))
+        return 1.0
+
+    monkeypatch.setattr(common, "run", fake_run)
+    data = tmp_path / "my data"
+    data.mkdir()
+    conll_file(data / "train.txt", 30)
+    conll_file(data / "valid.txt", 12)
+    conll_file(data / "test.txt", 9)
+    where = ["--metrics", str(tmp_path / "m"), "--corpus", str(tmp_path / "c"), "--training", str(tmp_path / "t")]
+    tasks.main(["convert", "conll", f"--conll-dir={data}", "--max-train-docs=20", *where])
+    sentences = {s: len(DocBin().from_disk(tmp_path / "c" / "conll" / f"{s}.spacy")) for s in ("train", "dev", "test")}
+    assert sentences == {"train": 20, "dev": 12, "test": 9}  # the cap is the training split's only
+    variants = "--variants=baseline,elmo_shipped"
+    elmo = ["--elmo=does/not/exist", f"--pretrained-elmo={EFML_MODEL}"]  # no 'elmo' variant: no biLM needed
+    tasks.main(["train", "conll", variants, *elmo, "--lang=ru", *where])  # a model of another language and format
+    tasks.main(["evaluate", "conll", variants, *where])
+    trained = [c for c in commands if c[:3] == ["-m", "spacy", "train"]]
+    evaluated = [c for c in commands if c[:3] == ["-m", "spacy", "evaluate"]]
+    assert all(c[c.index("--nlp.lang") + 1] == "ru" for c in trained)
+    assert f"--paths.elmo={EFML_MODEL}" in trained[1] and not any("--paths.elmo" in a for a in trained[0])
+    assert [c[c.index("--output") + 1].rsplit("/", 1)[1] for c in trained] == ["conll-baseline", "conll-elmo_shipped"]
+    outputs = sorted(c[c.index("--output") + 1].rsplit("/", 1)[1] for c in evaluated)
+    assert outputs == [
+        "conll-baseline.json",
+        "conll-baseline.test.json",
+        "conll-elmo_shipped.json",
+        "conll-elmo_shipped.test.json",
+    ]
+    assert all(str(tmp_path / "c" / "conll" / "test.spacy") in c for c in evaluated if c[-4].endswith(".test.json"))
+    rows = collect_results.collect(
+        tmp_path / "t", tmp_path / "m", tmp_path / "out", with_weights=False, allow_missing=True
+    )["rows"]
+    assert [(r["variant"], r["metric"], r["metric_key"], r["dev"], r["test"]) for r in rows] == [
+        ("baseline", "entity F1", "ents_f", 0.5, 0.25),
+        ("elmo_shipped", "entity F1", "ents_f", 0.5, 0.25),
+    ]
+
+
+def test_the_elmo_variant_needs_the_projects_bilm(tmp_path):
+    with pytest.raises(SystemExit, match="variant 'elmo' needs the project's biLM at nowhere"):
+        tasks.main(["train", "conll", "--elmo=nowhere", "--corpus", str(tmp_path / "c")])
