@@ -26,8 +26,8 @@ RUN_ELSEWHERE = {
     "bash run.sh project": "tests/project/test_workflow.py::test_a_second_run_skips_every_step",
     "pip install": "tests/test_packaging.py::test_wheel_metadata",
     "python -m spacy train": "tests/pipeline/test_training.py::test_spacy_train_ner_and_textcat_with_a_frozen_bilm",
-    "python -m spacy project run user-tasks": (
-        "tests/project/test_optional_task.py::test_any_file_names_a_train_only_cap_a_test_split_and_no_pretraining"
+    "python project/scripts/tasks.py": (
+        "tests/project/test_tasks.py::test_an_optional_task_with_a_train_only_cap_a_test_split_and_no_pretraining"
     ),
     "torchrun --nproc_per_node 4 -m spacy_elmo pretrain": (
         "tests/pretrain/test_distributed.py::test_two_process_gloo_ddp_matches_one_process_on_the_same_global_batch"
@@ -54,7 +54,7 @@ def test_every_test_named_for_a_readme_command_exists():
     for command, where in RUN_ELSEWHERE.items():
         if where == ".ci/run":
             ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-            assert 'bash run.sh "$task"' in ci and "test" in ci, "README says CI runs `bash run.sh test`"
+            assert "bash run.sh test -m" in ci, "README says CI runs `bash run.sh test`"
             continue
         path, function = where.split("::")
         tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))
@@ -169,9 +169,9 @@ def test_pretraining_commands_as_written(scratch):
 
 def test_python_api_block(scratch, monkeypatch):
     monkeypatch.chdir(scratch)
-    api = next(b for b in blocks("python") if "load_bilm_tf(" in b)
+    api = next(b for b in blocks("python") if "load_model(" in b)
     namespace: dict = {}
-    exec(compile(api, "README.md (bilm-tf API)", "exec"), namespace)
+    exec(compile(api, "README.md (the Python loader)", "exec"), namespace)
     assert namespace["layers"][0].shape == (3, 3, 32)
 
 

@@ -1,0 +1,74 @@
+"""CONTRIBUTING.md against the package: every top-level module and subpackage is given a layer in
+pyproject.toml's import-linter contracts (which `bash run.sh lint` checks with `lint-imports`) and a row
+in the module map; `import spacy_elmo` and every module import without h5py."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from packaging_support import ROOT, load_pyproject
+
+PACKAGE_DIR = ROOT / "spacy_elmo"
+
+
+def layer_entries() -> list[str]:
+    """The entries of the layers contract, e.g. "cli", "about", "__main__"."""
+    pyproject = load_pyproject()
+    if pyproject is None:  # Python < 3.11 without tomli
+        pytest.skip("reading pyproject.toml needs tomllib (Python 3.11+) or tomli")
+    contracts = pyproject["tool"]["importlinter"]["contracts"]
+    layers = next(c for c in contracts if c["type"] == "layers")["layers"]
+    return [name.strip() for layer in layers for name in re.split(r"[:|]", layer)]
+
+
+def top_level_entries() -> set[str]:
+    modules = {p.stem for p in PACKAGE_DIR.glob("*.py") if p.stem != "__init__"}
+    packages = {p.parent.name for p in PACKAGE_DIR.glob("*/__init__.py")}
+    return modules | packages
+
+
+def module_map() -> str:
+    text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    start = text.index("## Where things live")
+    return text[start : text.index("\n## ", start + 1)]
+
+
+def test_every_module_has_a_layer_and_every_layer_a_module() -> None:
+    entries = layer_entries()
+    assert len(entries) == len(set(entries)), "a module is in two layers"
+    assert set(entries) == top_level_entries(), (
+        "pyproject.toml's layers contract and spacy_elmo/ differ: give a new module its layer there (the lowest "
+        "whose modules it may import from), remove a deleted one"
+    )
+
+
+def test_every_module_is_in_the_module_map() -> None:
+    table = module_map()
+    unmapped = sorted(e for e in top_level_entries() if f"spacy_elmo/{e}" not in table and f"`{e}.py`" not in table)
+    assert not unmapped, f"CONTRIBUTING.md's module map does not describe {unmapped}"
+
+
+# `import spacy_elmo` must not need h5py: only the bilm-tf HDF5 reader/writer and `embed` (HDF5 output) use
+# it, and they import it when a file is read or written. The check blocks h5py rather than looking for it
+# in sys.modules: thinc.compat imports h5py whenever it is installed, so `import spacy` alone loads it.
+IMPORT_WITHOUT_H5PY = r"""
+import importlib, pkgutil, sys
+sys.modules["h5py"] = None  # any `import h5py` now raises ImportError
+import spacy_elmo
+for info in pkgutil.walk_packages(spacy_elmo.__path__, "spacy_elmo."):
+    if info.name != "spacy_elmo.__main__":
+        importlib.import_module(info.name)
+print("ok")
+"""
+
+
+def test_importing_the_package_does_not_need_h5py() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", IMPORT_WITHOUT_H5PY], cwd=str(ROOT), capture_output=True, text=True, timeout=180
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "ok", (
+        f"importing spacy_elmo's modules needs h5py (import it where a file is read or written):\n"
+        f"{result.stderr[-3000:]}"
+    )
