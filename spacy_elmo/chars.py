@@ -1,10 +1,6 @@
-"""Tokens to ELMo character ids.
-
-Each token becomes its UTF-8 bytes framed by begin/end-of-word markers and padded to a fixed width,
-exactly as bilm-tf and AllenNLP do, so imported weights see the inputs they were trained on. Ids use
-the AllenNLP layout (every id shifted by +1) so that 0 means "no token here" and can serve as a mask.
-The mapping is vectorised over a whole batch: Python touches each token once (to encode it), never
-each character.
+"""Tokens to ELMo character ids: each token's UTF-8 bytes framed by begin/end-of-word markers and
+padded, exactly as bilm-tf and AllenNLP do, so imported weights see the inputs they were trained on. Ids
+use the AllenNLP layout (shifted by +1) so that 0 means "no token here". Vectorised over a whole batch.
 """
 
 from collections.abc import Sequence
@@ -30,11 +26,6 @@ def _marker_token(char: int, width: int) -> numpy.ndarray:
     row = numpy.full(width, PAD_CHAR, dtype=numpy.int32)
     row[:3] = (BOW_CHAR, char, EOW_CHAR)
     return row + ID_SHIFT
-
-
-def encode_token(token: str) -> bytes:
-    """The UTF-8 bytes of a token; unencodable code points (lone surrogates) are dropped, as in bilm-tf."""
-    return token.encode("utf-8", "ignore")
 
 
 def batch_to_ids(
@@ -64,7 +55,7 @@ def batch_to_ids(
     rows = numpy.repeat(numpy.arange(n_rows), lengths)
     starts = numpy.cumsum(lengths) - lengths
     cols = numpy.arange(int(lengths.sum())) - numpy.repeat(starts, lengths) + offset
-    encoded = [encode_token(tok) for sent in sentences for tok in sent]
+    encoded = [tok.encode("utf-8", "ignore") for sent in sentences for tok in sent]  # lone surrogates dropped
     if encoded:
         byte_lengths = numpy.fromiter((len(b) for b in encoded), dtype=numpy.int64, count=len(encoded))
         kept = numpy.minimum(byte_lengths, n_bytes_max)

@@ -1,10 +1,5 @@
-"""A short tour: load a biLM, embed sentences, show the layers and a similarity.
-
-    python -m spacy_elmo.demo [MODEL]
-
-MODEL is a native or bilm-tf/AllenNLP model, or a shipped model name (see `spacy_elmo.io.resolve`);
-by default the shipped English model.
-"""
+"""A short tour: `python -m spacy_elmo.demo [MODEL]` loads a biLM (by default the shipped English one),
+embeds sentences, and shows the layers and a similarity."""
 
 import sys
 import time

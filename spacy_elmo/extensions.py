@@ -33,16 +33,17 @@ def _slice(doc: Doc, start: int, end: int) -> Optional[Any]:
     return mix_layers(layers[:, start:end], weights)
 
 
-def get_doc_elmo(doc: Doc) -> Optional[Any]:
-    return _slice(doc, 0, len(doc))
+def _tokens(obj: Union[Doc, Span, Token]) -> tuple[Doc, int, int]:
+    """(doc, start, end) of a doc's, span's or token's tokens."""
+    if isinstance(obj, Doc):
+        return obj, 0, len(obj)
+    if isinstance(obj, Span):
+        return obj.doc, obj.start, obj.end
+    return obj.doc, obj.i, obj.i + 1
 
 
-def get_span_elmo(span: Span) -> Optional[Any]:
-    return _slice(span.doc, span.start, span.end)
-
-
-def get_token_elmo(token: Token) -> Optional[Any]:
-    rows = _slice(token.doc, token.i, token.i + 1)
+def _token_elmo(token: Token) -> Optional[Any]:
+    rows = _slice(*_tokens(token))
     return None if rows is None else rows[0]
 
 
@@ -51,20 +52,17 @@ def install_extensions() -> None:
     Doc.set_extension(LAYERS, default=None, force=True)
     Doc.set_extension(MIX, default=None, force=True)
     Doc.set_extension(STORED_VECTORS, default=None, force=True)
-    Doc.set_extension(VECTORS, getter=get_doc_elmo, force=True)
-    Span.set_extension(VECTORS, getter=get_span_elmo, force=True)
-    Token.set_extension(VECTORS, getter=get_token_elmo, force=True)
+    Doc.set_extension(VECTORS, getter=lambda doc: _slice(*_tokens(doc)), force=True)
+    Span.set_extension(VECTORS, getter=lambda span: _slice(*_tokens(span)), force=True)
+    Token.set_extension(VECTORS, getter=_token_elmo, force=True)
 
 
-# Vector hooks: .vector is the mean of the token vectors (a token's own vector for a token), and
-# .similarity the cosine of two .vector values; zero vectors have similarity 0.
-
-
-def _mean_vector(doc: Doc, start: int, end: int) -> numpy.ndarray:
+def _vector(obj: Union[Doc, Span, Token]) -> numpy.ndarray:
+    """The hooks' .vector: the mean of the tokens' ELMo vectors (a token's own); zeros without any."""
+    doc, start, end = _tokens(obj)
     rows = _slice(doc, start, end)
     if rows is None or not len(rows):
-        width = _width(doc)
-        return numpy.zeros((width,), dtype="float32")
+        return numpy.zeros((_width(doc),), dtype="float32")
     mean = rows.astype("float32").mean(axis=0)
     return mean.get() if hasattr(mean, "get") else mean
 
@@ -75,18 +73,6 @@ def _width(doc: Doc) -> int:
         return int(layers.shape[-1])
     stored = doc._.get(STORED_VECTORS)
     return int(stored.shape[-1]) if stored is not None else 0
-
-
-def doc_vector(doc: Doc) -> numpy.ndarray:
-    return _mean_vector(doc, 0, len(doc))
-
-
-def span_vector(span: Span) -> numpy.ndarray:
-    return _mean_vector(span.doc, span.start, span.end)
-
-
-def token_vector(token: Token) -> numpy.ndarray:
-    return _mean_vector(token.doc, token.i, token.i + 1)
 
 
 def _norm(vector: numpy.ndarray) -> float:
@@ -108,18 +94,11 @@ def cosine(a: Union[Doc, Span, Token, Any], b: Union[Doc, Span, Token, Any]) -> 
 
 def set_vector_hooks(doc: Doc) -> None:
     """Make doc/span/token .vector, .vector_norm, .has_vector and .similarity use ELMo."""
-    doc.user_hooks["vector"] = doc_vector
-    doc.user_hooks["vector_norm"] = lambda d: _norm(doc_vector(d))
-    doc.user_hooks["has_vector"] = lambda d: _slice(d, 0, 0) is not None
-    doc.user_hooks["similarity"] = cosine
-    doc.user_span_hooks["vector"] = span_vector
-    doc.user_span_hooks["vector_norm"] = lambda s: _norm(span_vector(s))
-    doc.user_span_hooks["has_vector"] = lambda s: _slice(s.doc, 0, 0) is not None
-    doc.user_span_hooks["similarity"] = cosine
-    doc.user_token_hooks["vector"] = token_vector
-    doc.user_token_hooks["vector_norm"] = lambda t: _norm(token_vector(t))
-    doc.user_token_hooks["has_vector"] = lambda t: _slice(t.doc, 0, 0) is not None
-    doc.user_token_hooks["similarity"] = cosine
+    for hooks in (doc.user_hooks, doc.user_span_hooks, doc.user_token_hooks):
+        hooks["vector"] = _vector
+        hooks["vector_norm"] = lambda obj: _norm(_vector(obj))
+        hooks["has_vector"] = lambda obj: _slice(obj.doc, 0, 0) is not None
+        hooks["similarity"] = cosine
 
 
 install_extensions()

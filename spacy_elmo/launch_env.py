@@ -1,7 +1,5 @@
-"""What a launcher (torchrun, a cluster's job array) tells a process about its place in a run.
-
-`pretrain` (DistributedDataParallel) and `embed` (one shard per process) both read it, from here only.
-"""
+"""What a launcher (torchrun, a job array) tells a process about its place in a run: `pretrain` and
+`embed` read it from here only."""
 
 import os
 from collections.abc import Mapping

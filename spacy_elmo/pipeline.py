@@ -6,17 +6,9 @@
     doc._.elmo_layers.shape                    # (L+1, len(doc), 2P)
     doc[1]._.elmo                              # (2P,) under the default mix
 
-The pipe owns what is stored on the docs, the training cache and its listeners (spaCy's
-ListenedToComponent protocol, on the class as in spaCy's `Tok2Vec`); its model, a `spacy-elmo.BiLM.v1`
-layer, owns the weights and how they are run: cutting into sentences/windows, batching, state,
-precision, threads and fine-tuning (`layers/bilm_model.py`, `layers/segments.py`).
-
-Training: `update` embeds the batch and broadcasts the layers to every `spacy-elmo.ElmoListener.v1`;
-each listening component learns its own scalar mix. With the model's `fine_tune = false` (the default, the paper's
-recipe) the gradient stops at those mixes and the layers of each doc are computed once and then taken
-from a bounded cache (keyed by the doc's text, tokens and sentence boundaries) in later epochs and
-evaluations. With `fine_tune = true` the biLM is trained too (through thinc's PyTorch shim, by the
-training's optimizer) and nothing is cached.
+The pipe owns what is stored on the docs, its listeners (spaCy's ListenedToComponent protocol, as on
+`Tok2Vec`), each learning its own mix, and the bounded cache that gives a frozen biLM's layers in training;
+its model, a `spacy-elmo.BiLM.v1` layer, owns the weights and how they run.
 """
 
 import itertools
@@ -30,7 +22,7 @@ from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.vocab import Vocab
-from thinc.api import Config, Model, Optimizer
+from thinc.api import Model, Optimizer
 from thinc.types import Floats3d
 
 from . import extensions
@@ -42,26 +34,12 @@ from .mix import MIX_NAMES, mix_layers, named_mix_weights
 STORE_OPTIONS = ("layers", "vectors", "both", "none")
 STORE_DTYPES = ("float32", "float16")
 
-DEFAULT_MODEL_CONFIG = """
-[model]
-@architectures = "spacy-elmo.BiLM.v1"
-path = ""
-window_size = 128
-window_context = 16
-token_budget = 4096
-stateful = false
-fine_tune = false
-n_threads = 0
-precision = "fp32"
-"""
-DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
-
 
 @Language.factory(
     "elmo",
     assigns=["doc._.elmo_layers", "doc._.elmo_mix", "doc._.elmo"],
     default_config={
-        "model": DEFAULT_MODEL,
+        "model": {"@architectures": bilm_model.ARCHITECTURE},  # its settings filled from BiLM.v1's defaults
         "default_mix": "average",
         "store": "layers",
         "store_dtype": "float32",

@@ -1,17 +1,9 @@
-"""Reading text for the biLM: files (plain or gzipped), JSONL records, and spaCy's tokenizer.
+"""Reading text for the biLM: files (plain or gzipped), JSONL records, and spaCy's tokenizer, one home
+for `embed` and the pretraining corpora. Errors name the file, the line and the option that chooses.
 
-One home for what `spacy elmo embed` and the pretraining corpora both read, so that a file, a record
-or a tokenization rule means the same thing to both. Errors name the file, the line and the option
-that chooses what is read.
-
-Text is UTF-8 unless a reader is told another encoding, and it is decoded strictly: a byte sequence
-that does not decode is refused, naming the file, the line and the byte offset (a UTF-16 or UTF-32
-byte-order mark by name), never replaced or dropped, since the biLM would read the replacement as
-text. A NUL (U+0000) is refused the same way: text never holds one, while UTF-16 or UTF-32 without a
-byte-order mark is mostly NUL bytes that UTF-8 decodes without complaint (its ASCII characters are
-valid UTF-8), so the error says which of them the NULs' places suggest. A leading byte-order mark
-(U+FEFF) is skipped whatever the encoding: it tells how the text was written and is no part of it.
-Files are read once, front to back, and errors located as they are read, so that a pipe reads right.
+Text is UTF-8 unless told otherwise, decoded strictly: bytes that do not decode, or a NUL (which UTF-16 or
+UTF-32 without a byte-order mark leaves between ASCII characters), are refused, naming line and byte offset,
+never replaced (the biLM would read the replacement as text). A leading byte-order mark is skipped.
 """
 
 import codecs
@@ -23,6 +15,7 @@ import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Optional, Union
 
 PathLike = Union[str, Path]
@@ -49,8 +42,8 @@ _SAMPLE = 4096  # bytes around a NUL or an undecodable byte that tell which wide
 
 
 def check_encoding(encoding: str, option: str = "--encoding") -> str:
-    """The canonical name of a text encoding (UTF-8 for "utf8", "UTF-8", "utf-8-sig": a leading
-    byte-order mark is skipped whatever the name), or a ValueError naming `option`."""
+    """The canonical name of a text encoding ("utf-8-sig" is UTF-8: a mark is skipped anyway), or a
+    ValueError naming `option`."""
     try:
         codec = codecs.lookup(encoding)
     except (LookupError, TypeError):
@@ -67,20 +60,16 @@ def _open_bytes(path: Path) -> Union[gzip.GzipFile, io.BufferedReader]:
 
 
 def _mark(codec: str) -> bytes:
-    """U+FEFF as `codec` writes it, where a reader must skip it (b"" where the codec cannot write it,
-    or its decoder reads the mark itself)."""
-    if codec in _SELF_MARKED:
-        return b""
+    """U+FEFF as `codec` writes it, where a reader must skip it (b"" where its decoder reads it itself)."""
     try:
-        return "\ufeff".encode(codec)
+        return b"" if codec in _SELF_MARKED else "\ufeff".encode(codec)
     except UnicodeError:  # a codec that cannot write U+FEFF cannot read one either
         return b""
 
 
 def _decoded(path: Path, encoding: str, option: Optional[str], error: type[ValueError]) -> Iterator[str]:
-    """The text of `path` in blocks, decoded strictly from the front (a leading byte-order mark skipped),
-    newlines as the text wrapper of `open()` reads them (CR LF and a lone CR are LF); bytes that do not
-    decode, or a NUL, raise `error` naming the line and byte offset, found as they are read."""
+    """The text of `path` in blocks, decoded strictly, newlines as `open()` reads them; bytes that do not
+    decode, or a NUL, raise `error` naming the line and byte offset."""
     codec = check_encoding(encoding)
     where = _Where(path, codec, encoding, option)
     decoder = codecs.getincrementaldecoder(codec)("strict")
@@ -118,8 +107,7 @@ def _decoded(path: Path, encoding: str, option: Optional[str], error: type[Value
 
 
 class _Where:
-    """Where reading a file has got to (bytes fed to the decoder, lines decoded, the bytes just before),
-    to say where it stopped and why."""
+    """Where reading a file has got to, to say where it stopped and why."""
 
     def __init__(self, path: Path, codec: str, encoding: str, option: Optional[str]) -> None:
         self.path, self.codec, self.encoding, self.option = path, codec, encoding, option
@@ -159,8 +147,7 @@ class _Where:
         index: int,
         decodable: Optional[int] = None,
     ) -> str:
-        """Character `index` of `text` (`data` decoded from `state`; its first `decodable` bytes decode)
-        is a NUL."""
+        """Character `index` of `text` (`data` decoded from `state`) is a NUL."""
         self.lines.add(text[:index])
         start = _char_start(decoder, state, data[:decodable], index)
         offset = self.fed + start if start > 0 else self.fed - len(_buffered(state))
@@ -176,8 +163,7 @@ class _Where:
         return f"is {self.option} {self.encoding} its encoding?"
 
     def _wide(self, offset: int, data: bytes) -> Optional[str]:
-        """What NUL bytes around `offset` suggest (UTF-16 or UTF-32 without a byte-order mark, and which
-        one where their places show it) and what to do; None where there are none."""
+        """Which wide encoding NUL bytes around `offset` suggest, and what to do; None without NULs."""
         known, known_start = self.recent + data, self.fed - len(self.recent)
         first = max(offset - known_start - _SAMPLE // 2, 0)
         sample, sample_start = known[first : first + _SAMPLE], known_start + first
@@ -211,16 +197,14 @@ def _buffered(state: Any) -> bytes:
 
 
 def _bad_bytes(err: UnicodeDecodeError) -> str:
-    """The bytes a decoder refused: for a byte that does not continue a character, that byte after the
-    ones that began the character (the error's own range holds only those)."""
+    """The bytes a decoder refused (for a bad continuation byte, that byte after the character's start)."""
     if err.reason == "invalid continuation byte" and err.end < len(err.object):
         return f"{err.object[err.end : err.end + 1].hex()} after {err.object[err.start : err.end].hex(' ')}"
     return err.object[err.start : err.end].hex(" ")
 
 
 def _char_start(decoder: codecs.IncrementalDecoder, state: Any, data: bytes, index: int) -> int:
-    """Where in `data` character `index` of decoding it (from `state`) begins: the fewest bytes that
-    decode to `index` characters (0 when it began in the bytes the decoder held back)."""
+    """Where in `data` character `index` of decoding it (from `state`) begins."""
     low, high = 0, len(data)
     while low < high:
         middle = (low + high) // 2
@@ -235,9 +219,8 @@ def _char_start(decoder: codecs.IncrementalDecoder, state: Any, data: bytes, ind
 def text_lines(
     path: Path, encoding: str = UTF8, option: Optional[str] = None, error: type[ValueError] = ValueError
 ) -> Iterator[str]:
-    """The lines of a text file (gunzipped on the fly when it ends in .gz), newlines kept and read as
-    `open()` reads them; bytes that do not decode, or a NUL, raise `error` naming the file, line and byte
-    offset (`option`: the setting that chooses the encoding)."""
+    """The lines of a text file (gunzipped when it ends in .gz), newlines kept; raises as `_decoded` does
+    (`option`: the setting that chooses the encoding)."""
     pending: list[str] = []  # the start of a line that goes on in the next block
     for text in _decoded(path, encoding, option, error):
         if "\n" not in text:
@@ -254,8 +237,7 @@ def text_lines(
 
 
 def check_rereadable(path: Path, what: str, why: str, error: type[ValueError] = ValueError) -> None:
-    """Refuse a file that can be read only once (a pipe, a FIFO; or a device): `what` names it and `why`
-    says why the reader must read it again. Asks the file system only: a FIFO is never opened."""
+    """Refuse a file that can be read only once (a pipe, a FIFO, a device), without opening it."""
     mode = path.stat().st_mode
     if not stat.S_ISREG(mode):
         kind = "a pipe/FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
@@ -265,15 +247,13 @@ def check_rereadable(path: Path, what: str, why: str, error: type[ValueError] = 
 def check_text(
     path: Path, encoding: str = UTF8, option: Optional[str] = None, error: type[ValueError] = ValueError
 ) -> None:
-    """Decode the whole file (in blocks), so that a run can refuse input that is not text before it
-    writes anything; raises as `text_lines` does."""
+    """Decode the whole file, so that a run refuses input that is not text before it writes anything."""
     for _ in _decoded(path, encoding, option, error):
         pass
 
 
 class _LineCount:
-    """The line number reached in decoded text, counted as the text wrapper splits lines (universal
-    newlines: LF, CR LF and a lone CR), a CR LF split across two blocks counted once."""
+    """The line number reached in decoded text (LF, CR LF and a lone CR; a CR LF across blocks once)."""
 
     def __init__(self) -> None:
         self.line = 1
@@ -322,11 +302,8 @@ def texts_from_jsonl(
 
 @dataclass
 class Tokenizer:
-    """spaCy's tokenizer for a language plus its rule-based sentencizer (no model, no download).
-
-    Built from the language's defaults directly rather than through `spacy.blank`, so that it does
-    not load every installed pipeline plugin just to split text; the rules are the same.
-    """
+    """spaCy's tokenizer for a language plus its rule-based sentencizer, built from the language's
+    defaults rather than `spacy.blank` (which loads every installed pipeline plugin)."""
 
     vocab: Any
     tokenizer: Any
@@ -345,8 +322,8 @@ class Tokenizer:
 def make_tokenizer(lang: str = "en", option: str = "lang", error: type[ValueError] = ValueError) -> Tokenizer:
     """spaCy's tokenizer for `lang`; `option` names the setting that chose it, for the error."""
     from spacy import util
+    from spacy.language import create_tokenizer
     from spacy.pipeline import Sentencizer
-    from spacy.tokenizer import Tokenizer as SpacyTokenizer
     from spacy.vocab import create_vocab
 
     try:
@@ -354,20 +331,6 @@ def make_tokenizer(lang: str = "en", option: str = "lang", error: type[ValueErro
     except ImportError as err:
         raise error(f"{option} is {lang!r}, which spaCy does not know ({err})") from None
     vocab = create_vocab(lang, defaults)
-
-    def compiled(items: Any, compile_regex: Any) -> Any:
-        return compile_regex(items) if items else None
-
-    prefix = compiled(defaults.prefixes, util.compile_prefix_regex)
-    suffix = compiled(defaults.suffixes, util.compile_suffix_regex)
-    infix = compiled(defaults.infixes, util.compile_infix_regex)
-    tokenizer = SpacyTokenizer(
-        vocab,
-        rules=defaults.tokenizer_exceptions,
-        prefix_search=prefix.search if prefix else None,
-        suffix_search=suffix.search if suffix else None,
-        infix_finditer=infix.finditer if infix else None,
-        token_match=defaults.token_match,
-        url_match=defaults.url_match,
-    )
+    # spaCy's own rule-based tokenizer factory, given what it reads of a Language: its defaults and vocab
+    tokenizer = create_tokenizer()(SimpleNamespace(Defaults=defaults, vocab=vocab))  # type: ignore[arg-type]
     return Tokenizer(vocab=vocab, tokenizer=tokenizer, sentencizer=Sentencizer())

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from . import elmo_cli
+from . import PIN_OPTION, elmo_cli, one_line_errors
 
 TARGETS = ("native", "bilm-tf")
 
@@ -24,9 +24,7 @@ def convert_cli(
         help="'native' or 'bilm-tf' (default: native, and bilm-tf for a native model)",
     ),
     options: Optional[Path] = typer.Option(None, "--options", help="options.json, if not beside the .hdf5"),
-    sha256: Optional[str] = typer.Option(
-        None, "--sha256", help="refuse the source unless its digest is this one (as `verify` prints it)"
-    ),
+    sha256: Optional[str] = PIN_OPTION,
 ) -> None:
     """Convert a biLM (bilm-tf/AllenNLP, an NLPL archive, ELMoForManyLangs) to the native, pickle-free
     format, or a native one back to the bilm-tf/AllenNLP layout. The source passes every check `verify`
@@ -37,22 +35,15 @@ def convert_cli(
     from ..io.native import save_native
     from ..io.resolve import check_output, load_model
 
-    try:
+    with one_line_errors():
         loaded = load_model(source, options_file=options, sha256=sha256)
         check_output(loaded, output, "OUTPUT", directory=True)
-    except (FileNotFoundError, ValueError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(1) from None
-    target = to or ("native" if loaded.source.kind != "native" else "bilm-tf")
-    origin = loaded.provenance()
-    try:
+        target = to or ("native" if loaded.source.kind != "native" else "bilm-tf")
+        origin = loaded.provenance()
         if target == "native":
             save_native(loaded.bilm, output, converted_from=origin)
         else:
             check_bilm_tf_layout(loaded.bilm)
             output.mkdir(parents=True, exist_ok=True)
             save_bilm_tf(loaded.bilm, output / "options.json", output / "weights.hdf5", output / "vocab.txt", origin)
-    except ValueError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(1) from None
     typer.echo(f"wrote {target} model to {output} (from {origin['file']}, sha256 {origin['sha256']})")

@@ -11,17 +11,10 @@ import typer
 from tqdm import tqdm
 
 from ..bilm.batching import DEFAULT_WINDOW_CONTEXT, DEFAULT_WINDOW_SIZE
-from ..embed import (
-    EmbedSettings,
-    EmbedWarning,
-    embed_file,
-    merge_shards,
-    parse_shard,
-    shard_from_env,
-    shard_path,
-)
+from ..embed import EmbedSettings, EmbedWarning, embed_file, merge_shards
+from ..embed.shards import parse_shard, shard_from_env, shard_path
 from ..mix import REDUCTIONS
-from . import elmo_cli
+from . import PIN_OPTION, elmo_cli, one_line_errors
 
 
 @elmo_cli.command("embed")
@@ -59,9 +52,7 @@ def embed_cli(
         DEFAULT_WINDOW_CONTEXT, "--window-context", help="tokens of context each window reads on each side"
     ),
     chunk_lines: int = typer.Option(256, "--chunk-lines", help="lines per chunk: the work kept if the run is killed"),
-    sha256: Optional[str] = typer.Option(
-        None, "--sha256", help="refuse the model unless its digest is this one (as `spacy elmo verify` prints it)"
-    ),
+    sha256: Optional[str] = PIN_OPTION,
     shard: Optional[str] = typer.Option(
         None,
         "--shard",
@@ -73,7 +64,7 @@ def embed_cli(
     OUTPUT.shardI-of-N.hdf5 each, joined by `embed-merge`. If the run is stopped or killed, run the same
     command again: it does only what is left. The output is bound to the model, the input and the settings
     that change the numbers; a re-run with any of them changed is refused, naming what differs."""
-    try:
+    with one_line_errors():
         settings = EmbedSettings(
             model,
             layers,
@@ -95,19 +86,14 @@ def embed_cli(
         desc = "embedding" if part is None else f"embedding shard {part[0]}/{part[1]}"
         with tqdm(unit=" lines", desc=desc) as bar, warnings_as_lines(bar):
             written = embed_file(input_path, output_path, settings, workers=workers, progress=bar.update, shard=part)
-    except (FileNotFoundError, ValueError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(1) from None
     target = output_path if part is None else shard_path(output_path, part)
     typer.echo(f"embedded {written} lines now; {target} is finished")
 
 
 @contextlib.contextmanager
 def warnings_as_lines(bar: tqdm) -> Iterator[None]:
-    """Show what a run tells its user (`EmbedWarning`) as one line on stderr, not a warning's two lines of
-    source location; other warnings as Python shows them. The progress bar's line is ended first (the bar
-    goes on below): `tqdm.write` would clear the bar with a carriage return, which a log keeps, so that
-    the warning would share the bar's line there."""
+    """Show an `EmbedWarning` as one line on stderr, other warnings as Python does. The bar's line is ended
+    first: `tqdm.write` would clear it with a carriage return, which a log keeps, sharing the bar's line."""
     with warnings.catch_warnings():
         shown = warnings.showwarning
 
@@ -129,11 +115,8 @@ def embed_merge_cli(
 ) -> None:
     """Join the shard files of a sharded `embed` into one file, checking that every line is there once.
     An existing OUTPUT_PATH is never replaced: the same merge run again checks it and says it is finished."""
-    try:
+    with one_line_errors():
         n_lines = merge_shards(shards, output_path)
-    except (FileNotFoundError, ValueError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(1) from None
     if n_lines == 0:  # the output was this merge already (its digest checked), or the input is empty
         typer.echo(f"merged 0 lines now; {output_path} is finished (the merge of these shards, its digest checked)")
     else:

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from . import elmo_cli
+from . import elmo_cli, one_line_errors
 
 
 @elmo_cli.command("evaluate")
@@ -32,11 +32,11 @@ def evaluate_cli(
     """Perplexity (full softmax) of each direction and their average, over whole sentences."""
     from ..bilm.runner import check_threads, parse_device, torch_threads
     from ..io.resolve import check_output, load_model
-    from ..pretrain.corpus import CorpusError, CorpusSettings, prepare_corpus, tokenize_corpus
-    from ..pretrain.perplexity import NoSoftmaxError, stream_perplexity
+    from ..pretrain.corpus import CorpusSettings, prepare_corpus, tokenize_corpus
+    from ..pretrain.perplexity import stream_perplexity
     from ..text import detect_format
 
-    try:
+    with one_line_errors():
         check_threads(threads)  # before the model loads: a bad option is the first thing said
         place = parse_device(device)
         loaded = load_model(model)
@@ -51,9 +51,6 @@ def evaluate_cli(
             else:  # keyed by the text's digest
                 stream = prepare_corpus(text, settings, cache_dir)
             results = stream_perplexity(bilm, stream)
-    except (FileNotFoundError, CorpusError, NoSoftmaxError, ValueError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(1) from None
     line = json.dumps({"model": str(model), "text": str(text), **results}, indent=2)
     typer.echo(line)
     if output is not None:

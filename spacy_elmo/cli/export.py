@@ -5,16 +5,14 @@ from typing import Optional
 
 import typer
 
-from . import elmo_cli
+from . import PIN_OPTION, elmo_cli, one_line_errors
 
 
 @elmo_cli.command("export")
 def export_cli(
     model: str = typer.Argument(..., help="Any model the package loads (native, bilm-tf, NLPL .zip, ELMoForManyLangs)"),
     output: Path = typer.Argument(..., help="The .onnx file to write"),
-    sha256: Optional[str] = typer.Option(
-        None, "--sha256", help="refuse the model unless its digest is this one (as `spacy elmo verify` prints it)"
-    ),
+    sha256: Optional[str] = PIN_OPTION,
 ) -> None:
     r"""Export the biLM as an ONNX graph: character ids (batch, length, width; 0 = no token) in, every layer
     (layers, batch, length, 2 x projection) out, fp32, stateless, any batch size and length (the LSTMs are
@@ -25,12 +23,9 @@ def export_cli(
     except ImportError as err:  # pragma: no cover - the extra is installed wherever tests run
         typer.echo(f"error: export needs the [onnx] extra (pip install 'spacy-elmo[onnx]'): {err}", err=True)
         raise typer.Exit(1) from None
-    try:
+    with one_line_errors():
         loaded = load_model(model, option="MODEL", sha256=sha256)
         check_output(loaded, output, "OUTPUT", directory=False)
-    except (FileNotFoundError, ValueError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(1) from None
     output.parent.mkdir(parents=True, exist_ok=True)
     export_onnx(loaded.bilm, output, source_sha256=loaded.sha256)
     from ..io.digest import file_sha256

@@ -5,7 +5,7 @@ from typing import Optional
 
 import typer
 
-from . import elmo_cli
+from . import elmo_cli, one_line_errors
 
 CONFIGS_DIR = Path(__file__).parent.parent / "configs"
 
@@ -48,11 +48,9 @@ def pretrain_cli(
     from spacy.cli._util import parse_config_overrides
 
     from ..pretrain.build import pretrain
-    from ..pretrain.config import PretrainConfigError, load_config
-    from ..pretrain.corpus import CorpusError
-    from ..pretrain.vocab import VocabError
+    from ..pretrain.config import load_config
 
-    try:
+    with one_line_errors():  # the config, corpus and vocabulary errors are ValueErrors
         overrides = parse_config_overrides(ctx.args)
         path = resolve_config_path(config_path)
         config = load_config(path, overrides)
@@ -65,6 +63,3 @@ def pretrain_cli(
             source=str(path),
             accept_changed_data=accept_changed_data,
         )
-    except (FileNotFoundError, PretrainConfigError, CorpusError, VocabError, ValueError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(1) from None

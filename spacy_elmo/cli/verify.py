@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from . import elmo_cli
+from . import PIN_OPTION, elmo_cli, one_line_errors
 
 if TYPE_CHECKING:
     from ..bilm.bilm import BiLM
@@ -55,9 +55,7 @@ def verify_cli(
         "or .zip, or a shipped name",
     ),
     options: Optional[Path] = typer.Option(None, "--options", help="options.json, if not beside the .hdf5"),
-    sha256: Optional[str] = typer.Option(
-        None, "--sha256", help="refuse the model unless its digest is this one (as `verify` prints it)"
-    ),
+    sha256: Optional[str] = PIN_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of text"),
 ) -> None:
     """Check a model (every array against its options and for damaged values; a native model against its
@@ -66,11 +64,8 @@ def verify_cli(
     from ..io.arrays import MAX_ABS_WEIGHT, bilm_arrays, weight_range  # torch: see cli/__init__
     from ..io.resolve import load_model
 
-    try:
+    with one_line_errors():
         loaded = load_model(model, options, sha256=sha256)
-    except (FileNotFoundError, ValueError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(1) from None
     largest, holder = weight_range(bilm_arrays(loaded.bilm))
     checked = [
         "every array's name and shape against the options",

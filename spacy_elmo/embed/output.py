@@ -1,18 +1,9 @@
 """Embed a text or JSONL file into HDF5, like the old `allennlp elmo` command, but resumable.
 
-The input is UTF-8 unless `--encoding` names another, decoded strictly and checked whole before anything
-is written (`text.check_text`: a byte that does not decode, or a NUL, is refused, naming its line and
-offset). It must be a regular file: the output is bound to its digest and a killed run reads it again.
-Every input line (or JSONL record) is one sentence; its vectors go to the dataset named by its line
-index ("0", "1", ...): all layers (L+1, n_tokens, 2P), the top layer or the average (n_tokens, 2P).
-Lines longer than the window are cut into overlapping windows as the pipe cuts docs, so memory stays
-bounded whatever the line length. The input is streamed in chunks of lines; each finished chunk is kept
-(`store.py`), so a run killed at any point and started again does only what is left, and the output
-appears whole only when it is finished. Worker processes (CPU) each load the model once and embed whole
-chunks. The output is bound to the model and input by content and to every setting that changes the
-numbers: a re-run with anything else is refused, naming what differs.
-
-With a shard (`shards.py`), only that shard's lines are embedded, into the shard's own file.
+Every input line (or JSONL record) is one sentence; its vectors go to the dataset named by its line index.
+The input is checked whole before anything is written, then streamed in chunks of lines, each kept when
+finished (`store.py`), so a killed run started again does only what is left. Long lines are windowed as
+the pipe windows docs, so memory stays bounded. With a shard (`shards.py`), only that shard's lines.
 """
 
 import multiprocessing
@@ -20,7 +11,7 @@ import warnings
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -68,8 +59,13 @@ class EmbedSettings:
     def __post_init__(self) -> None:
         """Refuse a bad setting, naming the option, before any file is read or written."""
         self.encoding = check_encoding(self.encoding, "--encoding")
-        if self.runtime not in RUNTIMES:
-            raise ValueError(f"--runtime must be one of {', '.join(RUNTIMES)}, got {self.runtime!r}")
+        for option, choice, allowed in (
+            ("--runtime", self.runtime, RUNTIMES),
+            ("--layers", self.layers, REDUCTIONS),
+            ("--dtype", self.dtype, STORAGE_DTYPES),
+        ):
+            if choice not in allowed:
+                raise ValueError(f"{option} must be one of {', '.join(allowed)}, got {choice!r}")
         if self.runtime == "onnxruntime":
             if self.device != "cpu" or self.precision != "fp32":
                 raise ValueError(
@@ -87,10 +83,6 @@ class EmbedSettings:
             if kind in ("cpu", "cuda"):  # a precision for another device is refused first, on any machine
                 check_device(self.precision, torch.device(kind))
             parse_device(self.device, "--device")
-        if self.layers not in REDUCTIONS:
-            raise ValueError(f"--layers must be one of {', '.join(REDUCTIONS)}, got {self.layers!r}")
-        if self.dtype not in STORAGE_DTYPES:
-            raise ValueError(f"--dtype must be one of {', '.join(STORAGE_DTYPES)}, got {self.dtype!r}")
         for option, value, least in (
             ("--batch-tokens", self.token_budget, 1),
             ("--threads", self.n_threads, 0),
@@ -98,8 +90,7 @@ class EmbedSettings:
             ("--window-size", self.window_size, 1),
             ("--window-context", self.window_context, 0),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ValueError(f"{option} must be an integer >= {least}, got {value!r}")
+            check_integer(option, value, least)
         try:
             check_window(self.window_size, self.window_context)
         except ValueError as err:
@@ -108,24 +99,18 @@ class EmbedSettings:
 
     def numbers(self) -> dict[str, Any]:
         """The settings that change what is written (a resumed or merged output must agree on them all);
-        the batch size, threads and workers do not (every sentence's vectors are independent of them)."""
-        numbers: dict[str, Any] = {
-            "layers": self.layers,
-            "text_field": self.text_field,
-            "tokenizer": self.tokenizer,
-            "dtype": self.dtype,
-            "precision": self.precision,
-            "device": self.device.split(":")[0],
-            "window_size": self.window_size,
-            "window_context": self.window_context,
-            "chunk_lines": self.chunk_size,
-        }
-        # recorded only when not the default, so that outputs written before still resume
-        if self.runtime != "torch":
-            numbers["runtime"] = self.runtime
-        if self.encoding != UTF8:  # the same bytes read in another encoding are another text
-            numbers["encoding"] = self.encoding
+        the batch size, threads and workers do not."""
+        numbers = asdict(self)
+        for setting in ("model", "sha256", "token_budget", "n_threads"):  # the model: in its own description
+            del numbers[setting]
+        numbers["chunk_lines"] = numbers.pop("chunk_size")
+        numbers["device"] = self.device.split(":")[0]
         return numbers
+
+
+def check_integer(option: str, value: Any, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{option} must be an integer >= {least}, got {value!r}")
 
 
 def read_lines(path: Path, text_field: str = "text", encoding: str = UTF8) -> Iterator[str]:
@@ -159,8 +144,8 @@ def device_for_rank(device: str, environ: Optional[Mapping[str, str]] = None) ->
 
 @dataclass
 class EmbedModel:
-    """The model an output is embedded with: `description` is what the output records of it (path,
-    format, digests); `loaded` the torch model (runtime torch) or `graph` the exported one (onnxruntime)."""
+    """`description`: what the output records of the model; `loaded` the torch model (runtime torch) or
+    `graph` the exported one (onnxruntime)."""
 
     description: dict[str, Any]
     loaded: Any = None  # a `spacy_elmo.io.resolve.LoadedModel`
@@ -168,8 +153,7 @@ class EmbedModel:
 
 
 def load_embed_model(settings: EmbedSettings) -> EmbedModel:
-    """The model, with every check and the pinned digest. With runtime onnxruntime an .onnx MODEL is read
-    as it is (no torch) and its graph checked here; any other model is exported first (`load_graph`)."""
+    """The model, with every check and the pinned digest (runtime onnxruntime: `load_graph`)."""
     if settings.runtime == "onnxruntime":
         found = load_graph(settings.model, settings.sha256, "MODEL", "--sha256")
         if found.exported_from is not None:
@@ -190,9 +174,8 @@ def load_embed_model(settings: EmbedSettings) -> EmbedModel:
 
 
 def _init_worker(settings: EmbedSettings, threads: Optional[int], model: Optional[EmbedModel] = None) -> None:
-    """Load the model for this process (or take the one the caller loaded); `threads` is set only in
-    worker processes (None in-process, so that calling `embed_file` never changes the caller's torch
-    thread count)."""
+    """Load the model for this process (or take the caller's); `threads` is None in-process, so that
+    `embed_file` never changes the caller's torch thread count."""
     _worker_state["tokenize"] = word_splitter(settings.tokenizer)
     _worker_state["settings"] = settings
     if model is None:
@@ -227,39 +210,26 @@ def _embed_chunk(chunk: Sequence[tuple[int, str]]) -> list[tuple[int, numpy.ndar
     return [(index, reduce_layers(a, settings.layers).astype(settings.dtype)) for (index, _), a in zip(chunk, arrays)]
 
 
-class _LineCounter:
-    def __init__(self) -> None:
-        self.n_lines = 0
-        self.names: list[str] = []  # the lines this output holds, in order
+def _in_shard(index: int, shard: Optional[Shard]) -> bool:
+    return shard is None or index % shard[1] == shard[0]
 
 
 def _chunks(
-    lines: Iterator[str], size: int, shard: Optional[Shard], counter: _LineCounter
+    lines: Iterator[str], size: int, shard: Optional[Shard], read: list[int]
 ) -> Iterator[tuple[int, list[tuple[int, str]]]]:
-    """(k, chunk k's (line index, text) pairs), for every chunk of this output's lines."""
+    """(k, chunk k's (line index, text) pairs); `read[0]` counts the input lines read."""
     chunk: list[tuple[int, str]] = []
     k = 0
     for index, text in enumerate(lines):
-        counter.n_lines = index + 1
-        if shard is not None and index % shard[1] != shard[0]:
+        read[0] = index + 1
+        if not _in_shard(index, shard):
             continue
-        counter.names.append(str(index))
         chunk.append((index, text))
         if len(chunk) >= size:
             yield k, chunk
             chunk, k = [], k + 1
     if chunk:
         yield k, chunk
-
-
-def binding(model: EmbedModel, input_path: Path, settings: EmbedSettings, shard: Optional[Shard]) -> dict[str, Any]:
-    """What an output is bound to: the model and the input by content, and the settings that change it."""
-    return {
-        "model": model.description,
-        "input": {"path": str(input_path), "sha256": file_sha256(input_path)},
-        "settings": settings.numbers(),
-        "shard": list(shard) if shard is not None else None,
-    }
 
 
 def embed_file(
@@ -272,8 +242,7 @@ def embed_file(
 ) -> int:
     """Embed every line of `input_path` into `output_path` (with `shard`: that shard's lines into its own
     file, see `shard_path`); returns the number of lines embedded now (0 when the output was finished)."""
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"--workers must be an integer >= 1, got {workers!r}")
+    check_integer("--workers", workers, 1)
     if shard is not None:
         output_path = shard_path(output_path, shard)
     check_paths(input_path, output_path)
@@ -282,14 +251,19 @@ def embed_file(
     check_text(input_path, settings.encoding, option="--encoding")  # all of it, before anything is written
     # the model first (every check, the pinned digest): a model that does not load leaves nothing behind
     model = load_embed_model(settings)
-    bound = binding(model, input_path, settings, shard)
+    bound = {  # what the output is bound to: the model and the input by content, and the settings
+        "model": model.description,
+        "input": {"path": str(input_path), "sha256": file_sha256(input_path)},
+        "settings": settings.numbers(),
+        "shard": list(shard) if shard is not None else None,
+    }
     if finished_output(output_path, bound):
         return 0
     run = PartialRun(output_path, bound)
     run.open()
     done = run.finished_chunks()
-    counter = _LineCounter()
-    lines = _chunks(read_lines(input_path, settings.text_field, settings.encoding), settings.chunk_size, shard, counter)
+    read = [0]
+    lines = _chunks(read_lines(input_path, settings.text_field, settings.encoding), settings.chunk_size, shard, read)
     todo = ((k, chunk) for k, chunk in lines if k not in done)
     written = 0
     results: Iterable[tuple[int, list[tuple[int, numpy.ndarray]]]]
@@ -298,9 +272,8 @@ def embed_file(
         _init_worker(settings, threads=None, model=model)
         results = ((k, _embed_chunk(chunk)) for k, chunk in todo)
     else:
-        # each worker loads its own torch model (forked: torch's threads are handled by the runner). An
-        # exported graph is sent to spawned workers instead: a fork of a process that has run torch's
-        # exporter or ONNX Runtime may inherit a lock some thread held, and hang.
+        # an exported graph goes to spawned workers: a fork of a process that has run torch's exporter or
+        # ONNX Runtime may inherit a lock some thread held, and hang; a torch model is loaded by each fork
         if model.graph is not None:
             context = multiprocessing.get_context("spawn")
             pool = ProcessPoolExecutor(workers, context, initializer=_init_worker, initargs=(settings, 1, model))
@@ -317,19 +290,18 @@ def embed_file(
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
-    n_chunks = -(-len(counter.names) // settings.chunk_size)
-    run.publish(n_chunks, counter.names, counter.n_lines)
-    if counter.n_lines == 0:  # likely the wrong file; the empty output is still what was asked for
+    names = [str(index) for index in range(read[0]) if _in_shard(index, shard)]  # the lines this output holds
+    run.publish(-(-len(names) // settings.chunk_size), names, read[0])
+    if read[0] == 0:  # likely the wrong file; the empty output is still what was asked for
         what = "records" if detect_format(input_path) == "jsonl" else "lines"
         warnings.warn(f"{input_path} has no {what}; wrote an empty {output_path}", EmbedWarning, stacklevel=2)
     return written
 
 
 def check_paths(input_path: Path, output_path: Path) -> None:
-    """Refuse, before anything is read or written, an input that is not a regular file and an output that
-    is a directory or the input itself (`store.check_output_path`). A pipe is refused: the output is
-    bound to the input's digest and a killed run resumes by reading the input again, and a pipe can be
-    read only once (the digest would take it all, leaving nothing to embed)."""
+    """Refuse, before anything is read or written, an input that is not a regular file (a pipe can be read
+    only once, and a killed run resumes by reading the input again) and an output that is a directory or
+    the input itself."""
     if not input_path.exists():
         raise FileNotFoundError(f"input file not found: {input_path}")
     if input_path.is_dir():
@@ -343,8 +315,7 @@ def check_paths(input_path: Path, output_path: Path) -> None:
 
 
 def _check_rank_device(device: str) -> None:
-    """Under a launcher, "cuda" is this process's GPU (`device_for_rank`): one this machine must have too
-    (the settings checked `device` itself)."""
+    """Under a launcher, "cuda" is this process's GPU (`device_for_rank`), which this machine must have."""
     from ..bilm.runner import parse_device
 
     mine = device_for_rank(device)
@@ -358,8 +329,7 @@ def _check_rank_device(device: str) -> None:
 def _pooled(
     pool: ProcessPoolExecutor, todo: Iterator[tuple[int, list[tuple[int, str]]]], in_flight: int
 ) -> Iterator[tuple[int, list[tuple[int, numpy.ndarray]]]]:
-    """Chunks embedded by the pool, in order, with at most `in_flight` submitted and not yet written
-    (`pool.map` would read the whole input ahead)."""
+    """Chunks embedded by the pool, in order, at most `in_flight` ahead (`pool.map` would read it all)."""
     pending: deque = deque()
     for k, chunk in todo:
         pending.append((k, pool.submit(_embed_chunk, chunk)))

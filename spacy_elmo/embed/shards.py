@@ -1,10 +1,6 @@
-"""Sharded `embed`: a corpus too large for one machine (or one process) cut into shards.
-
-Shard i of n takes the lines whose index is i modulo n (deterministic, balanced, and known while
-streaming) and writes its own file (`out.shard{i}-of-{n}.hdf5`, resumable like any output, published
-only when finished). `merge_shards` joins the shards into the very file one run would have written,
-after checking that they are bound to the same model, input and settings, undamaged, and that every line
-is there exactly once.
+"""Sharded `embed`: shard i of n takes the lines whose index is i modulo n (deterministic, balanced, known
+while streaming) into its own resumable file; `merge_shards` joins the shards into the very file one run
+would have written.
 """
 
 import contextlib
@@ -61,15 +57,10 @@ def shard_path(output_path: Path, shard: Shard) -> Path:
 
 
 def merge_shards(shard_files: Sequence[Path], output_path: Path) -> int:
-    """Join finished shard files into one file with the layout of a single run (dataset "i" = line i,
-    written in line order, so the result is the file one run would have written); returns the number of
-    lines written now. Every shard 0..n-1 must be there once, finished, bound to the same model, input and
-    settings, undamaged (its recorded content digest is checked as it is copied), and every input line
-    must be there exactly once; a ShardError names what is not, and then nothing is written.
-
-    The output is never one of the shards nor a directory, and an existing file is never replaced: the
-    same merge run again (as `embed` run again on a finished output) finds its output finished, checks its
-    digest and returns 0; any other file there (another run's output, anyone's file) is refused."""
+    """Join finished shard files into the file one run would have written; returns the number of lines
+    written now (0 when the output is this merge, finished and undamaged). Every shard must be there once,
+    finished, bound to the same model, input and settings, undamaged, and every line there exactly once;
+    a ShardError names what is not, and then nothing is written. An existing file is never replaced."""
     import h5py
 
     if not shard_files:

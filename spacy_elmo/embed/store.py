@@ -1,20 +1,10 @@
 """Where an `embed` run keeps its work, so that a process killed at any instant loses nothing.
 
-An output file (a shard's too) only ever appears whole. While a run is under way its work lives beside
-it, in `<output>.partial/`: `binding.json` first (what the output is bound to: the model and the input by
-content, and every setting that changes the numbers), then one `chunk-<k>.hdf5` per finished chunk, each
-published by an atomic rename with the digest of its datasets inside. A re-run compares the binding and
-refuses, naming what differs; otherwise it checks the finished chunks' digests, embeds again (saying so)
-any chunk that is damaged, and embeds the rest. Once every chunk is there, the output is assembled from
-them in line order into a temporary file (each chunk's digest checked again as it is copied) and renamed
-into place, then the partial directory is removed: killed before the rename, the re-run assembles again;
-after it, the re-run finds the finished output and only tidies up. The assembly is deterministic, so an
-interrupted and resumed run gives the same bytes as an uninterrupted one.
-
-A finished file records its binding and `content_sha256`, a digest of every dataset (name, dtype, shape
-and bytes, in line order): a re-run of a finished output and a merge of shards refuse a file damaged
-after it was written. A damaged chunk is embedded again rather than refused: it is this run's own work,
-its lines are at hand, and the result is the same bytes.
+A run's work lives in `<output>.partial/`: `binding.json` (model and input by content, and the settings
+that change the numbers), then one `chunk-<k>.hdf5` per finished chunk, published atomically with its
+datasets' digest. A re-run refuses another binding and embeds again a damaged chunk (saying so). The output
+is assembled from the chunks in line order and renamed into place, so it only appears whole, with the
+bytes of an uninterrupted run; it records its binding and `content_sha256`, checked by a re-run and a merge.
 """
 
 import contextlib
@@ -30,7 +20,8 @@ from typing import Any, Optional
 import numpy
 
 from ..dicts import changed_keys, flatten
-from ..io.atomic import TEMPORARY_SUFFIX, atomic_directory, atomic_path, remove_stale_temporaries, same_file
+from ..io.atomic import atomic_directory, atomic_path, remove_stale_temporaries, same_file
+from ..io.resolve import HDF5_SIGNATURE
 
 FORMAT = "spacy-elmo.embed.v2"
 BINDING_FILE = "binding.json"
@@ -78,13 +69,9 @@ def dataset_digest(items: Iterable[tuple[str, numpy.ndarray]]) -> str:
     return digest.hexdigest()
 
 
-def line_names(names: Iterable[str]) -> list[str]:
-    return sorted(names, key=int)
-
-
 def file_datasets(handle: Any) -> Iterator[tuple[str, numpy.ndarray]]:
     """The datasets of an open output, shard or chunk file in line order (the order they were written)."""
-    for name in line_names(handle.keys()):
+    for name in sorted(handle.keys(), key=int):
         yield name, handle[name][...]
 
 
@@ -99,11 +86,8 @@ def check_digest(
         )
 
 
-def write_finished(
-    path: Path, binding: dict[str, Any], datasets: Iterable[tuple[str, numpy.ndarray]], n_input_lines: int
-) -> str:
-    """Publish a finished output atomically: the datasets in the order given, the binding, the number of
-    input lines and the content digest (returned)."""
+def write_datasets(path: Path, datasets: Iterable[tuple[str, numpy.ndarray]], **attrs: Any) -> None:
+    """Publish an HDF5 file atomically: the datasets in the order given, `attrs`, and their digest."""
     import h5py
 
     digest = hashlib.sha256()
@@ -111,12 +95,18 @@ def write_finished(
         for name, array in datasets:
             handle.create_dataset(name, data=array)
             add_dataset(digest, name, array)
-        handle.attrs["format"] = FORMAT
-        handle.attrs["binding"] = json.dumps(binding, sort_keys=True)
-        handle.attrs["n_input_lines"] = n_input_lines
+        for key, value in attrs.items():
+            handle.attrs[key] = value
         handle.attrs["content_sha256"] = digest.hexdigest()
         handle.attrs["complete"] = True
-    return digest.hexdigest()
+
+
+def write_finished(
+    path: Path, binding: dict[str, Any], datasets: Iterable[tuple[str, numpy.ndarray]], n_input_lines: int
+) -> None:
+    """Publish a finished output atomically, with its binding and content digest."""
+    binding_text = json.dumps(binding, sort_keys=True)
+    write_datasets(path, datasets, format=FORMAT, binding=binding_text, n_input_lines=n_input_lines)
 
 
 # what a file given as an output or a shard must be, and what to do when it is not
@@ -124,13 +114,11 @@ _ROLES = {
     "output": ("OUTPUT exists and is not an embed output", "give another output name"),
     "shard": ("not an embed shard", "give the files that `embed --shard` wrote"),
 }
-_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 
 def read_binding(path: Path, what: str = "output") -> dict[str, Any]:
-    """The binding of a finished output (`what`: "output" or "shard"), or an OutputError saying why the
-    file is not one. Only a file that is HDF5 is advised to be deleted: anything else is no output at
-    all, but someone's file given by mistake."""
+    """The binding of a finished output or shard (`what`), or an OutputError saying why the file is not
+    one; only an HDF5 file is advised to be deleted (anything else is someone's file given by mistake)."""
     import h5py
 
     is_not, remedy = _ROLES[what]
@@ -145,10 +133,7 @@ def read_binding(path: Path, what: str = "output") -> dict[str, Any]:
         ) from None
     with handle:
         if handle.attrs.get("format") != FORMAT or "binding" not in handle.attrs:
-            raise OutputError(
-                f"{path}: {is_not} of this version (no {FORMAT!r} binding); {remedy} (or delete it, if it is an "
-                "embed output of an earlier version)"
-            )
+            raise OutputError(f"{path}: {is_not} of this version (no {FORMAT!r} binding); {remedy}")
         try:
             return json.loads(handle.attrs["binding"])
         except (TypeError, ValueError):
@@ -159,15 +144,14 @@ def _starts_as_hdf5(path: Path) -> bool:
     """Whether `path` begins with the HDF5 signature (at the start: h5py writes no user block)."""
     try:
         with open(path, "rb") as raw:
-            return raw.read(len(_HDF5_SIGNATURE)) == _HDF5_SIGNATURE
+            return raw.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE
     except OSError:
         return False
 
 
 def check_output_path(output: Path, inputs: Iterable[Path], what: str) -> None:
     """Refuse, before anything is read or written, an output that is a directory or one of the files the
-    run reads (`what` names them): a finished-output check would otherwise talk about the user's own file
-    as if it were a damaged output, and a write would replace it."""
+    run reads (`what` names them), which a write would replace."""
     if output.is_dir():
         raise ValueError(f"{output}: OUTPUT is a directory; give the name of an HDF5 file to write")
     if output.exists() and not output.is_file():  # a FIFO would be opened to read its binding, and wait
@@ -192,10 +176,7 @@ class PartialRun:
             with atomic_directory(self.directory) as tmp:
                 (tmp / BINDING_FILE).write_text(json.dumps(self.binding, indent=2, sort_keys=True), encoding="utf-8")
             return
-        for child in self.directory.iterdir():  # chunks a killed run was writing
-            match = TEMPORARY_SUFFIX.search(child.name)
-            if match:
-                remove_stale_temporaries(child.with_name(child.name[: match.start()]))
+        remove_stale_temporaries(self.directory, pattern="*")  # chunks a killed run was writing
         binding_path = self.directory / BINDING_FILE
         try:
             recorded = json.loads(binding_path.read_text(encoding="utf-8"))
@@ -211,9 +192,8 @@ class PartialRun:
             )
 
     def finished_chunks(self) -> set[int]:
-        """The chunks already written whose datasets still have the digest written with them; any other
-        chunk file (unreadable, damaged on disk, or written without a digest) is removed, with a warning,
-        and embedded again."""
+        """The chunks already written whose datasets still have their digest; any other chunk file is
+        removed, with a warning, and embedded again."""
         import h5py
 
         done = set()
@@ -229,10 +209,8 @@ class PartialRun:
                 recorded = actual = None
             if actual is None:
                 why = "unreadable"
-            elif recorded is None:
-                why = "written without a digest (by an earlier version)"
             elif actual != recorded:
-                why = f"damaged (its datasets have SHA-256 {actual}, written with {recorded})"
+                why = f"damaged (its datasets have SHA-256 {actual}, written with {recorded or 'no digest'})"
             else:
                 done.add(int(match.group(1)))
                 continue
@@ -242,19 +220,10 @@ class PartialRun:
 
     def write_chunk(self, k: int, items: list[tuple[int, numpy.ndarray]]) -> None:
         """Publish chunk k with the digest of its datasets, written in the same atomic write."""
-        import h5py
-
-        digest = hashlib.sha256()
-        with atomic_path(chunk_file(self.directory, k)) as tmp, h5py.File(tmp, "w") as handle:
-            for index, array in items:
-                handle.create_dataset(str(index), data=array)
-                add_dataset(digest, str(index), array)
-            handle.attrs["content_sha256"] = digest.hexdigest()
-            handle.attrs["complete"] = True
+        write_datasets(chunk_file(self.directory, k), ((str(index), array) for index, array in items))
 
     def _datasets(self, n_chunks: int, expected: list[str]) -> Iterator[tuple[str, numpy.ndarray]]:
-        """Every chunk's datasets in line order, each chunk's digest checked once it is read (a chunk
-        damaged since the run started is refused, and the output is not published)."""
+        """Every chunk's datasets in line order, each chunk's digest checked once it is read."""
         import h5py
 
         position = 0
@@ -287,9 +256,8 @@ class PartialRun:
 
 
 def finished_output(output: Path, binding: dict[str, Any]) -> Optional[bool]:
-    """None when `output` does not exist; True when it is a finished output bound to `binding` whose
-    datasets still have their recorded digest (and any partial directory left by a kill after publishing
-    is removed); otherwise an OutputError naming what differs."""
+    """None when `output` does not exist; True when it is a finished, undamaged output bound to `binding`
+    (a partial directory left by a kill after publishing is removed); otherwise an OutputError."""
     import h5py
 
     if not output.exists():

@@ -100,7 +100,7 @@ def test_other_encodings_are_read_with_encoding_and_bound_to_the_output(tmp_path
     utf8 = tmp_path / "utf8.txt"
     utf8.write_text(TEXT, encoding="utf-8")
     expected, settings = read_all_of(utf8, tmp_path / "utf8.hdf5")
-    assert "encoding" not in settings  # the default is not recorded: outputs written before still resume
+    assert settings["encoding"] == "utf-8"
     for name, data, encoding in (
         ("bom.txt", codecs.BOM_UTF8 + TEXT.encode("utf-8"), "utf-8"),  # a UTF-8 byte-order mark is skipped
         ("latin.txt", TEXT.encode("latin-1"), "latin-1"),
@@ -119,7 +119,7 @@ def test_other_encodings_are_read_with_encoding_and_bound_to_the_output(tmp_path
         got, settings = read_all(out)
         assert got.keys() == expected.keys() and all(numpy.array_equal(got[k], expected[k]) for k in expected), name
         canonical = codecs.lookup(encoding).name
-        assert settings.get("encoding", "utf-8") == canonical, name
+        assert settings["encoding"] == canonical, name
     # the same bytes read in another encoding are another text: a resumed run must not mix them
     result = embed_cli(tmp_path / "latin.txt", tmp_path / "latin.txt.hdf5", "--encoding", "cp1252")
     refused(result, "settings.encoding: 'iso8859-1' then, 'cp1252' now")

@@ -12,7 +12,8 @@ import pytest
 
 from fixture_paths import ELMO_FIXTURE
 from kills import at_call, at_nth_dataset, run_killed, sha256_of
-from spacy_elmo.embed import EmbedSettings, ShardError, embed_file, merge_shards, output, shard_path
+from spacy_elmo.embed import EmbedSettings, ShardError, embed_file, merge_shards, output
+from spacy_elmo.embed.shards import shard_path
 from spacy_elmo.embed.store import PartialRun, partial_dir
 
 LINES = [f"line {i} of the corpus , with {'more ' * (i % 4)}words ." for i in range(11)] + ["", "last"]
@@ -191,7 +192,8 @@ def _datasets(handle):
 
 
 def test_shard_spec_errors():
-    from spacy_elmo.embed import device_for_rank, parse_shard, shard_from_env
+    from spacy_elmo.embed.output import device_for_rank
+    from spacy_elmo.embed.shards import parse_shard, shard_from_env
 
     assert parse_shard("2/4") == (2, 4)
     with pytest.raises(ValueError, match="--shard must be I/N"):

@@ -79,12 +79,12 @@ def test_the_cli_says_on_stderr_which_chunk_it_embeds_again(corpus, whole, tmp_p
 
 
 def test_a_chunk_without_a_digest_is_embedded_again(corpus, whole, tmp_path):
-    """A chunk that cannot be checked (written before chunks carried digests) is not trusted."""
+    """A chunk that cannot be checked (its digest removed) is not trusted."""
     out = tmp_path / "out.hdf5"
     stopped_after(corpus, out, 2)
     with h5py.File(chunk_file(partial_dir(out), 0), "r+") as handle:
-        handle.attrs.pop("content_sha256", None)  # as chunks were written before they carried one
-    with pytest.warns(EmbedWarning, match=r"chunk-000000000\.hdf5: written without a digest"):
+        handle.attrs.pop("content_sha256", None)
+    with pytest.warns(EmbedWarning, match=r"chunk-000000000\.hdf5: damaged \(.*written with no digest\)"):
         assert embed_file(corpus, out, SETTINGS) == len(LINES) - 2
     assert sha256_of(out) == sha256_of(whole)
 
