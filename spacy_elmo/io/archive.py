@@ -1,18 +1,12 @@
-"""The zip container: a model inside a `.zip` archive, read in place (the NLPL word-embedding repository's
-layout). Which format the model is in, and how it is read, is the format readers' concern (`files.py`).
+"""The zip container: a model inside a `.zip` archive (the NLPL repository's layout: a bilm-tf model, or a
+few ELMoForManyLangs ones, with a `meta.json`), read in place, never unpacked on disk. The model may be at
+the archive's root or in a folder, and must be the only one in the archive; which format it is in is the
+format readers' concern (`files.py`).
 
-The NLPL repository ships its ELMo models as zip archives holding a bilm-tf model (`model.hdf5`,
-`options.json`, usually `vocab.txt`) and a `meta.json` describing the corpus; a few hold an
-ELMoForManyLangs model instead. The members are read from the archive into memory (nothing is unpacked on
-disk); the model may be at the archive's root or in a folder, and must be the only one in the archive. A
-member's digest is that of its bytes, so a model gets the same digests from its archive as from the
-unzipped directory (`resolve.py`).
-
-Nothing is inflated without a bound: each member has a `Limit`, what its role can need (a JSON file, a
-vocabulary, the weights the options describe), checked against the size the archive declares before
-inflating and against the bytes actually inflated while streaming. An encrypted member, or one compressed
-with a method Python's zipfile cannot inflate, is refused naming it, and so is an archive holding two members
-of one name (zipfile would read the last one silently).
+Nothing is inflated without a bound: each member has a `Limit`, what its role can need, checked against
+the size the archive declares and against the bytes actually inflated. An encrypted member, one compressed
+with a method zipfile cannot inflate, or a name held twice (zipfile would read the last one silently) is
+refused, naming it.
 """
 
 import hashlib
@@ -55,13 +49,10 @@ class Limit:
     what: str
 
 
-# options.json, meta.json, config.json and an architecture JSON are a few hundred bytes to a few kB.
+# Each well above what the largest public models need: JSON files of a few kB, vocab.txt of the 1B Word
+# Benchmark (6.6 MB), the 374 MB HDF5 file of the original ELMo (in float64 too).
 JSON_LIMIT = Limit(1 * _MiB, "a JSON file (options, config, meta)")
-# The largest public vocabularies (1B Word Benchmark's vocab.txt: 793k words, 6.6 MB; ELMoForManyLangs'
-# word.dic: at most 150k words by default) are well under this.
 VOCABULARY_LIMIT = Limit(64 * _MiB, "a vocabulary (vocab.txt, char.dic, word.dic)")
-# The largest public ELMo (the original and the 5.5B models: 93.6M float32 weights, a 374 MB HDF5 file)
-# fits this nearly three times over, and in float64 too; no weight file above it is an ELMo's.
 WEIGHTS_LIMIT = Limit(1 << 30, "any ELMo weight file (the largest public one is 374 MB)")
 WEIGHTS_SLACK = 16 * _MiB  # a container's own structure (HDF5 headers and B-trees, pickle framing)
 

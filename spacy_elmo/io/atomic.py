@@ -1,10 +1,8 @@
 """Writing files so that a reader, or a re-run after a crash, never sees half of one.
 
-Every file the package writes that outlives the process (models, checkpoints, corpus caches, embed
-outputs) goes through here: the data goes to a temporary sibling named `<name>.tmp<pid>` (the pid
-tells a stale temporary of a dead process from a live writer's), is flushed and fsynced, then renamed
-over the target, and the directory is fsynced so that the rename itself survives a power cut. On an
-error the temporary is removed and the target is left as it was.
+Every file the package keeps goes to a temporary sibling `<name>.tmp<pid>` (the pid tells a dead writer's
+leftover from a live one's), is fsynced, renamed over the target, and the directory fsynced so that the
+rename survives a power cut. On an error the target is left as it was.
 """
 
 import contextlib

@@ -1,14 +1,10 @@
 """SHA-256 digests of files, the one digest of a model, and the digest a user pins a model to.
 
 bilm-tf's HDF5 format and ELMoForManyLangs' pickles carry no checksum, so a digest is the only way to tell
-a damaged or replaced model from the one a user validated; the native format records its own
-(`native.py`). A model is made of several files (options, weights, vocabularies), and a pin must cover all
-of them: an options.json edited under a pin of the weights alone (relu to tanh, a clip changed) gives other
-vectors. So each model has ONE digest, `model_digest` (`resolve.py` says which files make each format),
-which `spacy elmo verify` prints and every pin is checked against (`check_pin`); a pin that names one of
-the model's files alone (what a pin was before: the .hdf5 file's SHA-256) is refused, naming the digest to
-pin instead.
-Files are read in blocks, so a multi-gigabyte corpus or weight file is hashed in constant memory.
+a damaged or replaced model from the one a user validated. A pin must cover every file of a model (an
+options.json edited under a pin of the weights alone gives other vectors), so each model has ONE digest,
+`model_digest`, which `spacy elmo verify` prints and every pin is checked against (`check_pin`). Files are
+read in blocks, so a multi-gigabyte file is hashed in constant memory.
 """
 
 import hashlib
@@ -71,11 +67,9 @@ def parse_pin(pin: Optional[str], option: str) -> Optional[str]:
 
 
 def check_pin(actual: str, pin: Optional[str], what: str, option: str, files: Sequence[ModelFile] = ()) -> None:
-    """Refuse a model whose digest `actual` is not the pinned one, naming both. Every pin goes through
-    here. A pin equal to the digest of one of the model's `files` alone (a pin of the weight file, as
-    pins were before the model digest) is refused too: it does not cover the model's other files, and
-    accepting it would keep loading whatever options sit beside the weights; the error names the digest
-    to pin instead."""
+    """Refuse a model whose digest `actual` is not the pinned one, naming both. A pin of one of the model's
+    `files` alone (the weight file's `sha256sum`) is refused too, naming the digest to pin instead: it would
+    not cover the options beside the weights."""
     expected = parse_pin(pin, option)
     if expected is None or actual == expected:
         return

@@ -1,23 +1,15 @@
 """ELMoForManyLangs (HIT-SCIR) models, read into a native biLM from a directory or a zip archive's folder.
 
-A model directory holds `config.json` (the training run's arguments; its `config_path` names the
-architecture JSON, often a path on the authors' machine or a file of the ELMoForManyLangs package),
-`char.dic` and `word.dic` (`entry<TAB>id` lines), and `token_embedder.pkl` / `encoder.pkl` (PyTorch
-`state_dict`s, usually in PyTorch 0.4's legacy container). The state dicts are read with
-`torch.load(weights_only=True)`: tensors and plain containers only, so a file carrying any other pickled
-object is refused and nothing in it runs.
-
-What differs from bilm-tf, and how it is kept exact (as data: options and a `Lexicon`, not other code):
-- characters are code points looked up in `char.dic` (a token cut to max_characters_per_token - 2),
-  framed by the `<eow>` entry in front and the `<bow>` entry behind (ELMoForManyLangs uses the two
-  swapped; kept as it is), padded with `<pad>`, unknown ones `<oov>`;
+A model holds `config.json` (its `config_path` names the architecture JSON), `char.dic` and `word.dic`
+(`entry<TAB>id` lines), and `token_embedder.pkl` / `encoder.pkl`: PyTorch state dicts, read with
+`torch.load(weights_only=True)`, so nothing in them runs. What differs from bilm-tf is kept as data (options
+and a `Lexicon`), and each weight is a transpose, a slice or a permutation of the file's (`_name_table`):
+- characters are looked up in `char.dic`, framed by the `<eow>` entry in front and `<bow>` behind
+  (ELMoForManyLangs swaps the two; kept), padded with `<pad>`, unknown ones `<oov>`;
 - a word embedding (`word.dic`) joins the highway's output in front, before the projection;
-- the highway gate scales the input (AllenNLP's parametrisation: first half of each highway matrix is the
-  transform, second half the gate), stored as the transform and carry matrices, transposed;
+- the highway gate scales the input (AllenNLP's parametrisation: each matrix the transform, then the gate);
 - the LSTM is AllenNLP's `LstmCellWithProjection`: gates i, f, g, o (stored permuted to bilm-tf's i, g, f,
-  o), the bias on the state product only, no forget bias added at run time (option `forget_bias` 0).
-Each step is a transpose, a slice or a permutation (`_name_table`: one row per reference array, naming the
-ELMoForManyLangs tensors it is made of, their shapes and the step), so every weight is read exactly.
+  o), the bias on the state product only, no forget bias added at run time.
 """
 
 import io
@@ -62,6 +54,10 @@ PACKAGED_ARCHITECTURES = {"cnn_50_100_512_4096_sample.json": _SAMPLE, "cnn_0_100
 
 CHARACTER_ROLES = {"begin_of_word": "<eow>", "end_of_word": "<bow>", "padding": "<pad>", "unknown": "<oov>"}
 WORD_ROLES = {"padding": "<pad>", "unknown": "<oov>"}
+REQUIRED = {
+    "token_embedder": ("activation", "filters", "n_highway", "word_dim", "char_dim", "max_characters_per_token"),
+    "encoder": ("projection_dim", "dim", "n_layers"),
+}
 GATES_TO_BILM_TF = (0, 2, 1, 3)  # AllenNLP's i, f, g, o -> bilm-tf's i, j(g), f, o (its own inverse)
 
 
@@ -140,19 +136,7 @@ def _sections(architecture: dict[str, Any], source: str) -> tuple[dict[str, Any]
         raise EfmlError(f"{source}: token_embedder.name is {embedder.get('name')!r}; only 'cnn' is supported")
     if str(encoder.get("name", "")).lower() != "elmo":
         raise EfmlError(f"{source}: encoder.name is {encoder.get('name')!r}; only 'elmo' is supported")
-    missing = [
-        f"{section}.{key}"
-        for section, values, keys in (
-            (
-                "token_embedder",
-                embedder,
-                ("activation", "filters", "n_highway", "word_dim", "char_dim", "max_characters_per_token"),
-            ),
-            ("encoder", encoder, ("projection_dim", "dim", "n_layers")),
-        )
-        for key in keys
-        if key not in values
-    ]
+    missing = [f"{part}.{key}" for part, keys in REQUIRED.items() for key in keys if key not in architecture[part]]
     if missing:
         raise EfmlError(f"{source}: missing {', '.join(missing)}")
     return embedder, encoder

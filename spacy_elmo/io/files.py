@@ -1,9 +1,8 @@
 """A model's files by name, wherever they are: a directory, or a folder inside a zip archive.
 
-The format readers (`hdf5.py`, `native.py`, `efml.py`) read through `ModelFiles` and never ask where a
-file is, so every format loads from every container, and errors name a file as its container does (a
-path, or `archive.zip/member`). Every read is hashed from the very bytes read (`digests`), so a model's
-digest covers exactly what loading it read.
+The format readers read through `ModelFiles` and never ask where a file is, so every format loads from
+every container; every read is hashed from the very bytes read (`digests`), so a model's digest covers
+exactly what loading it read.
 """
 
 import hashlib
@@ -57,10 +56,7 @@ class ModelFiles:
         if self.prefix is not None:
             data = read_member(self.root, self.prefix + name, limit)
         else:
-            target = self.root / name
-            if not target.is_file():
-                raise FileNotFoundError(f"{target}: missing")
-            data = target.read_bytes()
+            data = self._file(name).read_bytes()
         self.digests[name] = hashlib.sha256(data).hexdigest()
         return data
 
@@ -68,7 +64,9 @@ class ModelFiles:
         """A file's SHA-256, streamed (a weight file is never held whole to hash it)."""
         if self.prefix is not None:
             return member_sha256(self.root, self.prefix + name, limit)
-        target = self.root / name
-        if not target.is_file():
-            raise FileNotFoundError(f"{target}: missing")
-        return file_sha256(target)
+        return file_sha256(self._file(name))
+
+    def _file(self, name: str) -> Path:
+        if not (self.root / name).is_file():
+            raise FileNotFoundError(f"{self.root / name}: missing")
+        return self.root / name

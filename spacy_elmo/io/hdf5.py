@@ -1,16 +1,9 @@
 """The bilm-tf/AllenNLP file format: `options.json` + one HDF5 file (+ `vocab.txt`), read and written.
 
-The arrays and their layout rules are `arrays.py`'s; this module only moves them between HDF5
-datasets and that mapping, checking each dataset as it reads it. h5py is imported when a file is
-actually read or written, so `import spacy_elmo` does not need it.
-
-What loading checks: options.json against the options schema; every dataset in the file is one the
-options describe and every one they describe is there, each with the shape they imply; each is floating
-point (read as float32), finite and within `arrays.MAX_ABS_WEIGHT`; the vocabulary has one word per
-softmax row. What it cannot check: the format records no checksum (HDF5 has one only for chunked datasets
-written with its Fletcher-32 filter, which bilm-tf and AllenNLP do not use), so a weight changed within
-range (the lowest exponent bit flipped: the weight doubled or halved) loads. Only a pinned model digest
-(`digest.py`, printed by `spacy elmo verify`) tells such a file from the one a user validated.
+The arrays and their layout are `arrays.py`'s; this module moves them between HDF5 datasets and that
+mapping, checking each dataset as it reads it (h5py is imported only then, so `import spacy_elmo` does not
+need it). The format records no checksum, so a weight changed within range loads: only a pinned model
+digest (`digest.py`) tells such a file from the one a user validated.
 """
 
 import io

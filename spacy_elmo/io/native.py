@@ -1,14 +1,11 @@
 """The native model format: options + weights + vocabulary in one msgpack blob, never pickle.
 
-Arrays are written as (dtype, shape, raw bytes) and read back with `numpy.frombuffer` under a short
-list of allowed dtypes, so loading a file cannot execute code. Weight names and orientations are
-those of the bilm-tf layout (`arrays.py`), so the two formats hold the very same arrays.
-A SHA-256 digest of the options, the vocabulary and every stored array is written with them and
-checked on load, so a flipped bit is an error naming the file instead of silently different vectors;
-a file without a valid digest field is refused.
-A model converted from another format records where it came from (`converted_from`: the source's format,
-file name and SHA-256), inside what the digest covers; files without that record keep the digest they had.
-A native model on disk is a directory: `options.json` (readable) and `model.msgpack`.
+Arrays are stored as (dtype, shape, raw bytes) and read back with `numpy.frombuffer` under a short list of
+allowed dtypes, so loading a file cannot execute code; names and orientations are the bilm-tf layout's
+(`arrays.py`). A SHA-256 digest of everything stored (the options, the vocabularies, every array and, for a
+converted model, `converted_from`: its source's format, file name and SHA-256) is written with them and
+checked on load, so a flipped bit is an error naming the file instead of silently different vectors.
+On disk a native model is a directory: `model.msgpack` and `options.json` (a readable copy).
 """
 
 import hashlib

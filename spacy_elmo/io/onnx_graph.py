@@ -1,22 +1,11 @@
-"""What an exported graph says about itself, so that the `.onnx` file alone is a servable model.
-
-`spacy elmo export` writes the biLM's options and (for ELMoForManyLangs models) its lexicon into the
-graph's metadata: how words become the ids the graph reads, and the dims of what it returns. A runtime
-needs nothing else, and no torch, to serve it. Plain strings (JSON) under `spacy_elmo.*` keys, read back
-through ONNX Runtime's model metadata (no `onnx` package needed to serve).
-
-The graph also records the SHA-256 of its own bytes (every initializer, node, input, output and metadata
-entry; all but the record holding the digest, `graph_sha256`), so that a flipped byte in a weight is
-refused at load rather than served: ONNX Runtime checks nothing of the kind. The top-level fields of the
-ModelProto are walked in protobuf's wire format (a tag, then a varint, a fixed width or a length), which
-needs no `onnx` package and copies nothing.
-
-The format entry says whether the digest must be there: graphs written since it was recorded are in
-format 2 (`FORMAT`), which requires it, so a deleted digest entry is refused, never a reason to skip the
-check; format 1 (`FORMAT_V1`, exported before) may lack one and loads with a warning. A graph without the
-format entry is refused (every spacy-elmo graph has carried one). None of this is security: anyone can
-write metadata (a format and a digest to match their edits); what it buys is that damage or a careless
-edit is never served silently. A pinned sha256 is what ties a graph to one the user trusts.
+"""What an exported graph says about itself, so that the `.onnx` file alone is a servable model. `spacy elmo
+export` writes the biLM's options and (for ELMoForManyLangs models) its lexicon into the graph's metadata, as
+JSON strings under `spacy_elmo.*` keys read back through ONNX Runtime: serving needs no torch and no `onnx`
+package. The graph also records the SHA-256 of its own bytes (all but that record, `graph_sha256`), so that a
+damaged weight is refused at load rather than served: ONNX Runtime checks nothing of the kind. The format
+(`FORMAT`) requires that record, so deleting it is no way around the check. The ModelProto's top-level fields
+are walked in protobuf's wire format, which copies nothing. None of this is security (anyone can write
+matching metadata); a pinned sha256 is what ties a graph to one the user trusts.
 """
 
 import hashlib
@@ -30,8 +19,6 @@ from ..bilm.options import FILE_KEYS, BiLMOptions
 from ..errors import ModelFileError
 
 FORMAT = "spacy-elmo.onnx.v2"  # what export writes: records GRAPH_SHA256_KEY, which loading then requires
-FORMAT_V1 = "spacy-elmo.onnx.v1"  # exported before graphs recorded their digest: one may be missing
-FORMATS = (FORMAT_V1, FORMAT)
 FORMAT_KEY = "spacy_elmo.format"
 OPTIONS_KEY = "spacy_elmo.options"
 LEXICON_KEY = "spacy_elmo.lexicon"
@@ -59,7 +46,7 @@ class OnnxModelError(ModelFileError):
 class GraphMetadata:
     """options: the biLM's (dims, ids); lexicon: its vocabularies (None: bilm-tf byte ids);
     source_sha256: the digest of the model it was exported from, as `spacy elmo verify` prints it;
-    format: the graph's (`FORMATS`); `to_strings` writes `FORMAT`, the one export writes."""
+    format: the graph's (`FORMAT`, the one export writes)."""
 
     options: BiLMOptions
     lexicon: Optional[Lexicon]
@@ -83,7 +70,7 @@ class GraphMetadata:
     @classmethod
     def from_strings(cls, strings: dict[str, str], source: str) -> "GraphMetadata":
         found = strings.get(FORMAT_KEY)
-        if found not in FORMATS:
+        if found != FORMAT:
             what = "records no spacy-elmo metadata" if found is None else f"is in format {found!r}"
             raise OnnxModelError(
                 f"{source}: the ONNX graph {what}, expected {FORMAT!r}: serve graphs written by "
@@ -222,14 +209,11 @@ def graph_sha256(graph: bytes, source: str) -> tuple[str, Optional[str]]:
     return digest.hexdigest(), recorded
 
 
-def check_graph_sha256(graph: bytes, source: str, graph_format: str, remedy: str = EXPORT_AGAIN) -> bool:
+def check_graph_sha256(graph: bytes, source: str, graph_format: str, remedy: str = EXPORT_AGAIN) -> None:
     """Refuse a graph whose bytes are not those its recorded digest was taken of (a damaged weight, an
-    edited metadata entry), or one in `FORMAT` that records none (its entry deleted); False for a graph in
-    `FORMAT_V1` that records none (exported before graphs did). `remedy`: what to do instead."""
+    edited metadata entry), or one that records none (its entry deleted). `remedy`: what to do instead."""
     actual, recorded = graph_sha256(graph, source)
     if recorded is None:
-        if graph_format == FORMAT_V1:
-            return False
         raise OnnxModelError(
             f"{source}: the ONNX graph is in format {graph_format!r} ({FORMAT_KEY}), which records the digest of "
             f"its content, and its {GRAPH_SHA256_KEY} entry is missing: the file was edited or damaged; {remedy}"
@@ -239,4 +223,3 @@ def check_graph_sha256(graph: bytes, source: str, graph_format: str, remedy: str
             f"{source}: the ONNX graph's content has SHA-256 {actual}, not the {recorded} recorded in it "
             f"({GRAPH_SHA256_KEY}) when it was exported: the file is damaged or was edited; {remedy}"
         )
-    return True

@@ -2,28 +2,20 @@
 directory or HDF5 file, an NLPL .zip archive, an ELMoForManyLangs directory or archive, or the name of a
 model shipped in the package ("" is the shipped default).
 
-`resolve_model` is the one place that turns such a path into a container (`files.ModelFiles`: a directory
-or an archive's folder) and a format, and `load_model`, the one public loader, reads it with
-every check: each array's shape and values (`arrays.py`), a native file's recorded digest, and the digest
-a user pinned. `load_model` also says what was loaded, by content: each model has ONE digest (`sha256`),
-which `spacy elmo verify` prints, a pin is checked against (`digest.check_pin`) and `embed` outputs are
+`resolve_model` turns such a path into a container (`files.ModelFiles`: a directory or an archive's folder)
+and a format; `load_model`, the one public loader, reads it with every check. Each model has ONE digest
+(`LoadedModel.sha256`), which `spacy elmo verify` prints, a pin is checked against and `embed` outputs are
 bound to. It covers everything the model is made of:
-- native: the digest recorded in model.msgpack (over the options, the vocabulary, the character and word
-  vocabularies, every array and the source it was converted from), checked against its contents;
-  options.json beside it is a readable copy, checked against the stored options;
-- bilm-tf/AllenNLP (a directory, an .hdf5 file, a .zip archive): `digest.model_digest` over options.json,
-  the .hdf5 file and, when there is one, vocab.txt, by role ("options", "weights", "vocab"): the same
-  for the directory, the .hdf5 file with its options and the archive of them;
-- ELMoForManyLangs: `digest.model_digest` over exactly the files reading the model read, by name:
-  config.json, the architecture JSON it names (beside it, or wherever its path points; none when it names
-  one that ELMoForManyLangs ships, whose numbers are in `efml.py`), char.dic, word.dic (when the model has
-  word embeddings), token_embedder.pkl and encoder.pkl. Other files in the folder (notes, test data) are
-  no part of the model, so a directory and a zip of the same model have one digest with or without them.
-Each file's own SHA-256 is in `LoadedModel.files`. Every error names the path and says what was expected.
-
-What is not a model is said as such: an ONNX graph (`spacy elmo export`'s output) is served by the
-onnxruntime runtime, not loaded here; a directory with two candidate weight files is refused rather than
-one chosen. `check_output` refuses an output that would overwrite (or sit among) the model being read.
+- native: the digest recorded in model.msgpack (the options, the vocabularies, every array and the source it
+  was converted from), checked against its contents; options.json beside it is a readable copy, checked
+  against the stored options;
+- bilm-tf/AllenNLP: `digest.model_digest` over options.json, the .hdf5 file and vocab.txt (when there is
+  one), by role, so a directory, an .hdf5 file with its options and an archive of them have one digest;
+- ELMoForManyLangs: `digest.model_digest` over exactly the files reading the model read, by name (config.json,
+  the architecture JSON it names unless ELMoForManyLangs ships it, char.dic, word.dic, token_embedder.pkl,
+  encoder.pkl): other files in the folder are no part of the model.
+What is not a model is said as such (an ONNX graph is served by the onnxruntime runtime), and a directory
+with two candidate weight files is refused rather than one chosen.
 """
 
 import mmap
@@ -46,9 +38,7 @@ from .onnx_graph import is_model_proto, names_onnx_graph
 
 SHIPPED_MODELS_DIR = Path(__file__).parent.parent / "models"
 DEFAULT_MODEL = "en_elmo_small"
-WEIGHT_FILE_NAMES = WEIGHT_MEMBERS  # a weight file's usual names: one of them in a directory is the weights
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
-# ModelProto's fields (onnx.proto): number -> protobuf wire type (0 varint, 2 length-delimited)
 EXPECTED = (
     "a native model directory, a bilm-tf/AllenNLP directory (options.json + one .hdf5 [+ vocab.txt]), an "
     ".hdf5 weight file with options.json beside it, a .zip archive of such a model (the NLPL repository's), "
@@ -127,7 +117,7 @@ def resolve_model(path: PathLike, options_file: Optional[PathLike] = None, optio
     if target.is_dir():
         if is_native(target):
             return ModelSource("native", target, ModelFiles.directory(target), OPTIONS_FILE, MODEL_FILE)
-        found = [target / n for n in WEIGHT_FILE_NAMES if (target / n).exists()]
+        found = [target / n for n in WEIGHT_MEMBERS if (target / n).exists()]
         if len(found) > 1:
             raise ValueError(
                 f"{target}{where}: holds {len(found)} weight files ({', '.join(p.name for p in found)}); which "
@@ -138,7 +128,7 @@ def resolve_model(path: PathLike, options_file: Optional[PathLike] = None, optio
         if len(found) != 1:
             raise FileNotFoundError(
                 f"{target}{where}: expected a native model ({MODEL_FILE}), a weight file named one of "
-                f"{WEIGHT_FILE_NAMES}, or exactly one .hdf5 file beside options.json; found {len(found)}"
+                f"{WEIGHT_MEMBERS}, or exactly one .hdf5 file beside options.json; found {len(found)}"
             )
         weight_file = found[0]
         options = Path(options_file) if options_file else target / OPTIONS_FILE

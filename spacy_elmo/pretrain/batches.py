@@ -38,6 +38,7 @@ class LMBatch:
         return LMBatch(*(t.to(device, non_blocking=True) for t in (self.char_ids, self.next_ids, self.prev_ids)))
 
 
+@dataclass
 class WindowBatcher:
     """Fixed-length training windows over a token stream, deterministic in (seed, epoch, index).
 
@@ -45,37 +46,30 @@ class WindowBatcher:
     batch, so N processes see exactly the rows that one process would see in one batch.
     """
 
-    def __init__(
-        self,
-        tokens: numpy.ndarray,
-        type_chars: numpy.ndarray,
-        type_to_vocab: numpy.ndarray,
-        window: int,
-        batch_size: int,
-        seed: int = 0,
-        rank: int = 0,
-        world_size: int = 1,
-    ) -> None:
+    tokens: numpy.ndarray
+    type_chars: numpy.ndarray
+    type_to_vocab: numpy.ndarray
+    window: int
+    batch_size: int
+    seed: int = 0
+    rank: int = 0
+    world_size: int = 1
+
+    def __post_init__(self) -> None:
+        window, batch_size, world_size = self.window, self.batch_size, self.world_size
         if window < 1 or batch_size < 1:
             raise ValueError(f"training.window ({window}) and training.batch_size ({batch_size}) must be >= 1")
         if batch_size % world_size:
             raise ValueError(
                 f"training.batch_size ({batch_size}) must be divisible by the number of processes ({world_size})"
             )
-        self.tokens = tokens
-        self.type_chars = type_chars
-        self.type_to_vocab = numpy.asarray(type_to_vocab, dtype=numpy.int64)
-        self.window = window
-        self.batch_size = batch_size
-        self.seed = seed
-        self.rank = rank
-        self.world_size = world_size
+        self.type_to_vocab = numpy.asarray(self.type_to_vocab, dtype=numpy.int64)
         # starts s = 1 + offset + k*T need s - 1 >= 0 and s + T + 1 <= N for every offset < T
-        self.n_windows = max(0, (len(tokens) - 2 - (window - 1)) // window)
+        self.n_windows = max(0, (len(self.tokens) - 2 - (window - 1)) // window)
         self.steps_per_epoch = self.n_windows // batch_size
         if self.steps_per_epoch < 1:
             raise ValueError(
-                f"the training corpus has {len(tokens)} tokens: too few for one batch of "
+                f"the training corpus has {len(self.tokens)} tokens: too few for one batch of "
                 f"{batch_size} windows of {window} (lower training.batch_size or training.window)"
             )
 

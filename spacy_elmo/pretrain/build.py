@@ -1,20 +1,14 @@
 """Pretraining a biLM language model: a run built from its config in steps, then trained (loop.py).
 
-`pretrain` reads the config (config.py: every problem reported before any work), places the process
-(device, process group), looks for the checkpoint to resume and checks its settings and data (resume.py),
-prepares the data, restores the model from the checkpoint or starts one (new, or `--init-from` weights),
-assembles the loop and runs it.
-
-Output directory:
+`pretrain` reads the config (config.py), places the process (device, process group), finds the checkpoint
+to resume and checks its settings and data (resume.py), prepares the data, restores or starts the model,
+assembles the loop and runs it. Under `torchrun` each process trains on its contiguous share of every
+global batch inside DistributedDataParallel, all with the same negatives (identically seeded generators);
+rank 0 evaluates and writes the outputs:
   model/          the trained biLM, native format (softmax and vocabulary included)
-  checkpoints/    step_XXXXXXXX.ckpt (see checkpoint.py); the newest that reads is resumed
-  metrics.jsonl   one JSON object a line: {"type": "train" | "eval" | "data_changed", "step", ...}
+  checkpoints/    step_XXXXXXXX.ckpt (checkpoint.py); the newest that reads is resumed
+  metrics.jsonl   one JSON object a line (metrics_log.py)
   config.cfg      the resolved config of the run
-
-Distribution: started by `torchrun`, each process trains on its contiguous share of every global
-batch inside PyTorch's DistributedDataParallel (NCCL on GPUs, gloo on CPUs); negatives are drawn
-from identically seeded generators, so every process uses the same ones. Rank 0 evaluates, writes
-checkpoints, metrics and the model.
 """
 
 import time
@@ -204,16 +198,13 @@ def build_model(
             f"continuing from {init_from}: it has no softmax, "
             f"so a new one over the corpus vocabulary ({len(vocab)} words)"
         )
-        arrays = {name: value for name, value in bilm_arrays(source) if not name.startswith("softmax/")}
-        arrays.update(_softmax_arrays(vocab, source.options.projection_dim, seed, stream, bias_init))
-        options = source.options
-        options.n_tokens_vocab = len(vocab)
-        return build_bilm(options, arrays, source=str(init_from), vocab=vocab.words), vocab
-    bilm = BiLM(settings.model_options(len(vocab)))
-    bilm.reset_parameters(seed)
-    arrays = dict(bilm_arrays(bilm))
-    arrays.update(_softmax_arrays(vocab, bilm.options.projection_dim, seed, stream, bias_init))
-    return build_bilm(bilm.options, arrays, source="new model", vocab=vocab.words), vocab
+    else:
+        source = BiLM(settings.model_options(len(vocab)))
+        source.reset_parameters(seed)
+    arrays = {name: value for name, value in bilm_arrays(source) if not name.startswith("softmax/")}
+    arrays.update(_softmax_arrays(vocab, source.options.projection_dim, seed, stream, bias_init))
+    source.options.n_tokens_vocab = len(vocab)
+    return build_bilm(source.options, arrays, source=str(init_from or "new model"), vocab=vocab.words), vocab
 
 
 def _softmax_arrays(vocab: Vocab, dim: int, seed: int, stream: TokenStream, bias_init: str) -> dict[str, numpy.ndarray]:

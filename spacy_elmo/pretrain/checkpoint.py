@@ -1,13 +1,10 @@
 """Training checkpoints: pickle-free, checksummed, written atomically, resumed exactly.
 
-A checkpoint is one msgpack file: {"format", "sha256", "payload"}, the payload itself msgpack of
-the model (the native model bytes, vocabulary included), the optimizer state (tensors as encoded
-arrays, the rest plain data), the loop's counters and data position (`TrainState`), the random states
-(torch generator states as raw bytes, one per process), the run's config and the SHA-256 of every file of
-its training and dev data ({"train": [[path, sha256], ...], "dev": [...]}; older checkpoints have none,
-see resume.py). Loading never executes code. A file whose checksum or structure is wrong is refused with
-`CheckpointError`, and `latest_checkpoint` falls back to the newest older one that reads, so a crash while
-writing, or a damaged disk, costs one interval. `Checkpointer` is what a run saves and restores.
+A checkpoint is one msgpack file, {"format", "sha256", "payload"}, the payload itself msgpack of the model
+(native model bytes), the optimizer state (tensors as encoded arrays), the loop's state (`TrainState`), every
+process's random states, the run's config and the SHA-256 of each data file (resume.py). Loading never
+executes code. A file whose checksum or structure is wrong is refused with `CheckpointError`, and
+`latest_checkpoint` falls back to the newest older one that reads, so a crash while writing costs one interval.
 """
 
 import hashlib
@@ -57,14 +54,6 @@ def decode_tree(value: Any) -> Any:
     if isinstance(value, list):
         return [decode_tree(v) for v in value]
     return value
-
-
-def generator_state(generator: torch.Generator) -> bytes:
-    return generator.get_state().numpy().tobytes()
-
-
-def set_generator_state(generator: torch.Generator, state: bytes) -> None:
-    generator.set_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
 
 
 def checkpoint_path(directory: Path, step: int) -> Path:
@@ -177,10 +166,10 @@ class Checkpointer:
     def save(self, state: TrainState) -> None:
         """Write a checkpoint (rank 0) with every rank's random state, then prune."""
         place = self.place
-        torch_states = gather_bytes(torch.get_rng_state().numpy().tobytes(), place.world)
+        torch_states = gather_bytes(_bytes(torch.get_rng_state()), place.world)
         cuda_states = None
         if place.device.type == "cuda":
-            cuda_states = gather_bytes(torch.cuda.get_rng_state(place.device).numpy().tobytes(), place.world)
+            cuda_states = gather_bytes(_bytes(torch.cuda.get_rng_state(place.device)), place.world)
         self.saved_step = state.step
         if not place.is_main:
             return
@@ -188,7 +177,7 @@ class Checkpointer:
             "model": bilm_to_bytes(self.bilm),
             "optimizer": encode_tree(self.optimizer.state_dict()),
             "trainer": state.to_dict(),
-            "rng": {"sampler": generator_state(self.sampler_rng), "torch": torch_states, "cuda": cuda_states},
+            "rng": {"sampler": _bytes(self.sampler_rng.get_state()), "torch": torch_states, "cuda": cuda_states},
             "config": self.config_text,
             "data": self.data,
         }
@@ -202,12 +191,20 @@ class Checkpointer:
         uninterrupted run's."""
         self.optimizer.load_state_dict(decode_tree(payload["optimizer"]))
         state = TrainState(**payload["trainer"])
-        set_generator_state(self.sampler_rng, payload["rng"]["sampler"])
+        self.sampler_rng.set_state(_state(payload["rng"]["sampler"]))
         rank, device = self.place.rank, self.place.device
-        torch.set_rng_state(torch.frombuffer(bytearray(payload["rng"]["torch"][rank]), dtype=torch.uint8))
+        torch.set_rng_state(_state(payload["rng"]["torch"][rank]))
         if device.type == "cuda" and payload["rng"].get("cuda"):
-            cuda_state = torch.frombuffer(bytearray(payload["rng"]["cuda"][rank]), dtype=torch.uint8)
-            torch.cuda.set_rng_state(cuda_state, device)
+            torch.cuda.set_rng_state(_state(payload["rng"]["cuda"][rank]), device)
         self.saved_step = state.step
         self.say(f"resumed from {path} (step {state.step}, epoch {state.epoch}, {state.tokens} tokens)")
         return state
+
+
+def _bytes(state: torch.Tensor) -> bytes:
+    return state.numpy().tobytes()
+
+
+def _state(data: bytes) -> torch.Tensor:
+    """A random generator's state as `get_state` returned it."""
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)

@@ -1,12 +1,9 @@
 """The pretraining config: spaCy/thinc config format, defaults filled in, overrides applied, validated once.
 
-A user config only needs what differs from the defaults (spacy_elmo/configs/pretrain_default.cfg);
-`--section.key value` overrides on the command line (as `spacy train` takes them) are applied after the
-defaults are merged, so any key can be overridden whether or not the file names it.
-`PretrainSettings.from_config` makes the optimizer and the learning-rate schedule with their registered
-functions (`@optimizers`, `@schedules`: thinc's registries, `registry.resolve`; see optimizers.py and
-schedule.py) and reads the rest against one strict schema; every problem is reported at once, each with
-its key, naming the config file.
+A user config only needs what differs from spacy_elmo/configs/pretrain_default.cfg; `--section.key value`
+overrides (as `spacy train` takes them) apply after the defaults are merged. `PretrainSettings.from_config`
+makes the optimizer and the schedule with their registered functions and reads the rest against one strict
+schema; every problem is reported at once, each with its key, naming the config file.
 """
 
 from pathlib import Path
@@ -27,16 +24,11 @@ from thinc.api import Config, ConfigValidationError, Optimizer, registry
 
 from ..bilm.options import OPTION_NAMES, BiLMOptions
 from ..text import PathLike
-from .corpus import FORMATS, CorpusSettings
+from .corpus import CorpusSettings, Format
 from .optimizers import OptimizerFactory
 from .schedule import LearnRate
 
 DEFAULT_CONFIG = Path(__file__).parent.parent / "configs" / "pretrain_default.cfg"
-RENAMED = {
-    "training.mixed_precision": 'now training.precision: "fp32", "bf16" or "fp16" (mixed_precision = true was '
-    '"fp16" on a GPU, "bf16" on the CPU)'
-}
-"""Settings of earlier versions, with what replaced them: a config that still has one is told so."""
 
 
 class PretrainConfigError(ValueError):
@@ -64,7 +56,7 @@ def load_config(
                 raise PretrainConfigError(f"override --{key}: no section [{section}] in the pretraining config")
             node = node[part]
         if leaf not in node:
-            raise PretrainConfigError(f"override --{_unknown(key)}")
+            raise PretrainConfigError(f"override --{key}: unknown setting")
     return Config().from_str(merged.to_str(), overrides=overrides or {}, interpolate=True)
 
 
@@ -112,7 +104,7 @@ class CorpusSection(_Section):
 
     train: Optional[Files]
     dev: Optional[Files]
-    format: str
+    format: Format
     text_field: str
     lang: str
     max_train_tokens: Optional[Positive]
@@ -124,13 +116,6 @@ class CorpusSection(_Section):
     def _train_is_set(cls, value: Optional[Files]) -> Files:
         if not value:
             raise ValueError("is not set (give --paths.train PATH or set it in the config)")
-        return value
-
-    @field_validator("format")
-    @classmethod
-    def _known_format(cls, value: str) -> str:
-        if value not in FORMATS:
-            raise ValueError(f"is {value!r}; expected one of {', '.join(FORMATS)}")
         return value
 
     def settings(self, max_tokens: Optional[int]) -> CorpusSettings:
@@ -229,16 +214,16 @@ class PretrainSettings(_Section):
         values = dict(Config(config).interpolate())
         training = values.get("training")
         if isinstance(training, dict):  # else reported by the schema
-            made = {key: _make(training[key], f"training.{key}", problems) for key in REGISTERED if key in training}
+            made = {key: _make(training[key], key, problems) for key in REGISTERED if key in training}
             values["training"] = {**training, **made}
         problems.extend(_model_problems(values.get("model")))
         try:
             settings = cls.model_validate(values)
         except ValidationError as err:
             problems.extend(_problem(e) for e in err.errors() if e.get("input") is not _FAILED)
+        if len(problems) == 1:
+            raise PretrainConfigError(f"{source}: {problems[0]}")
         if problems:
-            if len(problems) == 1:
-                raise PretrainConfigError(f"{source}: {problems[0]}")
             listed = "".join(f"\n  - {problem}" for problem in problems)
             raise PretrainConfigError(f"{source}: {len(problems)} problems in the pretraining config:{listed}")
         return settings
@@ -254,7 +239,7 @@ def _model_problems(section: Any) -> list[str]:
     try:
         BiLMOptions(**section)
     except ValidationError as err:
-        return [_problem(e, prefix="model") for e in err.errors()]
+        return [_problem(e, "model") for e in err.errors()]
     except (TypeError, ValueError) as err:
         return [f"model: {err}"]
     return []
@@ -265,45 +250,39 @@ REGISTERED = ("optimizer", "schedule")
 _FAILED = object()  # stands in for a registered block that could not be made (already reported)
 
 
-def _make(block: Any, where: str, problems: list[str]) -> Any:
-    """What the registered function of `block` ({"@optimizers": name, ...}) makes of its other keys
+def _make(block: Any, key: str, problems: list[str]) -> Any:
+    """What the registered function of [training.`key`] ({"@optimizers": name, ...}) makes of its other keys
     (`registry.resolve`); its problems, each with its key, are added to `problems`."""
     if not registry.is_promise(block):
         return block  # reported by the schema
-    for key, name in block.items():
-        if key.startswith("@") and not registry.has(key[1:], name):
-            known = getattr(registry, key[1:]).get_all() if hasattr(registry, key[1:]) else {}
-            ours = ", ".join(sorted(n for n in known if n.startswith("spacy-elmo."))) or f"none in @{key[1:]}"
-            problems.append(f"{where}.{key} is {name!r}: not a registered function (pretraining's: {ours})")
+    for at, name in block.items():
+        if at.startswith("@") and not registry.has(at[1:], name):
+            known = getattr(registry, at[1:]).get_all() if hasattr(registry, at[1:]) else {}
+            ours = ", ".join(sorted(n for n in known if n.startswith("spacy-elmo."))) or f"none in {at}"
+            problems.append(f"training.{key}.{at} is {name!r}: not a registered function (pretraining's: {ours})")
             return _FAILED
     try:
-        return registry.resolve({"block": block}, validate=True)["block"]
+        return registry.resolve({key: block}, validate=True)[key]
     except ConfigValidationError as err:  # an argument unknown, missing or of the wrong type (confection)
-        for error in err.errors or []:
-            key = ".".join([where, *map(str, error.get("loc", [])[1:])])
-            problems.append(f"{key}: {str(error['msg']).removeprefix('at root: ')}")
+        problems.extend(_problem({"loc": [key], **error}, "training") for error in err.errors or [])
     except ValidationError as err:  # an argument out of its range (the function's own pydantic check)
-        problems.extend(_problem(error, prefix=where) for error in err.errors())
+        problems.extend(_problem(error, f"training.{key}") for error in err.errors())
     except (TypeError, ValueError) as err:  # a registered function not checked so: an unknown or a bad argument
-        problems.append(f"{where}: {err}")
+        problems.append(f"training.{key}: {err}")
     return _FAILED
 
 
 def _problem(error: Any, prefix: str = "") -> str:
-    """One pydantic error as a line of the report: the dotted key first."""
+    """One pydantic or confection error as a line of the report: the dotted key first."""
     key = ".".join([*([prefix] if prefix else []), *(str(part) for part in error["loc"])])
-    kind, message = error["type"], str(error["msg"])
+    kind, message = error.get("type"), str(error["msg"]).removeprefix("at root: ")
     if kind == "missing":
         return f"{key} is missing"
     if kind == "extra_forbidden":
-        return _unknown(key)
+        return f"{key}: unknown setting"
     if kind == "value_error":
         detail = message.removeprefix("Value error, ")
         return f"{key} {detail}" if detail.startswith("is ") else f"{key}: {detail}"
-    if not error["loc"]:  # a check of several values of `prefix`
+    if not error["loc"] or "input" not in error:  # a check of several values of `prefix`, or confection's
         return f"{key}: {message}"
     return f"{key} is {error['input']!r}; {message[:1].lower()}{message[1:]}"
-
-
-def _unknown(key: str) -> str:
-    return f"{key}: unknown setting" + (f", {RENAMED[key]}" if key in RENAMED else "")

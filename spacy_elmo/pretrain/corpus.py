@@ -6,22 +6,15 @@ Input formats:
 - "jsonl": one JSON object a line (.jsonl or .jsonl.gz), its `text_field` tokenized as above.
 - "tokenized": whitespace-separated tokens, a line a paragraph; sentences split by the sentencizer.
 - "bilm-tf": bilm-tf's training format, one tokenized sentence a line.
-Every file is UTF-8, decoded strictly (`text.text_lines`): bytes that do not decode, or a NUL (UTF-16 or
-UTF-32 without a byte-order mark), are refused, naming the file, line and byte offset, never replaced by
-U+FFFD (the biLM would learn the replacement character). A pipe is read right when the text is only
-tokenized (`evaluate`); pretraining, which reads its files again, refuses one (`file_digests`).
+Every file is UTF-8, decoded strictly (`text.text_lines`): what does not decode is refused, naming the file,
+line and byte offset, never replaced by U+FFFD (the biLM would learn the replacement character).
 
-The stream holds *type* ids (every distinct token string seen, not only the vocabulary's words),
-each sentence framed by `<S>` (type 0) and `</S>` (type 1). Keeping the real strings matters: the
-biLM reads characters, so a rare word keeps its spelling as input and only its softmax target becomes
-`<UNK>`. Tokenization is per paragraph in spaCy; everything after it (framing, type ids, counts) is
-vectorised with numpy over spaCy's hash arrays.
+The stream holds *type* ids (every distinct token string seen, not only the vocabulary's words), each
+sentence framed by `<S>` (type 0) and `</S>` (type 1): the biLM reads characters, so a rare word keeps its
+spelling as input and only its softmax target becomes `<UNK>`.
 
-A cache entry is keyed by the content of the input files and by the settings: `file_digests` (the SHA-256
-of every file, read in blocks), which a run computes anyway, to record in its checkpoints what it was
-trained on and to check it on resume (resume.py). An entry is written to a temporary directory and renamed
-(spacy_elmo/io/atomic.py), so a killed run never leaves a half-written entry. `tokenize_corpus` makes a
-stream without the cache, reading each file once (`evaluate` on a pipe).
+A cache entry is keyed by the SHA-256 of every input file (`file_digests`, which a run records in its
+checkpoints anyway) and by the settings, and is written whole or not at all (spacy_elmo/io/atomic.py).
 """
 
 import hashlib
@@ -30,7 +23,7 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Literal, Optional, Union, get_args
 
 import numpy
 import srsly
@@ -41,11 +34,9 @@ from ..io.digest import file_sha256
 from ..text import PathLike, check_rereadable, make_tokenizer, text_lines, texts_from_jsonl
 from .vocab import BOS, EOS, Vocab
 
-# 2: text decoded strictly, a UTF-8 byte-order mark skipped; a cache of version 1 may hold U+FFFD tokens of
-# text that does not decode (or a mark glued to the first word), so it is built again once
-# 3: a NUL refused; a cache of version 2 may hold the NUL-laden tokens of UTF-16 text without a byte-order mark
-CACHE_VERSION = 3
-FORMATS = ("text", "jsonl", "tokenized", "bilm-tf")
+CACHE_VERSION = 3  # part of the cache key: raised when the same text would give other tokens
+Format = Literal["text", "jsonl", "tokenized", "bilm-tf"]
+FORMATS: tuple[str, ...] = get_args(Format)
 
 
 class CorpusError(ValueError):

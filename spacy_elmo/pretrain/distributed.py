@@ -19,11 +19,7 @@ Log = Callable[[str], None]
 
 def main_process_log(log: Log, rank: int) -> Log:
     """`log` on rank 0, nothing on the other ranks: one copy of every line is enough."""
-    return log if rank == 0 else _quiet
-
-
-def _quiet(message: str) -> None:
-    pass
+    return log if rank == 0 else lambda message: None
 
 
 @dataclass(frozen=True)

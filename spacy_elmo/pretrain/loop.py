@@ -1,7 +1,5 @@
 """The training loop of a biLM language model: steps, evaluations, checkpoints, metrics, stopping.
 
-`TrainingLoop` runs what build.py assembled from the config: `Optimization` (the model, the optimizer
-and the sampled softmax: one step on a batch), the batches, the `Checkpointer` and the `TrainingLog`.
 `train_step` is one optimization step, the same function in training and in
 benchmarks/train_throughput.py, so that the benchmark measures what training does.
 """
@@ -147,6 +145,7 @@ class Optimization:
         return loss
 
 
+@dataclass
 class TrainingLoop:
     """The loop over the parts build.py made; one per process under torchrun, rank 0 writing the outputs.
 
@@ -155,30 +154,20 @@ class TrainingLoop:
     dev corpus) at the start, every `eval_every` steps and at the end; saves the model to OUTPUT_DIR/model.
     """
 
-    def __init__(
-        self,
-        optimization: Optimization,
-        batcher: WindowBatcher,
-        settings: TrainingSection,
-        place: Placement,
-        checkpointer: Checkpointer,
-        evaluate: Optional[Callable[[], dict[str, float]]],
-        report: TrainingLog,
-        output_dir: Path,
-        state: TrainState,
-    ) -> None:
-        self.optimization = optimization
-        self.batcher = batcher
-        self.settings = settings
-        self.place = place
-        self.checkpointer = checkpointer
-        self.evaluate = evaluate  # None: no dev corpus, or not rank 0
-        self.report = report
-        self.output_dir = output_dir
-        self.state = state
-        self.last_eval: Optional[dict[str, float]] = None
-        self.evaluated_step: Optional[int] = None  # the step of this session's last evaluation
-        self._session_start, self._wall_at_start = time.perf_counter(), state.wall_s
+    optimization: Optimization
+    batcher: WindowBatcher
+    settings: TrainingSection
+    place: Placement
+    checkpointer: Checkpointer
+    evaluate: Optional[Callable[[], dict[str, float]]]  # None: no dev corpus, or not rank 0
+    report: TrainingLog
+    output_dir: Path
+    state: TrainState
+    last_eval: Optional[dict[str, float]] = field(default=None, init=False)
+    evaluated_step: Optional[int] = field(default=None, init=False)  # the step of this session's last evaluation
+
+    def __post_init__(self) -> None:
+        self._restart_clock()
 
     def run(self) -> TrainResult:
         """Train until a limit or a stop signal; checkpoint, evaluate and save the model at the end."""

@@ -4,6 +4,7 @@ only."""
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -11,13 +12,13 @@ from .checkpoint import TrainState
 from .distributed import Log, main_process_log
 
 
+@dataclass
 class MetricsLog:
     """metrics.jsonl, append-only; on resume, records after the resumed step are dropped, so that a
     resumed run's file reads as if the run had never stopped."""
 
-    def __init__(self, path: Path, enabled: bool) -> None:
-        self.path = path
-        self.enabled = enabled
+    path: Path
+    enabled: bool
 
     def truncate_after(self, step: int) -> None:
         if not self.enabled or not self.path.exists():

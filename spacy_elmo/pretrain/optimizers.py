@@ -1,15 +1,7 @@
-"""Pretraining's optimizers, chosen in the config by their registered names, as spaCy chooses its own:
-
-    [training.optimizer]
-    @optimizers = "spacy-elmo.Adam.v1"
-    learn_rate = 0.001
-    eps = 1e-8
-
-Each is a function in thinc's `optimizers` registry that returns a factory: called with the model's
-parameters, it makes the torch optimizer (the biLM trains with torch optimizers; thinc's own `Adam.v1` and
-`SGD.v1` make thinc ones, for `spacy train`). Its arguments are checked strictly by pydantic, a problem
-naming its key. `learn_rate` is the peak rate; [training.schedule] sets the rate of every step
-(schedule.py). Another optimizer is one more registered function.
+"""Pretraining's optimizers, chosen in the config by their registered names (`@optimizers`), as spaCy
+chooses its own. Each returns a factory that makes the torch optimizer from the model's parameters (thinc's
+own `Adam.v1` makes a thinc one, for `spacy train`), its arguments checked strictly by pydantic; `learn_rate`
+is the peak rate of [training.schedule] (schedule.py).
 """
 
 from collections.abc import Iterable

@@ -1,16 +1,11 @@
 """Resuming a run: the checkpoint it continues from, checked against this run's config and data.
 
-Settings: a checkpoint records its run's config; resuming with other settings is refused (`resume_changes`),
-except for those that only say when to stop, how often to log, evaluate and checkpoint, what to evaluate on
-and what runs it (`RESUMABLE_CHANGES`), which are allowed and logged.
-
-Data: every checkpoint records the SHA-256 of each training and dev file (corpus.py `file_digests`). On
-resume they are compared with the data's now, before anything is written (no corpus cache entry,
-config.cfg, metrics or checkpoint): a difference is a `ResumeDataError` naming the data, the file and both
-digests, unless `accept_changed_data` (`--accept-changed-data`) is given; then each change is logged as a
-warning and recorded in metrics.jsonl ({"type": "data_changed", ...}), and the checkpoints from there on
-record the new digests. The dev data is not compared when the config changed `corpus.dev` (an allowed,
-logged change). A checkpoint written before digests were recorded resumes with a warning.
+A checkpoint records its run's config: resuming with other settings is refused, except for those in
+`RESUMABLE_CHANGES` (allowed and logged). It also records the SHA-256 of each training and dev file; on
+resume they are compared with the data's now, before anything is written, and a difference is a
+`ResumeDataError` naming the file and both digests, unless `--accept-changed-data` is given: then each
+change is logged, recorded in metrics.jsonl and bound from the next checkpoint on. The dev data is not
+compared when the config changed `corpus.dev` (an allowed change).
 """
 
 from dataclasses import dataclass, field
@@ -21,7 +16,7 @@ from thinc.api import Config
 
 from ..dicts import changed_keys, flatten
 from .checkpoint import latest_checkpoint
-from .config import RENAMED, PretrainConfigError, PretrainSettings
+from .config import PretrainConfigError, PretrainSettings
 from .corpus import file_digests
 from .distributed import Log
 
@@ -89,12 +84,6 @@ def resume_changes(saved: str, current: Config, source: str) -> dict[str, tuple[
     every such key: the checkpoint was not trained that way."""
     before, after = Config().from_str(saved, interpolate=True), Config(current).interpolate()
     then, now = flatten(before), flatten(after)
-    renamed = [f"{old} ({RENAMED[old]})" for old in RENAMED if old in then]
-    if renamed:
-        raise PretrainConfigError(
-            f"cannot resume from {source}: its config has {'; '.join(renamed)}: it was written by an earlier "
-            "version; start a new run in another output directory"
-        )
     changed = {key: (then.get(key), now.get(key)) for key in changed_keys(before, after)}
     refused = {key: values for key, values in changed.items() if key not in RESUMABLE_CHANGES}
     if refused:
@@ -134,15 +123,8 @@ def data_digests(settings: PretrainSettings) -> DataDigests:
 def check_resume_data(found: ResumePoint, digests: DataDigests, accept: bool, say: Log) -> list[DataChange]:
     """The data files whose content differs from `found`'s record. Any is a ResumeDataError naming each
     (data, path, both digests) unless `accept`; accepted, each is logged as a warning. The dev data is not
-    compared when the config changed corpus.dev (allowed and logged by `find_resume_point`). A checkpoint
-    without a record (written before they were kept) resumes with a warning that nothing could be checked."""
-    recorded = found.payload.get("data")
-    if not isinstance(recorded, dict) or "train" not in recorded:
-        say(
-            f"warning: {found.path} records no digests of its training and dev data (it was written before "
-            f"checkpoints recorded them), so the data could not be checked; the next checkpoint records them"
-        )
-        return []
+    compared when the config changed corpus.dev (allowed and logged by `find_resume_point`)."""
+    recorded = found.payload["data"]
     changes: list[DataChange] = []
     for role in DATA_ROLES:
         if role == "dev" and "corpus.dev" in found.changes:

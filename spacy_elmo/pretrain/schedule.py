@@ -1,15 +1,8 @@
 """The learning rate as a pure function of the step: linear warm-up, then constant or decaying.
 
 Being a function of the step alone keeps resume exact (a resumed run needs only the step) and lets a
-resumed run take a new peak rate from the command line, as the shipped model's training did: its dev
-perplexity fell 15% in the 1,000 steps after its rate was cut by hand at step 2,000 (see its model
-card); a decay does that without a restart. It is no help to a run too short to reach a plateau: the
-project's 600-step biLM ends at 238 dev perplexity with a constant rate, 261 with linear and 266 with
-cosine decay (project/results/README.md).
-
-The config chooses a schedule by its registered name ([training.schedule], `@schedules`): a function in
-thinc's `schedules` registry that returns the `LearnRate` of every step; another schedule is one more
-registered function.
+resumed run take a new peak rate from the command line. The config chooses a schedule by its registered
+name ([training.schedule], `@schedules`, thinc's registry); another schedule is one more registered function.
 """
 
 import math

@@ -9,7 +9,7 @@ from typing import Optional, Union
 
 import numpy
 
-from ..io.hdf5 import read_vocab, write_vocab
+from ..io.hdf5 import read_vocab
 from ..text import PathLike
 
 BOS, EOS, UNK = "<S>", "</S>", "<UNK>"
@@ -72,6 +72,3 @@ class Vocab:
     def from_file(cls, path: PathLike) -> "Vocab":
         """A bilm-tf vocabulary file: one word a line, `<S>`, `</S>`, `<UNK>` first."""
         return cls(read_vocab(path), source=str(path))
-
-    def to_file(self, path: PathLike) -> None:
-        write_vocab(list(self.words), path)

@@ -149,22 +149,6 @@ def test_accepted_changed_data_is_logged_recorded_and_bound_from_then_on(run, co
     assert again.state.step == 8
 
 
-def test_a_checkpoint_without_digests_resumes_with_a_warning(run, config, data):
-    newest = ckpt.checkpoint_path(run / "checkpoints", 4)
-    payload = ckpt.read_checkpoint(newest)
-    del payload["data"]  # as written before checkpoints recorded their data
-    ckpt.write_checkpoint(run / "checkpoints", 4, payload)
-    said: list[str] = []
-    result = pretrain(config(**MORE), run, resume=True, log=said.append)
-    assert result.state.step == 6
-    assert any(
-        line.startswith(f"warning: {newest} records no digests") and "could not be checked" in line for line in said
-    )
-    assert ckpt.read_checkpoint(ckpt.checkpoint_path(run / "checkpoints", 6))["data"]["train"] == [
-        [str(data["train"]), sha256(data["train"])]
-    ]
-
-
 def test_a_file_added_to_a_training_directory_is_refused_naming_it(tmp_path, tiny_config, data):
     folder = tmp_path / "corpus"
     folder.mkdir()

@@ -1,6 +1,7 @@
 import pytest
 
 from fixture_paths import FIXTURES
+from spacy_elmo.io.hdf5 import write_vocab
 from spacy_elmo.pretrain.vocab import UNK_ID, Vocab, VocabError
 
 
@@ -27,7 +28,7 @@ def test_lookup_maps_unknown_words_to_unk():
 def test_bilm_tf_vocab_file_round_trip(tmp_path):
     vocab = Vocab.from_file(FIXTURES / "bilm-tf-train" / "vocab.txt")
     assert vocab.words[:3] == ["<S>", "</S>", "<UNK>"]
-    vocab.to_file(tmp_path / "vocab.txt")
+    write_vocab(vocab.words, tmp_path / "vocab.txt")
     assert Vocab.from_file(tmp_path / "vocab.txt") == vocab
 
 
