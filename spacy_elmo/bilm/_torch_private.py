@@ -1,20 +1,7 @@
-"""Every private torch API the package uses, and the one check that allows them.
-
-Private torch APIs may change their names, signatures or meaning in any release, so they run only on
-the torch versions in SUPPORTED_TORCH (pyproject.toml names the same range; tests/bilm/test_torch_private.py
-checks each on the installed torch, and a new release joins the range once they pass on it). On any other
-torch each has a public stand-in, or a clear error where none exists:
-
-- oneDNN's packed linear product (`torch.ops.mkldnn._reorder_linear_weight` / `_linear_pointwise`):
-  `linear_unavailable` gives a reason, and `precision.products_for` picks torch's public products;
-- oneDNN's packed int8 product (`torch.ops.onednn.qlinear_*`): `qlinear_unavailable` gives a reason, and
-  int8 products run `int_mm`;
-- `torch._int_mm`: the same int32 result through a public float64 product (every partial sum of int8 x
-  int8 products is an integer far below 2**53, so float64 holds it exactly, whatever the summation order);
-- `Tensor._version` (how a prepared weight or a cached vector notices an in-place change): `tensor_state`
-  compares a copy of the tensor's bytes instead (a copy at every check: slower, the same answers);
-- `torch._higher_order_ops.scan` (the ONNX export's loop over time steps): none; `scan` refuses, as a
-  Python loop would export a graph of one fixed length.
+"""Every private torch API the package uses, run only on the torch versions in SUPPORTED_TORCH (as in
+pyproject.toml; tests/bilm/test_torch_private.py checks each). Elsewhere each has a public stand-in
+(torch's products; `int_mm` in float64, exact for int8 sums; a copy of a tensor's bytes for `_version`),
+or, for `scan`, a clear error.
 """
 
 import re
@@ -121,8 +108,7 @@ def int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 class TensorBytes:
-    """A copy of a tensor's bytes, equal to another only where every byte is: `tensor_state`'s public
-    stand-in for torch's version counter (exact: unlike `torch.equal`, it tells -0.0 from 0.0)."""
+    """A copy of a tensor's bytes, equal only where every byte is (unlike `torch.equal`: -0.0 is not 0.0)."""
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -134,9 +120,8 @@ class TensorBytes:
 
 
 def tensor_state(tensor: torch.Tensor) -> tuple:
-    """A value equal to a later `tensor_state(tensor)` only while the tensor's values are unchanged: its
-    storage, dtype, device and shape, and its version counter (`Tensor._version`: every in-place change
-    counts it up), or outside the supported torch range a copy of its bytes (`TensorBytes`)."""
+    """A value equal to a later `tensor_state(tensor)` only while the tensor is unchanged (its storage,
+    dtype, device, shape, and `Tensor._version` or a copy of its bytes)."""
     changes: object = tensor._version if ALLOWED else TensorBytes(tensor)
     return (changes, tensor.data_ptr(), tensor.dtype, tensor.device, tuple(tensor.shape))
 
@@ -153,9 +138,8 @@ def scan_unavailable() -> Optional[str]:
 
 
 def scan(step: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any) -> tuple[Any, Any]:
-    """torch's `scan`: `step(carry, x) -> (carry, y)` over the first dimension of `xs`, from `init`;
-    returns (the last carry, the ys stacked). It exports as one ONNX `Scan` over a length known only at run
-    time; with no public stand-in, it raises where `scan_unavailable()` gives a reason."""
+    """torch's `scan`: `step(carry, x) -> (carry, y)` over the first dimension of `xs`, from `init`; returns
+    (the last carry, the ys stacked), exported as one ONNX `Scan` (a Python loop would fix the length)."""
     reason = scan_unavailable()
     if reason is not None:
         raise RuntimeError(f"exporting the biLM to ONNX needs torch's `scan`: {reason}")

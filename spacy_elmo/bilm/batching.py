@@ -1,15 +1,5 @@
-"""The one token-budget batcher: which sentences run through the biLM together.
-
-A batch costs its padded size (rows x longest row), so batches are cut where the next row would take
-that over the budget; a row longer than the budget gets a batch of its own (nothing is ever dropped).
-Sorted by length (the default), rows of similar length share a batch and little is padding; unsorted,
-the given order is kept (stateful embedding, where row i continues row i of the previous batch).
-Used by the pipe, `embed` and the pretraining's evaluation batches.
-
-Windows: a sequence longer than `window_size` tokens is cut into overlapping windows, each of which
-answers for its central part and reads `window_context` extra tokens on each side (`windows`); the pipe
-(`layers/segments.py`) and `embed_windowed` (for `embed`, with either runtime's runner) cut with the
-same function, so a text gets the same vectors from both.
+"""The one token-budget batcher (a batch costs rows x longest row; nothing is ever dropped), and the one
+cut into overlapping windows (`windows`), shared by the pipe and `embed` so both give the same vectors.
 """
 
 from collections.abc import Sequence
@@ -29,11 +19,8 @@ def token_budget_batches(
     max_batch_size: Optional[int] = DEFAULT_MAX_BATCH_SIZE,
     sort: bool = True,
 ) -> list[list[int]]:
-    """Indices of `lengths` in batches whose padded size stays within `token_budget`.
-
-    sort: longest first (stable among equal lengths), else in the order given.
-    max_batch_size: at most this many rows a batch (None: no limit).
-    """
+    """Indices of `lengths` in batches whose padded size stays within `token_budget`, longest first (stable)
+    or with `sort` False in the order given; at most `max_batch_size` rows a batch (None: no limit)."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i]) if sort else range(len(lengths))
     batches: list[list[int]] = []
     current: list[int] = []

@@ -8,6 +8,7 @@ import numpy
 import torch
 from torch import nn
 
+from .. import chars
 from . import lexicon
 from .char_cnn import CharacterEncoder
 from .lexicon import Lexicon
@@ -28,11 +29,8 @@ class BiLMOutput:
 
 
 class BiLM(nn.Module):
-    """ELMo's biLM. Input: character ids (B, T, max_chars) in the AllenNLP layout, 0 = no token.
-
-    Rows hold their tokens first and padding after. Sentence boundaries are the caller's to add
-    (`batch_to_ids`); the biLM treats `<S>` and `</S>` as ordinary tokens.
-    """
+    """ELMo's biLM. Input: character ids (B, T, max_chars) in the AllenNLP layout (0 = no token), each row's
+    tokens first; sentence boundaries are the caller's to add (`batch_to_ids`)."""
 
     def __init__(self, options: BiLMOptions, with_softmax: Optional[bool] = None) -> None:
         super().__init__()
@@ -60,7 +58,9 @@ class BiLM(nn.Module):
 
     def tokens_to_ids(self, tokens: Sequence[str]) -> numpy.ndarray:
         """Tokens -> (n, width) ids, without sentence boundaries."""
-        return lexicon.tokens_to_ids(tokens, self.options.max_characters_per_token, self.lexicon)
+        if self.lexicon is not None:
+            return self.lexicon.tokens_to_ids(tokens)
+        return chars.tokens_to_ids(tokens, self.options.max_characters_per_token)
 
     def set_token_cache(self, max_size: Optional[int]) -> None:
         """Keep the token vectors of up to `max_size` recent word types (None or 0: no cache)."""
@@ -82,12 +82,8 @@ class BiLM(nn.Module):
         return self.lstm.bias[0].device
 
     def embed_tokens(self, char_ids: torch.Tensor, products: Products = FP32) -> torch.Tensor:
-        """The context-independent layer for (B, T, chars) ids -> (B, T, P), zero at padding.
-
-        Each distinct token of the batch goes through the CNN once (`dedupe_tokens`): in running text
-        most tokens repeat, so this is exact and cheaper. At inference, the optional LRU `token_cache`
-        also skips the CNN for tokens seen in earlier batches.
-        """
+        """The context-independent layer for (B, T, chars) ids -> (B, T, P), zero at padding; each distinct
+        token through the CNN once (`dedupe_tokens`), and at inference not again if in the `token_cache`."""
         mask = char_ids.gt(0).any(-1)
         flat = char_ids[mask]
         cache = self.token_cache if not self.training and not torch.is_grad_enabled() else None

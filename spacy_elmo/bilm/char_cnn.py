@@ -1,11 +1,7 @@
 """The context-independent token layer: character embedding -> CNN -> highway -> projection.
 
-Parameters are stored in the orientation of the bilm-tf checkpoint (matrices as (in, out), highway
-gates named as there) so that import and export are plain copies and a round trip is bit for bit.
-ELMoForManyLangs-style models (options `char_vocab_size`, `word_dim`, `highway_gate`): the character
-ids index the model's own vocabulary (`lexicon.py`), a word embedding (its id is the last column of a
-token's ids) is joined in front of the highway's output before the projection, and the highway's gate
-scales its input rather than its transform (AllenNLP's parametrisation, computed as such).
+Parameters keep the bilm-tf checkpoint's orientation ((in, out)), so import and export are plain copies.
+ELMoForManyLangs-style models add a word embedding (the last id column) before the projection.
 """
 
 from typing import Optional
@@ -51,24 +47,18 @@ class CharacterEncoder(nn.Module):
         self.conv_weights = nn.ParameterList([nn.Parameter(torch.zeros(n, dim, width)) for width, n in options.filters])
         self.conv_biases = nn.ParameterList([nn.Parameter(torch.zeros(n)) for _, n in options.filters])
         n_filters = options.n_filters
-        self.highway_carry_w = nn.ParameterList(
-            [nn.Parameter(torch.zeros(n_filters, n_filters)) for _ in range(options.n_highway)]
-        )
-        self.highway_carry_b = nn.ParameterList(
-            [nn.Parameter(torch.zeros(n_filters)) for _ in range(options.n_highway)]
-        )
-        self.highway_transform_w = nn.ParameterList(
-            [nn.Parameter(torch.zeros(n_filters, n_filters)) for _ in range(options.n_highway)]
-        )
-        self.highway_transform_b = nn.ParameterList(
-            [nn.Parameter(torch.zeros(n_filters)) for _ in range(options.n_highway)]
-        )
+
+        def highway(*shape: int) -> nn.ParameterList:
+            return nn.ParameterList([nn.Parameter(torch.zeros(*shape)) for _ in range(options.n_highway)])
+
+        self.highway_carry_w, self.highway_carry_b = highway(n_filters, n_filters), highway(n_filters)
+        self.highway_transform_w, self.highway_transform_b = highway(n_filters, n_filters), highway(n_filters)
         self.projection_w = nn.Parameter(torch.zeros(options.word_dim + n_filters, options.projection_dim))
         self.projection_b = nn.Parameter(torch.zeros(options.projection_dim))
         self.activation = torch.relu if options.activation == "relu" else torch.tanh
 
     def reset_parameters(self, generator: Optional[torch.Generator] = None) -> None:
-        """Random initialisation for training from scratch (the import overwrites all of it)."""
+        """Random initialisation for training from scratch."""
         with torch.no_grad():
             self.char_embedding.uniform_(-1.0, 1.0, generator=generator)
             self.char_embedding[0].zero_()

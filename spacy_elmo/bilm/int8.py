@@ -1,9 +1,6 @@
-"""The int8 precision: dynamic quantization, CPU only and inference only.
-
-Weights are quantized once, per output column (symmetric, scale = max |w| / 127), and packed once for
-oneDNN's int8 product where it runs (`_torch_private.qlinear`); activations per row, at run time. The
-integer product is exact, and the scales are per row and per column, so a token's result does not
-depend on the other rows of its batch, bit for bit. Results are float32.
+"""The int8 precision: dynamic quantization, CPU inference only. Weights per output column, once;
+activations per row, at run time. The integer product is exact and the scales are per row and per column,
+so a token's result does not depend on its batch, bit for bit.
 """
 
 from typing import Optional
@@ -20,9 +17,8 @@ INT8_COLUMN_BLOCK = 2048
 
 
 class Int8Weight:
-    """A (K, N) weight quantized to int8, one float32 scale per output column: packed once for oneDNN's int8
-    linear product (`pack`, where it can be), else kept as int8 (N, K) `rows` for `_int_mm` (one form, not
-    both: the packed weight is a copy)."""
+    """A (K, N) weight quantized to int8, one scale per output column: packed for oneDNN (`pack`, where it
+    can be), else int8 (N, K) `rows` for `_int_mm`."""
 
     def __init__(self, w: torch.Tensor, pack: bool = False) -> None:
         w = w.float()
@@ -62,10 +58,8 @@ def int8_product(
 def int8_scaled_product(
     codes: torch.Tensor, scale: torch.Tensor, weight: Int8Weight, out: Optional[torch.Tensor] = None
 ) -> torch.Tensor:
-    """`quantize_rows`' (codes (M, K), scale (M, 1)) times the weight, scaled: float32 (M, N). With a
-    packed weight, oneDNN's int8 product applies the column scales as it writes its result; without,
-    `_int_mm`, a block of columns at a time, each block scaled while it is in cache. The two round alike
-    (the same float32 operations in the same order), so they give the same bits."""
+    """`quantize_rows`' (codes (M, K), scale (M, 1)) times the weight, scaled: float32 (M, N), by oneDNN or
+    `_int_mm` a block of columns at a time; the two round alike, so they give the same bits."""
     if weight.packed is not None:
         result = _torch_private.qlinear(codes, weight.packed, weight.scale, weight.zero_points)
         return torch.mul(result, scale, out=result if out is None else out)
@@ -82,9 +76,7 @@ def int8_scaled_product(
 
 
 class Int8:
-    """The int8 `precision.Strategy` (inference only: no gradient, and no strategy to fall back
-    to). Where oneDNN's int8 linear product runs, weights are packed for it once; elsewhere the products
-    are `_int_mm`'s. Both are exact in their integers and scale alike, so they give the same bits."""
+    """The int8 `precision.Strategy` (inference only, no fallback)."""
 
     kernels = "int8"
     differentiable = False
@@ -106,8 +98,7 @@ class Int8:
             flat = x.reshape(-1, x.shape[-1])
             return int8_product(flat, prepared, bias).view(*x.shape[:-1], prepared.columns)
         assert isinstance(prepared, list)
-        # every direction's rows quantized at once and the bias added at once: the same operations per
-        # element as a direction at a time, so the same bits, in fewer calls a step
+        # every direction at once: the same operations per element, so the same bits
         codes, scale = quantize_rows(x)
         out = x.new_empty(len(prepared), x.shape[1], prepared[0].columns, dtype=torch.float32)
         for d, matrix in enumerate(prepared):

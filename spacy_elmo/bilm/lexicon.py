@@ -1,23 +1,11 @@
-"""A model's own vocabularies: how ELMoForManyLangs-style models turn words into ids.
+"""A model's own vocabularies: how ELMoForManyLangs-style models turn words into ids (bilm-tf models read
+UTF-8 bytes, `chars.py`).
 
-bilm-tf and AllenNLP models read UTF-8 bytes (`chars.py`, no vocabulary). ELMoForManyLangs models read
-code points through a character vocabulary learnt from their training data, and most also look each word
-up in a word vocabulary whose embedding joins the character CNN's output. `Lexicon` holds both
-vocabularies and the roles of their entries as data, so the same biLM code serves every such model:
-
-- each token is framed by the `begin_of_word` and `end_of_word` entries and cut to
-  `max_characters_per_token - 2` code points (the cut word is also what the word vocabulary sees);
-- a code point or a word the vocabulary lacks maps to its `unknown` entry, a position past the end of a
-  token to `padding`;
-- a sentence is framed by the `sentence_start` and `sentence_end` words, whose characters are the single
-  vocabulary entry of that name (as any token spelled so in the text is, as in ELMoForManyLangs); a word
-  vocabulary without them reads them as its `unknown` word, as ELMoForManyLangs does;
-- several entries may share one id (`character_aliases`, `word_aliases`: entry -> id, beside the entries
-  in id order), as in an ELMoForManyLangs dictionary that lists an id twice; an id no entry has is a `gap`.
-
-Ids are written as in AllenNLP's layout, entry id + 1, so that 0 means "no token" whatever the vocabulary:
-the embedding tables have a zero row 0 in front of the model's rows. With a word vocabulary, the word's id
-is one more column after the character ids, so every batching, caching and dedup path stays one path.
+A token is framed by the `begin_of_word` and `end_of_word` characters and cut to
+`max_characters_per_token - 2` code points; what a vocabulary lacks is its `unknown` entry. The sentence
+boundaries' characters are the single entry of that name. Several entries may share an id (the aliases);
+an id no entry has is a `gap`. Ids are entry id + 1 (AllenNLP's layout: 0 is "no token"); the word's id,
+if any, is one more column after the character ids.
 """
 
 from collections.abc import Sequence
@@ -198,16 +186,7 @@ def _index(entries: Sequence[str], aliases: dict[str, int], what: str) -> dict[s
 def batch_to_ids(
     sentences: Sequence[Sequence[str]], max_characters_per_token: int, lexicon: Optional[Lexicon]
 ) -> numpy.ndarray:
-    """Sentences -> (B, T + 2, width) ids, framed by the sentence boundaries, as a model reads them: through
-    its lexicon if it has one (ELMoForManyLangs), else as bilm-tf's UTF-8 bytes. The torch biLM and the
-    ONNX Runtime one both take their ids from here."""
+    """Sentences -> (B, T + 2, width) ids as a model reads them: through its lexicon, else as UTF-8 bytes."""
     if lexicon is not None:
         return lexicon.batch_to_ids(sentences)
     return chars.batch_to_ids(sentences, max_characters_per_token=max_characters_per_token)
-
-
-def tokens_to_ids(tokens: Sequence[str], max_characters_per_token: int, lexicon: Optional[Lexicon]) -> numpy.ndarray:
-    """Tokens -> (n, width) ids, without sentence boundaries (see `batch_to_ids`)."""
-    if lexicon is not None:
-        return lexicon.tokens_to_ids(tokens)
-    return chars.tokens_to_ids(tokens, max_characters_per_token)

@@ -5,14 +5,9 @@ by bilm-tf: gates in the order i, j, f, o; the forget bias (option `forget_bias`
 AllenNLP-parametrised weights, whose bias already holds it) added at run time; the cell clipped, then
 the projected output clipped; a residual connection around every layer but the first.
 
-Speed: per layer, the input-to-hidden products of all time steps and both directions are batched matrix
-products ahead of the loop (one for all steps; at CPU inference one per chunk of steps, see
-INPUT_CHUNK_BYTES); the loop does only the recurrent product, the cell update and the projection, on a
-batch that shrinks as rows (sorted by length, longest first) run out of tokens. The backward direction
-reads each row reversed within its own length, so both directions see their padding at the end and
-share one loop. A single sentence's step is mostly fixed costs (its products are
-of 4 rows), so the step does no more than it must: its two products are chosen and prepared once a layer
-(`Products.bind`), and it copies nothing until the steps are stacked.
+The input products of all steps and both directions run ahead of the loop; the loop does the recurrent
+product, the cell and the projection on a batch that shrinks as rows (longest first) end. The backward
+direction reads each row reversed within its length, so both directions share one loop.
 """
 
 from collections.abc import Iterator
@@ -82,8 +77,7 @@ class BiLSTMStack(nn.Module):
         self.cell = lstm_cell
 
     def compile_cell(self, enable: bool = True) -> None:
-        """Fuse the cell's elementwise work with torch.compile (worth it for long GPU runs; the first
-        call compiles, which takes tens of seconds). Results equal the eager cell up to float rounding."""
+        """Fuse the cell's elementwise work with torch.compile (for long GPU runs; equal up to rounding)."""
         self.cell = torch.compile(lstm_cell, dynamic=True) if enable else lstm_cell
 
     def reset_parameters(self, generator: Optional[torch.Generator] = None) -> None:
@@ -230,10 +224,8 @@ class BiLSTMStack(nn.Module):
         grad: bool,
         products: Products,
     ) -> Iterator[torch.Tensor]:
-        """Each step's input products (2, rows, 4C), bias included: (2, steps * rows, P) @ (2, P, 4C) for
-        all steps at once where gradients flow or off the CPU; at CPU inference, `input_chunk_steps` steps
-        at a time, each chunk without the rows that ended before it (a row's result does not depend on
-        the rows beside it: the same bits)."""
+        """Each step's input products (2, rows, 4C), bias included: all steps at once where gradients flow or
+        off the CPU, else `input_chunk_steps` steps at a time without the rows that ended before."""
         _, n_steps, rows, P = inputs.shape
         four_c = w_in.shape[-1]
         whole = grad or inputs.device.type != "cpu"
@@ -248,10 +240,8 @@ class BiLSTMStack(nn.Module):
             yield from product(x, bias).view(2, stop - start, kept, four_c).unbind(1)
 
 
-# The most bytes of input products computed at once at CPU inference. glibc's malloc serves blocks above
-# its mmap threshold (at most 32 MiB) with fresh pages at every call, and faulting those in can cost more
-# than the product itself; a chunk's result is also still in cache when its steps read it
-# (benchmarks/RESULTS.md, "LSTM input products in chunks of steps").
+# The most bytes of input products computed at once at CPU inference: glibc serves larger blocks with
+# fresh pages at every call (benchmarks/RESULTS.md, "LSTM input products in chunks of steps").
 INPUT_CHUNK_BYTES = 16 << 20
 
 

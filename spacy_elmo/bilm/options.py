@@ -1,15 +1,8 @@
-"""The biLM's configuration: the bilm-tf/AllenNLP `options.json` schema, validated once.
+"""The biLM's configuration: bilm-tf/AllenNLP's `options.json` schema, validated once.
 
-Keeping the reference schema (rather than a new one) means an `options.json` from bilm-tf or AllenNLP
-loads unchanged, and an exported model's options load there. `BiLMOptions` is a pydantic model shaped
-like the file (sections `char_cnn` and `lstm`); keys this package does not use are kept (`extra="allow"`)
-so that a round trip writes them back. It is strict: nothing coerced, 128.9 is not 128, "false" is not
-a boolean, and only an integral float such as 4096.0 counts as an integer. Every problem of a file is
-reported at once, each at its key (pydantic's own location), naming the file.
-
-The biLM reads the options flat (`options.lstm_dim`), and Python code and configs make them flat
-(`BiLMOptions(filters=..., lstm_dim=...)`, with the paper's defaults): each flat name is one `_Flat`
-line below, which says where it is in the file and what it is when made in Python.
+`BiLMOptions` is a strict pydantic model shaped like the file (only an integral float such as 4096.0 counts
+as an integer); unknown keys are kept, so a round trip writes them back. Every problem is reported at once,
+at its key. The biLM reads and Python makes the options flat (`options.lstm_dim`): one `_Flat` line each.
 """
 
 import json
@@ -71,7 +64,6 @@ Positive = Annotated[Integer, Field(ge=1)]
 Count = Annotated[Integer, Field(ge=0)]
 Number = Annotated[float, Field(allow_inf_nan=False), PlainSerializer(_plain_number)]
 Activation = Literal["relu", "tanh"]
-ACTIVATIONS: tuple[str, ...] = typing.get_args(Activation)
 NumberOfCharacters = Annotated[Literal[261, 262], BeforeValidator(_not_float)]  # 261: without the "no token" id
 Filters = Annotated[list[tuple[Positive, Positive]], Field(min_length=1), BeforeValidator(_pairs)]
 Clip = Annotated[Number, Field(ge=0.0)]
@@ -86,10 +78,9 @@ class Embedding(_Section):
 
 
 class CharCnn(_Section):
-    """options.json's `char_cnn`; the keys after `activation` are ELMoForManyLangs-style models' (bilm-tf's
-    values by default, and then absent from the file): a character vocabulary of the model's own
-    (`lexicon.py`; 0 = bilm-tf's byte ids), a word embedding joined to the CNN's output, and which branch
-    the highway's sigmoid gate scales ("transform": bilm-tf; "input": AllenNLP's parametrisation)."""
+    """options.json's `char_cnn`; the keys after `activation` are ELMoForManyLangs-style models' (absent:
+    bilm-tf's values): a character vocabulary (0 = byte ids), a word embedding, and which branch the
+    highway's gate scales ("transform": bilm-tf; "input": AllenNLP's parametrisation)."""
 
     embedding: Embedding
     filters: Filters
@@ -115,8 +106,8 @@ class CharCnn(_Section):
 
 
 class Lstm(_Section):
-    """options.json's `lstm`; a clip absent (or null) is no clipping, skip connections absent are none (as
-    bilm-tf reads them); `forget_bias` is added at run time (bilm-tf: 1.0, absent from its files)."""
+    """options.json's `lstm`; a clip absent (or null) is none, and so are absent skip connections (as bilm-tf
+    reads them); `forget_bias` is added at run time (bilm-tf: 1.0)."""
 
     dim: Positive
     projection_dim: Positive
@@ -236,8 +227,7 @@ class BiLMOptions(_Section):
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "options") -> "BiLMOptions":
-        """Parse an options.json dict against the schema; every problem is reported at once, each at its
-        key, in one `OptionsError` that names the source."""
+        """Parse an options.json dict: every problem at once, at its key, in one `OptionsError`."""
         if not isinstance(data, dict):
             raise OptionsError(f"{source}: expected a JSON object with 'char_cnn' and 'lstm' sections")
         try:
@@ -250,8 +240,7 @@ class BiLMOptions(_Section):
         raise OptionsError(f"{source}: {len(problems)} problems in the options:{listed}")
 
     def to_dict(self) -> dict[str, Any]:
-        """The options.json dict, with the keys this package does not use written back (and the options
-        whose value is bilm-tf's, which its files leave out, left out)."""
+        """The options.json dict: unknown keys written back, options at bilm-tf's value left out."""
         return self.model_dump(mode="json", exclude_defaults=True)
 
     @classmethod
@@ -326,13 +315,9 @@ PAPER_FILTERS = [(1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 10
 
 def full_options(**overrides: Any) -> BiLMOptions:
     """The paper's model: 2x4096_512_2048cnn_2xhighway."""
-    kwargs: dict[str, Any] = dict(filters=PAPER_FILTERS, n_highway=2, lstm_dim=4096, projection_dim=512)
-    kwargs.update(overrides)
-    return BiLMOptions(**kwargs)
+    return BiLMOptions(**(dict(filters=PAPER_FILTERS, n_highway=2, lstm_dim=4096, projection_dim=512) | overrides))
 
 
 def small_options(**overrides: Any) -> BiLMOptions:
     """AllenNLP's "small" model: 2x1024_128_2048cnn_1xhighway."""
-    kwargs: dict[str, Any] = dict(filters=PAPER_FILTERS, n_highway=1, lstm_dim=1024, projection_dim=128)
-    kwargs.update(overrides)
-    return BiLMOptions(**kwargs)
+    return BiLMOptions(**(dict(filters=PAPER_FILTERS, n_highway=1, lstm_dim=1024, projection_dim=128) | overrides))

@@ -1,26 +1,9 @@
-"""The biLM's matrix products at a chosen precision: the one place `precision` means something.
+"""The biLM's matrix products at a chosen precision: every product goes through a `Products`.
 
-The biLM spends almost all its time in matrix products (character convolutions as products over
-unfolded windows, highway and projection layers, the LSTMs' input, recurrent and projection products).
-Every one of them goes through a `Products`, so a precision is a choice of how to multiply:
-
-- "fp32": float32 throughout (the default);
-- "bf16" / "fp16": operands rounded to 16 bits, accumulated in float32 by the library, results returned
-  as float32; the elementwise work (cell state, gates, clips, residuals) stays float32. Weights are
-  rounded once and kept (no cast per call) unless gradients flow to them (fine-tuning: cast per call).
-  "fp16" is for GPUs; CPUs have bf16 units, not fp16 ones;
-- "int8": dynamic quantization, CPU only and inference only (`int8.py`).
-
-A precision is one `Strategy` or a list of them: `prepare` turns a float32 weight into the form it
-multiplies by, once, and `multiply` computes with that form. On the CPU at inference, fp32 and bf16 run
-through oneDNN with each weight packed once (`OneDNN`; the private torch operators are in
-`_torch_private.py`), a row's result independent of the rows that share its product. Where gradients
-flow (pretraining, fine-tuning), on a GPU, where oneDNN is missing, and for a weight oneDNN cannot pack
-or that fails its probe, torch's own products run (`TorchFloat`, `TorchHalf`). What each costs:
-benchmarks/RESULTS.md, "Precision on the CPU".
-
-Prepared weights live in the `Products` object (kept for the parameter they came from, prepared again
-when it changes), never in the model: saving a model saves its float32 weights whatever the precision.
+"fp32" (default); "bf16"/"fp16": 16-bit operands, float32 accumulation and results, elementwise work in
+float32 ("fp16" is for GPUs); "int8": CPU inference only (`int8.py`). At CPU inference fp32 and bf16 run
+through oneDNN with each weight packed once (`OneDNN`), else torch's products (`TorchFloat`, `TorchHalf`).
+Prepared weights live in the `Products`, never in the model, so a model always saves float32 weights.
 """
 
 import functools
@@ -33,8 +16,6 @@ from .int8 import Int8
 
 PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 HALF_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-CPU_ONLY = ("int8",)
-GPU_ONLY = ("fp16",)
 
 
 def check_precision(precision: object, where: str = "precision") -> str:
@@ -47,12 +28,12 @@ def check_precision(precision: object, where: str = "precision") -> str:
 
 def check_device(precision: str, device: torch.device) -> None:
     """Refuse a precision on a device it is not for (int8: CPUs; fp16: GPUs)."""
-    if precision in CPU_ONLY and device.type != "cpu":
+    if precision == "int8" and device.type != "cpu":
         raise ValueError(
             f"precision {precision!r} runs on the CPU only (PyTorch has no dynamic int8 products for "
             f"{device.type}); on a GPU use precision 'bf16'"
         )
-    if precision in GPU_ONLY and device.type == "cpu":
+    if precision == "fp16" and device.type == "cpu":
         raise ValueError(
             f"precision {precision!r} is for GPUs (CPUs have no fp16 units: torch emulates its fp16 products "
             "there, slower than fp32); on the CPU use precision 'bf16' or 'fp32'"
@@ -76,19 +57,13 @@ def gradient_flows(x: torch.Tensor, w: torch.Tensor) -> bool:
 
 
 class Strategy(Protocol):
-    """How one precision multiplies: [bias +] x @ w, float32 out, for a weight w (K, N), or for w (D, K, N)
-    and x (D, M, K), one matrix a direction D. A protocol (`int8.Int8` implements it without importing
-    this module); a subclass inherits the defaults.
-
-    `prepare` gets the float32 weight and returns the form `multiply` takes, or None where this strategy
-    cannot multiply by it (the `Products` falls back to its next strategy). `kernels` names what makes
-    the numbers: two strategies with the same `kernels` give the same bits (the token cache's key)."""
+    """How one precision multiplies: [bias +] x @ w, float32 out, for w (K, N), or w (D, K, N) and x (D, M, K)
+    (one matrix a direction). `prepare` returns the form `multiply` takes, or None (the `Products` falls back
+    to its next strategy); two strategies with the same `kernels` give the same bits."""
 
     kernels: str = ""
-    # prepare and multiply are torch operations that gradients flow through
-    differentiable: bool = False
-    # the prepared weight is kept for the next call (else: prepared at every call)
-    keep: bool = True
+    differentiable: bool = False  # gradients flow through prepare and multiply
+    keep: bool = True  # the prepared weight is kept for the next call
 
     def runs_on(self, x: torch.Tensor, w: torch.Tensor) -> bool:
         return True
@@ -133,22 +108,18 @@ class TorchHalf(Strategy):
         x = x.to(self.dtype)
         if bias is None:
             return torch.matmul(x, prepared).float()
-        # the bias added inside the 16-bit product: one pass over the output less than adding it after
         fused = torch.addmm if x.dim() == 2 else torch.baddbmm
         return fused(bias.to(self.dtype), x, prepared).float()
 
 
-# Rows of the probes that check a packed weight's batch independence: the fewest rows the biLM ever
-# multiplies (the LSTM's floor, `lstm.MIN_GEMM_ROWS`), a block and a tail, and a long product; then a
-# block's rows at an offset (each row with other neighbours).
+# Rows of the probes of a packed weight's batch independence: the LSTM's floor (`lstm.MIN_GEMM_ROWS`), a
+# block and a tail, a long product; then a block's rows at an offset.
 PROBE_ROWS = (4, 37, 1031)
 PROBE_OFFSET = 5
 
-# oneDNN picks its bf16 kernel by the number of rows: on CPUs with AMX, tiles for some row counts and
-# AVX-512 for others, accumulating in another order, so a row's bf16 result can depend on how many rows
-# share its product. On such a CPU (`depends_on_row_count`), bf16 products run in calls of exactly this
-# many rows (zero rows pad the last): one kernel for every row whatever its batch. Elsewhere products run
-# whole. What it costs: benchmarks/RESULTS.md, "bf16 on an AMX CPU".
+# On AMX CPUs oneDNN picks its bf16 kernel by the row count, so a row's result can depend on its batch
+# (`depends_on_row_count`); there bf16 products run in calls of exactly this many rows, zero rows padding
+# the last (benchmarks/RESULTS.md, "bf16 on an AMX CPU").
 BLOCK_ROWS = {"bf16": 32}
 # The row counts `depends_on_row_count` tries, each tiling the first DETECT_ROWS rows of its probe.
 DETECT_COUNTS = (4, 16, 32, 37, 64, 100, 256)
@@ -174,9 +145,8 @@ def onednn_linear(
 
 @functools.cache
 def depends_on_row_count(dtype: torch.dtype) -> bool:
-    """Whether oneDNN's product in `dtype` on this CPU gives a row other bits in products of other row
-    counts: once a process, on a weight of the biLM's widths, each of DETECT_COUNTS tiling DETECT_ROWS rows
-    (many rows, as rounding to bf16 hides most differences of the float32 sums: a few rows could miss it)."""
+    """Whether oneDNN's product in `dtype` gives a row other bits in products of other row counts (once a
+    process; many rows, as rounding to bf16 hides most differences of the float32 sums)."""
     generator = torch.Generator().manual_seed(0)
     w = torch.randn(512, 4096, generator=generator)
     try:
@@ -193,9 +163,8 @@ def depends_on_row_count(dtype: torch.dtype) -> bool:
 
 
 def pack_for_onednn(w: torch.Tensor, dtype: torch.dtype, block_rows: Optional[int] = None) -> Optional[torch.Tensor]:
-    """A (K, N) weight packed for `_torch_private.linear` in `dtype`, or None where oneDNN cannot pack it or
-    where a row's result would depend on how many rows share the product or which rows are beside it (a
-    probe of PROBE_ROWS rows, multiplied as `onednn_linear` multiplies with `block_rows`)."""
+    """A (K, N) weight packed for `_torch_private.linear`, or None where oneDNN cannot pack it or a row's
+    result would depend on the rows beside it (probed as `onednn_linear` multiplies)."""
     try:
         packed = _torch_private.pack(w, dtype)
     except RuntimeError:  # e.g. a dtype this CPU has no instructions for
@@ -222,9 +191,7 @@ class OneDNNWeight:
 
 
 class OneDNN(Strategy):
-    """fp32 or bf16 CPU inference through oneDNN, each weight packed once (a (D, K, N) weight: one packed
-    matrix a direction); bf16 in calls of `BLOCK_ROWS` rows on a CPU where whole products depend on their
-    row count (`depends_on_row_count`)."""
+    """fp32 or bf16 CPU inference through oneDNN, each weight packed once (one matrix a direction)."""
 
     def __init__(self, precision: str) -> None:
         self.kernels = f"onednn-{precision}"
@@ -236,8 +203,7 @@ class OneDNN(Strategy):
         return x.device.type == "cpu" and w.dtype == torch.float32
 
     def prepare(self, w: torch.Tensor) -> Union[None, OneDNNWeight, list[OneDNNWeight]]:
-        """`w` packed (one matrix a direction), or None where any matrix fails its probe (torch's products
-        run)."""
+        """`w` packed, or None where any matrix fails its probe."""
         if w.dim() != 3:
             return self.prepare_matrix(w)
         matrices = [self.prepare_matrix(d) for d in w]
@@ -263,8 +229,7 @@ class OneDNN(Strategy):
     def multiply_matrix(
         self, x: torch.Tensor, matrix: OneDNNWeight, bias: Optional[torch.Tensor], out: Optional[torch.Tensor]
     ) -> torch.Tensor:
-        """x (M, K) @ matrix -> float32 (M, N), into `out` if given. A bias of one row is fused into
-        oneDNN's product, a bias per row (the LSTM's recurrent products) added in float32 after it."""
+        """x (M, K) @ matrix -> float32 (M, N), into `out` if given; a bias per row is added in float32."""
         one_row = bias is not None and bias.numel() == matrix.columns
         fused = bias.reshape(-1).to(self.dtype).contiguous() if bias is not None and one_row else None
         result = onednn_linear(x.to(self.dtype).contiguous(), matrix.packed, fused, matrix.block_rows)
@@ -278,23 +243,18 @@ BoundProduct = Callable[..., torch.Tensor]
 
 
 class Products:
-    """The matrix products of one precision: what the biLM multiplies through.
-
-    The first of `strategies` that can multiply does: a strategy that is not `differentiable` steps aside
-    where gradients flow, and one whose `prepare` returned None for a weight steps aside for that weight.
-    Prepared weights are kept here, for the parameter they came from."""
+    """The matrix products of one precision: the first of `strategies` that can multiply does (a strategy
+    that is not `differentiable` steps aside where gradients flow). Prepared weights are kept here."""
 
     def __init__(self, precision: str, *strategies: Strategy) -> None:
         self.precision = precision
         self.strategies = strategies
-        # What makes the numbers: two Products with the same `kernels` give the same bits (the token cache's key).
         self.kernels = strategies[0].kernels
         # (kernels, id(parameter)) -> (the parameter, its state when prepared, the prepared weight)
         self._prepared: dict[tuple[str, int], tuple[torch.Tensor, tuple, Optional[object]]] = {}
 
     def __getstate__(self) -> dict:
-        """Copied or pickled without its prepared weights: they belong to the source parameters, which
-        a copy does not share, and oneDNN's packed tensors cannot be copied anyway."""
+        """Copied or pickled without its prepared weights (oneDNN's packed tensors cannot be copied)."""
         return {**self.__dict__, "_prepared": {}}
 
     def product(
@@ -304,19 +264,15 @@ class Products:
         source: Optional[torch.Tensor] = None,
         bias: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
-        """[bias +] x (..., M, K) @ w (K, N), or batched x (D, M, K) @ w (D, K, N), float32: `bind` for one
-        call. `source`: the parameter `w` was derived from (what its prepared form is kept for), if `w` is
-        not one itself."""
+        """`bind` for one call; `source`: the parameter `w` was derived from, if `w` is not one itself."""
         return self.bind(w, x, source)(x, bias)
 
     def bind(
         self, w: torch.Tensor, like: torch.Tensor, source: Optional[torch.Tensor] = None, grad: Optional[bool] = None
     ) -> BoundProduct:
-        """`product` by `w` as a function of (x, bias), the strategy chosen and the weight prepared once:
-        what a loop calls at every step, without choosing again each time. `like`: an input of the kind
-        the loop multiplies (its device); `grad`: whether gradients flow through any of the calls
-        (default: through `like` or to `w`). Where they do, a differentiable strategy prepares at every
-        call, so that the gradient reaches `w`."""
+        """(x, bias) -> [bias +] x @ w, the strategy chosen and `w` prepared once for a loop. `like`: an input
+        of the loop (its device); `grad`: whether gradients flow (default: through `like` or to `w`), and
+        then the weight is prepared at every call, so that the gradient reaches `w`."""
         if grad is None:
             grad = gradient_flows(like, w)
         for strategy in self.strategies:
@@ -332,8 +288,8 @@ class Products:
         raise RuntimeError(f"precision {self.precision!r} is for inference: its products have no gradient")
 
     def _prepared_weight(self, strategy: Strategy, w: torch.Tensor, source: Optional[torch.Tensor]) -> Optional[object]:
-        """The strategy's prepared `w`, prepared again when its parameter changes (in place: a training
-        step, `load_state_dict`; or its storage). The entry holds the parameter, so its id stays its own."""
+        """The strategy's prepared `w`, prepared again when its parameter changes. The entry holds the
+        parameter, so its id stays its own."""
         parameter = w if source is None else source
         state = (_torch_private.tensor_state(parameter), tuple(w.shape))
         key = (strategy.kernels, id(parameter))

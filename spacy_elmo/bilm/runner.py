@@ -1,16 +1,7 @@
-"""The one way the biLM is run: character ids or tokenized sentences in, layer outputs out.
-
-Everything that wraps a forward pass lives here, for the pipe (through thinc's PyTorch shim), `embed`
-and the Python API alike:
-- stateless (the default): every sentence starts from a zero state, so its vectors do not depend on
-  which batch it lands in, and sentences are grouped into length-sorted batches under a token budget;
-- stateful: the reference behaviour of bilm-tf/AllenNLP, for parity; batch row i starts from the state
-  row i ended with in the previous batch, and batches are run in the order and grouping given;
-- precision: the matrix products in fp32, bf16, fp16 or int8 (`precision.py`); outputs are float32
-  whatever the precision;
-- boundaries: `<S>` and `</S>` are added to each sentence and stripped from what is returned;
-- out of memory: a stateless batch that does not fit is split in halves and retried, and the token
-  budget is lowered for the batches that follow: no sentence is ever dropped.
+"""The one way the biLM is run, for the pipe, `embed` and the Python API: character ids or sentences in,
+float32 layers out. Stateless by default (every sentence from a zero state, so batch-independent); stateful
+carries row i's state to the next batch (bilm-tf's mode). A stateless batch that runs out of memory is
+split in halves and the token budget lowered: no sentence is dropped.
 """
 
 import contextlib
@@ -34,8 +25,7 @@ def is_out_of_memory(error: BaseException) -> bool:
 
 
 def parse_device(text: str, option: str = "--device") -> torch.device:
-    """`text` ("cpu", "cuda", "cuda:N") as a device this machine has, or a one-line ValueError naming
-    `option`: torch's own errors for a device it cannot use are tracebacks deep inside the first forward."""
+    """`text` ("cpu", "cuda", "cuda:N") as a device this machine has, or a ValueError naming `option`."""
     try:
         device = torch.device(text)
     except RuntimeError:
@@ -61,8 +51,7 @@ def check_threads(n_threads: int, option: str = "--threads") -> int:
 
 @contextlib.contextmanager
 def torch_threads(n_threads: int) -> Iterator[None]:
-    """Run with `n_threads` intra-op threads (0: leave torch's setting alone), then restore the caller's:
-    on a shared machine fewer threads than cores is often faster, and the caller's setting is theirs."""
+    """Run with `n_threads` intra-op threads (0: torch's setting), then restore the caller's."""
     if n_threads <= 0:
         yield
         return
@@ -75,10 +64,8 @@ def torch_threads(n_threads: int) -> Iterator[None]:
 
 
 class CarriedState:
-    """The recurrent state that stateful embedding carries from one batch to the next: row i of a batch
-    continues row i of the previous batch (bilm-tf's stateful mode). A batch with more rows than any
-    before grows the state with zero rows; the state is detached when stored, so gradients never flow
-    across batches."""
+    """The state stateful embedding carries: row i of a batch continues row i of the previous one (grown with
+    zero rows as needed; detached, so gradients never flow across batches)."""
 
     def __init__(self) -> None:
         self._state: Optional[LSTMState] = None
@@ -108,10 +95,7 @@ class CarriedState:
 
 class BiLMRunner(torch.nn.Module):
     """Runs a BiLM: `run` for a batch of character ids (the pipe), `embed_sentences` for words (numpy).
-
-    bilm: the model, or None with `load`, a function that returns it on first use (a pipeline builds
-        its layer before it knows whether saved weights will be loaded into it).
-    """
+    bilm: the model, or None with `load`, a function that returns it on first use."""
 
     def __init__(
         self,
@@ -165,10 +149,8 @@ class BiLMRunner(torch.nn.Module):
         return self.bilm
 
     def _enter_new_process(self) -> None:
-        """First use in a process forked from the one that made the runner (`nlp.pipe(n_process=N)`,
-        multiprocessing pools). A forked child inherits torch's OpenMP thread pool as bookkeeping only,
-        not as threads: its first parallel product would wait for them forever. One thread per process
-        is also what N processes on N cores want, so the child runs with one, whatever `n_threads` says."""
+        """First use in a forked process: one thread, as a forked child's first parallel product would wait
+        forever for the OpenMP pool it inherits only as bookkeeping (and N processes want one each)."""
         self._pid = os.getpid()
         self._forked = True
         torch.set_num_threads(1)

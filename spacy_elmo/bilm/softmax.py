@@ -1,7 +1,5 @@
-"""The language-model head: one softmax over the word vocabulary, shared by both directions.
-
-Stored as in bilm-tf's checkpoint (`softmax/W` (V, P), `softmax/b` (V,)), so an exported model keeps it.
-"""
+"""The language-model head: one softmax over the word vocabulary, shared by both directions, stored as in
+bilm-tf's checkpoint (`softmax/W` (V, P), `softmax/b` (V,))."""
 
 from typing import Optional
 

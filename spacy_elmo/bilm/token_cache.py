@@ -1,9 +1,5 @@
-"""An LRU cache of token-layer vectors (char CNN + highway + projection) keyed by character ids.
-
-Word frequencies are Zipfian, so across batches most tokens have been seen before; looking their
-vectors up instead of running the CNN is exact (the layer is context-free). Vectors live in one
-device tensor, so a batch's hits are a single gather. The cache is cleared whenever a parameter of
-the encoder changes in place (an optimizer step, a weight load), so it can never serve stale vectors.
+"""An LRU cache of token-layer vectors keyed by character ids (exact: the layer is context-free), in one
+device tensor; cleared whenever a parameter of the encoder changes, so it never serves stale vectors.
 """
 
 from collections import OrderedDict
@@ -46,9 +42,8 @@ class TokenCache:
         encoder: Callable[[torch.Tensor], torch.Tensor],
         kernels: str = "torch",
     ) -> torch.Tensor:
-        """Vectors of distinct token rows (n, chars): cached ones gathered, the rest encoded and stored.
-        The cache empties when the module's weights or the kernels of its products (`Products.kernels`:
-        the precision, and for fp32 whether oneDNN's or torch's) change."""
+        """Vectors of distinct token rows (n, chars): cached ones gathered, the rest encoded and stored; the
+        cache empties when the module's weights or `kernels` (`Products.kernels`) change."""
         self._check_weights(module, kernels)
         rows = unique_ids.detach().to("cpu").numpy()
         keys = [row.tobytes() for row in numpy.ascontiguousarray(rows, dtype=numpy.int32)]
@@ -66,17 +61,14 @@ class TokenCache:
         self.hits += len(hit_positions)
         self.misses += len(miss_positions)
         device = unique_ids.device
-        fresh = (
-            encoder(unique_ids[torch.tensor(miss_positions, dtype=torch.long, device=device)])
-            if miss_positions
-            else None
-        )
+        misses = torch.tensor(miss_positions, dtype=torch.long, device=device)
+        fresh = encoder(unique_ids[misses]) if miss_positions else None
         template = fresh if fresh is not None else self._store
         out = template.new_empty(len(keys), template.shape[-1])
         if hit_positions:
             out[torch.tensor(hit_positions, device=device)] = self._store[torch.tensor(hit_slots, device=device)]
         if fresh is not None:
-            out[torch.tensor(miss_positions, device=device)] = fresh
+            out[misses] = fresh
             self._insert([keys[p] for p in miss_positions], fresh)
         return out
 

@@ -1,24 +1,8 @@
 """The biLM as a thinc layer: docs in, one (n_layers, n_tokens, 2P) array of layer outputs per doc out.
 
-`spacy-elmo.BiLM.v1` is registered here, with the layer's one `forward` and `init`, and this module imports
-no torch: a pipeline saved with `runtime = "onnxruntime"` loads and runs where torch is not installed.
-The forward cuts docs into sentences or windows (`segments.py`), batches them with the one batcher, turns
-words into ids, has the runtime run the batches and places the outputs (and, fine-tuning, their gradients)
-back on the docs' tokens. A runtime is a thinc shim holding a runner, imported only when chosen:
-- "torch" (`torch_bilm.py`, the default): `BiLMRunner` in PyTorch's shim, on CPU or GPU, every
-  precision, stateful mode, fine-tuning; the weights saved in the native msgpack format;
-- "onnxruntime" (`onnx_bilm.py`): `OnnxRunner`, the biLM exported as one ONNX graph and run by ONNX
-  Runtime on the CPU: fp32, stateless, frozen; the graph is what the pipeline saves.
-
-Weights are loaded by the layer's `init` (`nlp.initialize()`), or by `from_bytes`/`from_disk` when a
-saved pipeline is loaded (then the configured path is never read: it may not exist where the pipeline
-is deployed). A pipe used with no `nlp.initialize()` loads on its first batch, before any doc is
-processed; a bad path fails there, naming it. Errors about saved weights name their file where spaCy's
-`from_disk` knows it (`bilm_names.saved_weights_at`) and advise saving the pipeline again.
-
-The settings are arguments of `spacy-elmo.BiLM.v1` and nothing else: the runner holds how the biLM
-runs, and a frozen `BiLMLayerSettings` in the attrs (which thinc cannot serialize, so never saves) the
-windows, fine-tuning and runtime; the shim saves only weights.
+One forward and init for every runtime; a runtime is a thinc shim holding a runner (`torch_bilm.py`,
+`onnx_bilm.py`), imported only when chosen, so that this module imports no torch. Weights are loaded by
+`init`, by the first batch, or by `from_bytes` when a saved pipeline is loaded (then `path` is never read).
 """
 
 import copy
@@ -58,9 +42,7 @@ TORCH_MISSING = (
 
 @dataclass(frozen=True)
 class BiLMLayerSettings:
-    """The layer's own part of what `spacy-elmo.BiLM.v1` was built with (see its docstring for each); the
-    weights path is the runner's loader's, and how the biLM runs (token budget, state, threads, precision)
-    the runner's settings."""
+    """The layer's own settings of `spacy-elmo.BiLM.v1`; the rest are the runner's."""
 
     window_size: int
     window_context: int
@@ -73,9 +55,7 @@ def layer_settings(model: Model) -> BiLMLayerSettings:
 
 
 class Runtime(Protocol):
-    """What the layer asks of its shim (`torch_bilm.TorchRuntimeShim`, `onnx_bilm.OnnxRuntimeShim`),
-    whose `_model` is the runner: run the batches' character ids; with `is_train`, also return the function
-    that takes the outputs' gradients back (None: nothing to train)."""
+    """What the layer asks of its shim: run the batches' ids; the backprop is None where nothing trains."""
 
     def run_batches(
         self, ids: list[numpy.ndarray], is_train: bool, ops: Ops
@@ -83,9 +63,7 @@ class Runtime(Protocol):
 
 
 def runner_of(model: Model) -> Any:
-    """The runtime's runner: a `BiLMRunner` (torch) or an `OnnxRunner` (onnxruntime). Both offer `load()`
-    (the biLM, or the runner with its graph: `options`, `batch_to_ids`), `loaded`, `stateful`,
-    `token_budget`, `max_batch_size` and `reset_state()`."""
+    """The runtime's runner: a `BiLMRunner` (torch) or an `OnnxRunner` (onnxruntime)."""
     return model.shims[0]._model
 
 
@@ -142,8 +120,7 @@ def forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[list[Floats3
     set_dims_from_options(model, loaded.options)
     settings = layer_settings(model)
     segments = segment_docs(docs, settings.window_size, settings.window_context)
-    # stateful: text order, no row limit (row i continues row i); stateless: length-sorted.
-    # After running out of memory the torch runner keeps to the lower budget it set itself.
+    # stateful: text order, no row limit (row i continues row i); stateless: length-sorted
     max_rows = None if runner.stateful else runner.max_batch_size
     lengths = [s.words + 2 for s in segments]
     batches = token_budget_batches(lengths, runner.token_budget, max_rows, sort=not runner.stateful)
@@ -174,17 +151,13 @@ def init(model: Model, X: Optional[list[Doc]] = None, Y: Any = None) -> None:
     ensure_options(model)
 
 
-# --- listeners ---------------------------------------------------------------------------------------
-
-
 def replace_listener(model: Model, listener: Model, pipe: Any) -> Model:
     """`nlp.replace_listeners`: a listener is replaced by a copy of this layer (same outputs)."""
     return model
 
 
 def replace_listener_cfg(bilm_cfg: dict[str, Any], listener_owner_cfg: dict[str, Any]) -> dict[str, Any]:
-    """`nlp.replace_listeners`: the config at the listener path with every `ElmoListener` in it
-    replaced by a standalone `spacy-elmo.Elmo.v1` holding a copy of the elmo pipe's model config."""
+    """`nlp.replace_listeners`: every `ElmoListener` in the config becomes a `spacy-elmo.Elmo.v1`."""
     from .listener import LISTENER_ARCHITECTURE, STANDALONE_ARCHITECTURE
 
     def walk(node: Any) -> Any:
@@ -199,9 +172,6 @@ def replace_listener_cfg(bilm_cfg: dict[str, Any], listener_owner_cfg: dict[str,
         return node
 
     return walk(copy.deepcopy(dict(listener_owner_cfg)))
-
-
-# --- the architecture ----------------------------------------------------------------------------------
 
 
 @registry.architectures(ARCHITECTURE)
@@ -281,7 +251,6 @@ def BiLM_v1(
                 "precision 'fp32' or 'bf16', or keep the biLM frozen (fine_tune = false) to use int8"
             )
         shim = build_torch_shim(path, sha256, token_budget, stateful, n_threads, precision)
-    # the settings are not serializable by thinc, so never saved: the config owns them
     attrs = {
         "settings": BiLMLayerSettings(window_size, window_context, fine_tune, runtime),
         "replace_listener": replace_listener,

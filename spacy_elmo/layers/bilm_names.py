@@ -1,8 +1,5 @@
-"""The names the biLM layer and its runtimes share: the architecture, its options as errors name them,
-and how errors name the saved weights being loaded.
-
-Apart from `bilm_model.py` (which builds the layer and imports the runtimes when chosen), so that the
-runtimes import these without importing the module that imports them.
+"""The names the biLM layer and its runtimes share (apart from `bilm_model.py`, which imports the runtimes,
+so that they need not import it back): the architecture, its options, and the saved weights' source.
 """
 
 import contextlib

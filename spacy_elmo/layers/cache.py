@@ -1,9 +1,5 @@
-"""A bounded cache of biLM layer outputs, keyed by what determines them: the doc's text, its tokens
-and its sentence boundaries.
-
-With a frozen biLM, a training doc's layers are the same in every epoch, so the `elmo` pipe computes
-them once and reuses them (the Corpus reader makes new Doc objects each epoch, hence a content key
-rather than the Doc). Least recently used entries go first once `max_bytes` is reached.
+"""A bounded LRU cache of biLM layer outputs, keyed by a doc's text, tokens and sentence boundaries: with a
+frozen biLM a training doc's layers are the same every epoch, in new Doc objects (hence a content key).
 """
 
 import hashlib
@@ -32,19 +28,11 @@ class LayerCache:
         self.max_bytes = max_bytes
         self._entries: OrderedDict[bytes, Any] = OrderedDict()
         self.n_bytes = 0
-        self.hits = 0
-        self.misses = 0
-
-    def __len__(self) -> int:
-        return len(self._entries)
 
     def get(self, key: bytes) -> Optional[Any]:
         value = self._entries.get(key)
-        if value is None:
-            self.misses += 1
-            return None
-        self._entries.move_to_end(key)
-        self.hits += 1
+        if value is not None:
+            self._entries.move_to_end(key)
         return value
 
     def put(self, key: bytes, value: Any) -> None:

@@ -1,10 +1,6 @@
-"""Listening to the `elmo` pipe: the listener layer and the architectures built on it.
-
-Same protocol as spaCy's Tok2VecListener and spacy-transformers' TransformerListener: while training,
-the `elmo` pipe's `update` broadcasts each batch's layer outputs (and a backprop callback) to every
-listener; at prediction time, a listener reads the layers the pipe stored on the doc
-(`doc._.elmo_layers`), since components may batch docs differently there. A listener passes the
-raw layers (n_layers, n_tokens, 2P) on; the scalar mix after it is the listening task's own.
+"""Listening to the `elmo` pipe, with spaCy's Tok2VecListener protocol: while training the pipe broadcasts
+each batch's layers and backprop; at prediction a listener reads `doc._.elmo_layers`. The scalar mix after
+it is the listening task's own.
 """
 
 import warnings
@@ -27,11 +23,8 @@ def _no_backprop(d_outputs: Any) -> list[Doc]:
 
 
 class ElmoListener(Model):
-    """The node of a task model that stands in for the `elmo` pipe's biLM.
-
-    Dims: nO = 2P (the width of a layer), nL = L+1 (the number of layers); both come from the
-    upstream pipe (`width` in the config fixes nO up front and is checked against the biLM).
-    """
+    """The node of a task model that stands in for the `elmo` pipe's biLM. Dims: nO = 2P (a layer's width),
+    nL = L+1 (the number of layers), from the upstream pipe (a configured `width` is checked against it)."""
 
     name = "elmo-listener"
 
@@ -73,22 +66,20 @@ class ElmoListener(Model):
     def set_upstream_dims(self, width: int, n_layers: int) -> None:
         """Take the upstream biLM's width and layer count, or check them against those configured."""
         upstream = f"the upstream '{self.upstream_name}' biLM"
-        mismatch = {
-            "nO": lambda have: (
-                f"ElmoListener: width={have} but {upstream} gives vectors of width {width} "
-                f"(2 x projection_dim); set width = {width} or 0"
-            ),
-            "nL": lambda have: f"ElmoListener: built for {have} layers but {upstream} has {n_layers}",
-        }
         for dim, value in (("nO", width), ("nL", n_layers)):
             if self.has_dim(dim) and self.get_dim(dim) != value:
-                raise ValueError(mismatch[dim](self.get_dim(dim)))
+                have = self.get_dim(dim)
+                raise ValueError(
+                    f"ElmoListener: width={have} but {upstream} gives vectors of width {width} (2 x projection_dim); "
+                    f"set width = {width} or 0"
+                    if dim == "nO"
+                    else f"ElmoListener: built for {have} layers but {upstream} has {n_layers}"
+                )
             if not self.has_dim(dim):
                 self.set_dim(dim, value)
 
     def backprop_and_clear(self, d_outputs: list[Floats3d]) -> list[Doc]:
-        """Run the upstream's backprop, then let go of the batch's outputs: holding them until the
-        next batch would keep a whole batch of biLM layers (and their graph) alive for nothing."""
+        """Run the upstream's backprop, then let go of the batch's outputs (and their graph)."""
         result = self._backprop(d_outputs) if self._backprop is not None else []
         self._batch_id = None
         self._outputs = None

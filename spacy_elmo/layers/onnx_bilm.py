@@ -1,20 +1,7 @@
-"""The biLM layer's onnxruntime runtime: an exported graph served by ONNX Runtime, with no torch.
+"""The biLM layer's onnxruntime runtime: an exported graph served by ONNX Runtime on the CPU, with no torch.
 
-The graph's runner (`spacy_elmo.onnx.runtime.OnnxRunner`) sits in a small thinc shim that saves its bytes
-as the layer's weights, so a pipeline saved with `runtime = "onnxruntime"` carries its graph and loads
-where only spaCy, this package and onnxruntime are installed. The graph comes from the configured `path`
-when the pipe is initialized (`onnx.runtime.load_graph`: an `.onnx` file from `spacy elmo export` is read
-as it is, with no torch; any other model is exported then, which needs torch and the `[onnx]` extra at that
-moment only). A pipeline saved with the torch runtime can be loaded with this one (its weights are exported
-as they load, which needs torch), then saved for serving:
-
-    nlp = spacy.load("trained", config={"components": {"elmo": {"model": {"runtime": "onnxruntime"}}}})
-    nlp.to_disk("serving")   # loads in a torch-free virtualenv
-
-What it does not do, and why: fine-tuning (a graph has no gradients), stateful mode (the graph starts
-every sentence from zero, which is what makes it batch-independent) and precisions other than fp32
-(ONNX Runtime's int8 is measured in benchmarks/RESULTS.md, not served); the GPU (this runtime is for
-CPU serving; the torch runtime runs on GPUs). Each is refused with a sentence when the layer is built.
+The shim saves the graph as the layer's weights, so a saved pipeline loads where only spaCy, this package
+and onnxruntime are installed. A graph is fp32, stateless and frozen (`check_onnx_settings`).
 """
 
 import functools
@@ -30,7 +17,7 @@ from .bilm_names import ARCHITECTURE, PATH_OPTION, SAVED_REMEDY, SHA256_OPTION, 
 
 
 def check_onnx_settings(stateful: bool, fine_tune: bool, precision: str) -> None:
-    """Refuse, naming the option, what an exported graph cannot do (see the module docstring)."""
+    """Refuse, naming the option, what an exported graph cannot do."""
     where = f'{ARCHITECTURE} runtime = "onnxruntime"'
     if fine_tune:
         raise ValueError(f"{where}: fine_tune = true needs gradients, which a graph has none of; use runtime 'torch'")
@@ -47,8 +34,7 @@ def check_onnx_settings(stateful: bool, fine_tune: bool, precision: str) -> None
 
 
 def graph_from_weights(data: bytes, source: str) -> bytes:
-    """Saved weights (`source` names them) as a graph: a graph as it is; a torch-runtime pipeline's weights
-    (thinc's PyTorch shim message around the native msgpack model) exported."""
+    """Saved weights as a graph: a graph as it is, a torch-runtime pipeline's weights exported."""
     if data.startswith(b"\x08"):  # an ONNX ModelProto starts with its ir_version field
         return data
     try:
@@ -100,7 +86,7 @@ class OnnxRuntimeShim(Shim):
             )
 
     def finish_update(self, optimizer: Any) -> None:
-        """A frozen graph: nothing to update (the listeners' mixes are updated by their own layers)."""
+        """A frozen graph: nothing to update."""
 
 
 def build_onnx_shim(path: str, sha256: Optional[str], token_budget: int, n_threads: int) -> OnnxRuntimeShim:

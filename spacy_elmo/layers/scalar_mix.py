@@ -1,13 +1,7 @@
-"""The task-specific scalar mix of the paper: ELMo_k = gamma * sum_j softmax(s)_j * h_kj.
-
-Weights `s` start at zero (the plain average of the layers) and `gamma` at one. Options:
-- layer_norm: normalise each layer's vector of each token (zero mean, unit variance over its 2P
-  features, no learned scale) before mixing; computed per token, so the result for a doc does not
-  depend on the batch (AllenNLP normalises over the whole batch instead).
-- dropout: dropout on the mixed vectors while training (the paper adds "a moderate amount"). It is
-  stored as the attribute "elmo_dropout", so spaCy's `[training] dropout` does not override it.
-- l2: the penalty lambda * ||s||^2 that pulls the weights toward the plain average (added to the
-  gradient of `s` at every update).
+"""The task-specific scalar mix of the paper: ELMo_k = gamma * sum_j softmax(s)_j * h_kj, s from zero (the
+plain average) and gamma from one. Layer norm is per token (AllenNLP's is per batch), so a doc's result does
+not depend on its batch; the dropout is stored as "elmo_dropout", so spaCy's `[training] dropout` does not
+override it.
 """
 
 from typing import Any, Callable, Optional

@@ -1,12 +1,4 @@
-"""The paper's recipe for a task model: [x_k; ELMo_k] -> the task encoder.
-
-x_k is spaCy's context-independent embedding (MultiHashEmbed or any embed layer), ELMo_k the task's
-own mix of the biLM layers (an ElmoListener.v1, or Elmo.v1 with its own biLM). The two are
-concatenated per token and projected (Maxout, as MultiHashEmbed mixes its features) to the width
-the encoder expects; the encoder (MaxoutWindowEncoder, MishWindowEncoder, TorchBiLSTMEncoder, ...)
-adds task-specific context. The result is a tok2vec layer for `ner`, `textcat` (every architecture
-with a tok2vec), `tagger`, `parser`, ...
-"""
+"""The paper's recipe for a task model: [x_k; ELMo_k], projected by a Maxout, -> the task encoder."""
 
 from typing import Optional
 

@@ -1,11 +1,5 @@
-"""The biLM layer's torch runtime: the biLM run by PyTorch, on CPU or GPU, trainable.
-
-The biLM's runner (`spacy_elmo.bilm.runner.BiLMRunner`) sits in a thinc `PyTorchShim`, so it follows
-thinc's current device (`require_gpu`), is updated by thinc's optimizer when fine-tuned, and is
-serialized with the native msgpack format of `spacy_elmo.io.native` (custom shim serializers: no
-pickle, no `torch.load`). `TorchRuntimeShim.run_batches` is all the layer's forward (`bilm_model.py`,
-torch-free, which builds this shim for `runtime = "torch"`) asks of it.
-"""
+"""The biLM layer's torch runtime: `BiLMRunner` in thinc's PyTorch shim (CPU or GPU, trainable), saved in
+the native msgpack format (no pickle)."""
 
 import copy
 import functools
@@ -66,8 +60,7 @@ class TorchRuntimeShim(PyTorchShim):
     def run_batches(
         self, ids: list[numpy.ndarray], is_train: bool, ops: Ops
     ) -> tuple[list[Floats4d], Optional[Callable[[list[Floats4d]], None]]]:
-        """Character ids of each batch -> its (L+1, rows, T, 2P) layers, and with `is_train` (fine-tuning)
-        the function that takes their gradients back into the biLM's weights."""
+        """Character ids of each batch -> its (L+1, rows, T, 2P) layers (and the backprop with `is_train`)."""
         inputs = ArgsKwargs(args=([torch.from_numpy(batch) for batch in ids],), kwargs={})
         if is_train:
             outputs, shim_backprop = self.begin_update(inputs)

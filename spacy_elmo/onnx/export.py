@@ -1,11 +1,7 @@
 """The biLM as one ONNX graph: character ids in, every layer out, any batch size and length.
 
-`ExportableBiLM` computes what `BiLM.forward` computes in fp32, stateless, written for export: the
-character CNN as convolutions over each distinct token of the batch (no row chunks), and each LSTM layer
-as one `scan` over the time steps, both directions at once (the backward one reads each row reversed
-within its length, as `lstm.py` does), so the exported graph holds an ONNX `Scan` over a length known only
-at run time instead of a copy of the cell per step. It shares the weights of the `BiLM` it wraps, and its
-highway and LSTM cell (`char_cnn`, `lstm.lstm_cell`), with plain products (`EXPORT_PRODUCTS`).
+`ExportableBiLM` computes `BiLM.forward` in fp32, stateless: the CNN as convolutions, each LSTM layer as
+one `scan` over the steps (an ONNX `Scan`, not a cell per step), with the biLM's own highway and cell.
 """
 
 import contextlib
@@ -13,7 +9,7 @@ import logging
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Optional, Union
 
 import torch
 from torch import nn
@@ -25,8 +21,7 @@ from ..io.atomic import atomic_write_bytes
 from ..io.onnx_graph import GRAPH_SHA256_KEY, INPUT_NAME, OUTPUT_NAME, GraphMetadata, graph_sha256
 
 OPSET = 18
-# what torch's exporter says on every export that is about torch, not about the biLM: it looks up
-# torchvision's operators (absent, and never used here) and trips torch's own deprecation of `LeafSpec`
+# what torch's exporter says on every export about torch itself, not about the biLM
 _EXPORTER_LOGGER = "torch.onnx._internal.exporter._registration"
 _EXPORTER_NOISE = "torchvision is not installed"
 _PYTREE_DEPRECATION = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
@@ -96,8 +91,7 @@ class ExportableBiLM(nn.Module):
         n_rows, n_steps = char_ids.shape[0], char_ids.shape[1]
         mask = char_ids.gt(0).any(-1)  # (B, T)
         lengths = mask.sum(1)
-        # each distinct token once through the CNN (an ONNX `Unique` over rows), as the torch path dedups:
-        # text repeats its words, and the CNN is most of the small model's work
+        # each distinct token once through the CNN (an ONNX `Unique` over rows), as the torch path dedups
         distinct, where = torch.unique(char_ids.reshape(n_rows * n_steps, -1), dim=0, return_inverse=True)
         tokens = self.encode_tokens(distinct)[where].reshape(n_rows, n_steps, -1)
         keep = mask.unsqueeze(-1).to(tokens.dtype)
@@ -134,9 +128,8 @@ class ExportableBiLM(nn.Module):
 
 
 def export_bytes(bilm: BiLM, source_sha256: Optional[str] = None) -> bytes:
-    """The biLM as a serialized ONNX graph with dynamic batch size and length, carrying the options and
-    lexicon a runtime needs (`metadata.py`) and `source_sha256`, the digest of the model it came from.
-    Needs the `[onnx]` extra."""
+    """The biLM as a serialized ONNX graph, carrying its options, lexicon, `source_sha256` (the digest of
+    the model it came from) and the digest of its own bytes. Needs the `[onnx]` extra."""
     was_training = bilm.training
     bilm.eval()
     module = ExportableBiLM(bilm).eval()
@@ -163,16 +156,6 @@ def export_bytes(bilm: BiLM, source_sha256: Optional[str] = None) -> bytes:
     proto = program.model_proto
     for key, value in GraphMetadata(bilm.options, bilm.lexicon, source_sha256).to_strings().items():
         proto.metadata_props.add(key=key, value=value)
-    return record_graph_sha256(proto)
-
-
-def record_graph_sha256(proto: Any) -> bytes:
-    """The graph serialized with the digest of its own bytes recorded in it (`metadata.graph_sha256`), in
-    place of any it recorded before: for a graph changed after export (quantized, say), which is a new
-    graph whose digest is its own."""
-    kept = [entry for entry in proto.metadata_props if entry.key != GRAPH_SHA256_KEY]
-    del proto.metadata_props[:]
-    proto.metadata_props.extend(kept)
     digest, _ = graph_sha256(proto.SerializeToString(), "the exported graph")
     proto.metadata_props.add(key=GRAPH_SHA256_KEY, value=digest)
     graph: bytes = proto.SerializeToString()

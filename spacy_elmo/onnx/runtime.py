@@ -1,26 +1,14 @@
-"""An exported biLM run by ONNX Runtime on the CPU: the serving runtime, with no torch anywhere.
+"""An exported biLM run by ONNX Runtime on the CPU, with no torch: `OnnxRunner`, the stateless fp32
+counterpart of `BiLMRunner`, with the same ids, batches and windows.
 
-`OnnxRunner` is the stateless, fp32 counterpart of `BiLMRunner`: words in, one (L+1, n_tokens, 2P) array
-per sentence out, with the same ids (`bilm.lexicon.batch_to_ids`), the same token-budget batches and
-windows (`bilm.batching`), so the pipe and `embed` place its outputs exactly as they place the torch
-runner's. It holds the graph's bytes (what a saved pipeline stores), given or read on first use (`load`);
-reading a graph checks the digest it records of itself (required in format 2) and its metadata against its
-declared shapes (`metadata.py`). `load_graph` is the one place that decides where a graph comes from: an
-.onnx file is read as it is, any other model is exported.
-
-Sessions belong to the process that made them, never to the object: each process keeps its own
-(`_sessions`, by object), made when first used. A forked child (`nlp.pipe(n_process=...)`) inherits the
-parent's sessions in memory but cannot use them (ONNX Runtime's thread pool does not survive a fork), and
-must never free them either: freeing one destroys the pool's condition variables, whose waiters (the
-parent's idle pool threads) do not exist in the child, so `pthread_cond_destroy` waits forever (the hang of
-a second `nlp.pipe(n_process=2)` call). At fork, the child moves them where nothing frees them
-(`_inherited`; a worker leaves with `os._exit`). A pickled object carries no session (spawn).
+Each process keeps its own sessions (`_sessions`, by object). A forked child must neither use nor free its
+parent's: freeing one waits forever on condition variables whose waiters (the parent's pool threads) do
+not exist in the child, so at fork they move where nothing frees them (`_inherited`).
 """
 
 import hashlib
 import itertools
 import os
-import warnings
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -64,23 +52,9 @@ def _keep_inherited_sessions() -> None:
 os.register_at_fork(after_in_child=_keep_inherited_sessions)
 
 
-class OnnxGraphWarning(UserWarning):
-    """A graph that loads but whose content cannot be checked (format 1: exported before graphs recorded a
-    digest)."""
-
-
-def import_onnxruntime() -> Any:
-    try:
-        import onnxruntime
-    except ImportError as err:
-        raise ImportError(f"{MISSING_RUNTIME} ({err})") from None
-    return onnxruntime
-
-
 @dataclass(frozen=True)
 class LoadedGraph:
-    """A graph to serve. source: the file it was read or exported from, as errors name it; exported_from:
-    the model it was exported from now (a `spacy_elmo.io.resolve.LoadedModel`), None for an .onnx file."""
+    """A graph to serve; exported_from: the `LoadedModel` it was exported from now, None for an .onnx file."""
 
     graph: bytes
     source: str
@@ -95,9 +69,8 @@ def read_graph_file(path: Union[str, Path], option: str = "ONNX file") -> bytes:
 
 
 def load_graph(path: str, sha256: Optional[str], option: str, sha256_option: str) -> LoadedGraph:
-    """The graph `path` serves, its pinned `sha256` checked: an .onnx file is read as it is (no torch; the
-    pin is the file's SHA-256), any other model is loaded and exported, which needs torch and the [onnx]
-    extra. `option`, `sha256_option`: how errors name the two settings."""
+    """The graph `path` serves, its `sha256` pin checked: an .onnx file as it is (no torch), any other model
+    exported (torch and the [onnx] extra). `option`, `sha256_option`: how errors name the two settings."""
     if names_onnx_graph(path):
         graph = read_graph_file(path, option)
         check_pin(hashlib.sha256(graph).hexdigest(), sha256, path, sha256_option)
@@ -116,14 +89,12 @@ def load_graph(path: str, sha256: Optional[str], option: str, sha256_option: str
 
 
 class OnnxRunner:
-    """Runs an exported biLM (`spacy elmo export`) with ONNX Runtime.
+    """Runs an exported biLM with ONNX Runtime.
 
-    graph: the .onnx file's bytes, or None with `load`, a function that returns a `LoadedGraph` on first
-        use (a pipeline builds its layer before it knows whether saved weights will be loaded into it);
-    source, remedy: how errors name `graph` (a path, "pipeline weights") and what they tell the user to do
-        about a damaged or edited one (a saved pipeline's advice differs); a loaded graph names its file;
-    n_threads: ONNX Runtime's intra-op threads (0: its default, one per physical core);
-    token_budget, max_batch_size: as for `BiLMRunner` (padded tokens and rows per batch).
+    graph: the .onnx file's bytes, or None with `load`, which returns a `LoadedGraph` on first use;
+    source, remedy: how errors name `graph`, and what they advise about a damaged one;
+    n_threads: ONNX Runtime's intra-op threads (0: its default);
+    token_budget, max_batch_size: as for `BiLMRunner`.
     """
 
     stateful = False
@@ -161,15 +132,12 @@ class OnnxRunner:
     def from_file(cls, path: Union[str, Path], **settings: Any) -> "OnnxRunner":
         return cls(read_graph_file(path), source=str(path), **settings)
 
-    # --- the graph ------------------------------------------------------------------------------------
-
     @property
     def loaded(self) -> bool:
         return self._metadata is not None
 
     def load(self) -> "OnnxRunner":
-        """This runner, its graph read (or exported) now if it has not been: what `BiLMRunner.load` is to
-        the biLM (`options`, `batch_to_ids`)."""
+        """This runner, its graph read (or exported) now if it has not been."""
         if self._metadata is None:
             assert self._load is not None
             found = self._load()
@@ -177,8 +145,7 @@ class OnnxRunner:
         return self
 
     def set_graph(self, graph: bytes, source: str, remedy: str = EXPORT_AGAIN) -> None:
-        """Serve `graph` (`source` names it) from now on; `remedy`: what errors about a damaged graph advise
-        (a saved pipeline's: `SAVED_REMEDY`). A process other than the one that read it runs one thread."""
+        """Serve `graph` (`source` names it) from now on; `remedy`: what errors about a damaged graph advise."""
         _sessions.pop(self._key, None)
         self._graph, self._metadata = graph, None
         self.source, self.remedy, self._origin_pid = source, remedy, os.getpid()
@@ -211,14 +178,16 @@ class OnnxRunner:
         return hashlib.sha256(self.graph).hexdigest()
 
     def session(self) -> Any:
-        """This process's ONNX Runtime session, made on first use. A process other than the one that read
-        the graph (`nlp.pipe(n_process=N)`, pools) runs with one thread, whatever `n_threads` says: N
-        processes on N cores want one each."""
+        """This process's ONNX Runtime session, made on first use; one thread in a process other than the
+        one that read the graph (N processes on N cores want one each)."""
         session = _sessions.get(self._key)
         if session is None:
             if self._graph is None:
                 self.load()
-            ort = import_onnxruntime()
+            try:
+                import onnxruntime as ort
+            except ImportError as err:
+                raise ImportError(f"{MISSING_RUNTIME} ({err})") from None
             settings = ort.SessionOptions()
             settings.intra_op_num_threads = self.n_threads if os.getpid() == self._origin_pid else 1
             settings.log_severity_level = 3  # errors only: its warnings are about graph rewrites
@@ -232,9 +201,7 @@ class OnnxRunner:
         return session
 
     def _read_metadata(self) -> GraphMetadata:
-        """The graph's metadata, checked against the graph: its input and output names and shapes, then
-        the digest it records of its own bytes (required in format 2; a format-1 graph without one loads with
-        a warning)."""
+        """The graph's metadata, checked against its inputs, outputs and the digest it records of itself."""
         assert self._graph is not None
         session = self.session()
         metadata = GraphMetadata.from_strings(dict(session.get_modelmeta().custom_metadata_map), self.source)
@@ -245,17 +212,8 @@ class OnnxRunner:
                 f"a spacy-elmo graph takes [{INPUT_NAME!r}] and returns [{OUTPUT_NAME!r}]"
             )
         metadata.check_shapes(inputs[0].shape, outputs[0].shape, self.source, self.remedy)
-        if not check_graph_sha256(self._graph, self.source, metadata.format, self.remedy):
-            warnings.warn(
-                f"{self.source}: the ONNX graph records no digest of its content (format {metadata.format!r}: "
-                "exported before spacy-elmo recorded one), so a damaged weight cannot be detected; export it again "
-                "with `python -m spacy_elmo export` (or pin its sha256)",
-                OnnxGraphWarning,
-                stacklevel=4,
-            )
+        check_graph_sha256(self._graph, self.source, metadata.format, self.remedy)
         return metadata
-
-    # --- running it ---------------------------------------------------------------------------------
 
     def batch_to_ids(self, sentences: Sequence[Sequence[str]]) -> numpy.ndarray:
         return batch_to_ids(sentences, self.options.max_characters_per_token, self.lexicon)
@@ -277,9 +235,7 @@ class OnnxRunner:
         """Any number of sentences, in length-sorted batches under the token budget."""
         return embed_windowed(self, sentences, window_size=None)
 
-    # --- pickling (n_process with spawn): the bytes travel, the session is made again ----------------
-
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, Any]:  # pickled without a session (spawn)
         state = dict(self.__dict__)
         del state["_key"]
         return state

@@ -1,8 +1,6 @@
 """int8 products: exact integers, scaled per row and per column, so oneDNN's packed product and `_int_mm`
 give the same bits, a row's result does not depend on the rows beside it, and runs are reproducible."""
 
-import json
-
 import numpy
 import pytest
 import torch
@@ -18,12 +16,6 @@ SENTENCES = [["The", "cat", "sat", "."], ["Ünïcödé", "words", "here"], ["a"]
 
 def ids_of(sentences):
     return torch.from_numpy(chars.batch_to_ids(sentences))
-
-
-@pytest.fixture(scope="module")
-def all_sentences(fixture_dir):
-    data = json.loads((fixture_dir / "sentences.json").read_text())
-    return [s.split() for group in data for s in group]
 
 
 @pytest.mark.parametrize("rows", [1, 4, 37, 704])

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from spacy_elmo.bilm.options import BiLMOptions, OptionsError
+from spacy_elmo.bilm.options import FILE_KEYS, OPTION_NAMES, BiLMOptions, OptionsError
 
 
 @pytest.fixture
@@ -124,8 +124,6 @@ def test_bilm_tf_keys_round_trip_and_dropout_is_checked(write_options):
 
 
 def test_every_option_has_its_place_in_options_json():
-    from spacy_elmo.bilm.options import FILE_KEYS, OPTION_NAMES
-
     assert set(OPTION_NAMES) <= set(FILE_KEYS)
     assert "extra" not in OPTION_NAMES and "lstm_dim" in OPTION_NAMES
 

@@ -1,12 +1,15 @@
 """Precision of the biLM's products: each within its stated bound of fp32, float32 out, batch independent
 bit for bit, int8 inference-only and CPU-only, bad values named."""
 
-import json
+import copy
+import pickle
 
 import numpy
 import pytest
 import torch
 
+import spacy_elmo.bilm.precision as precision_module
+from spacy_elmo import chars
 from spacy_elmo.bilm import _torch_private
 from spacy_elmo.bilm.precision import (
     FP32,
@@ -23,12 +26,6 @@ from spacy_elmo.io import resolve as loading
 # max |layer - fp32 layer| / max |fp32 layer|, per layer (README "Speed and precision": measured
 # 0.007 for bf16 and 0.022 for int8 on the shipped model)
 BOUNDS = {"bf16": 3e-2, "int8": 5e-2}
-
-
-@pytest.fixture(scope="module")
-def all_sentences(fixture_dir):
-    data = json.loads((fixture_dir / "sentences.json").read_text())
-    return [s.split() for group in data for s in group]
 
 
 @pytest.fixture(scope="module")
@@ -100,8 +97,6 @@ def test_token_cache_is_not_shared_across_precisions(make_bilm):
 def test_bf16_fine_tuning_reaches_the_float32_weights(make_bilm):
     bilm = make_bilm().train()
     runner = BiLMRunner(bilm, precision="bf16")
-    from spacy_elmo import chars
-
     ids = torch.from_numpy(chars.batch_to_ids([["a", "b"], ["c"]]))
     runner.run(ids).sum().backward()
     grads = [p.grad for p in bilm.lstm.parameters()]
@@ -110,8 +105,6 @@ def test_bf16_fine_tuning_reaches_the_float32_weights(make_bilm):
 
 def test_int8_refuses_gradients(make_bilm):
     bilm = make_bilm().train()
-    from spacy_elmo import chars
-
     ids = torch.from_numpy(chars.batch_to_ids([["a", "b"]]))
     with pytest.raises(RuntimeError, match="int8.*inference"):
         BiLMRunner(bilm, precision="int8").run(ids)
@@ -157,8 +150,6 @@ needs_onednn = onednn_skip(torch.float32)
 
 
 def ids_of(sentences):
-    from spacy_elmo import chars
-
     return torch.from_numpy(chars.batch_to_ids(sentences))
 
 
@@ -219,8 +210,6 @@ def test_packed_products_with_gradients_are_torch_products(make_bilm):
 
 @needs_onednn
 def test_a_weight_that_fails_the_probe_keeps_torch_products(reference_bilm, all_sentences, monkeypatch):
-    import spacy_elmo.bilm.precision as precision_module
-
     monkeypatch.setattr(precision_module, "pack_for_onednn", lambda w, dtype, block_rows=None: None)
     ids = ids_of(all_sentences)
     with torch.no_grad():
@@ -274,9 +263,6 @@ def test_token_cache_keeps_packed_and_torch_products_apart(make_bilm):
 
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_products_copy_and_pickle_without_their_prepared_weights(reference_bilm, all_sentences, precision):
-    import copy
-    import pickle
-
     runner = BiLMRunner(reference_bilm, precision=precision)
     if precision != "fp16":
         runner.embed_sentences(all_sentences[:2])  # weights prepared (oneDNN's packed ones cannot be copied)

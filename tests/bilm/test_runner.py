@@ -1,6 +1,5 @@
 """The runner. Stateless means a sentence's vectors do not depend on its batch: size, order, neighbours."""
 
-import json
 import random
 import warnings
 
@@ -8,14 +7,11 @@ import numpy
 import pytest
 import torch
 
+import spacy_elmo.bilm.runner as runner_module
 from spacy_elmo import chars
-from spacy_elmo.bilm.runner import BiLMRunner
-
-
-@pytest.fixture(scope="module")
-def all_sentences(fixture_dir):
-    data = json.loads((fixture_dir / "sentences.json").read_text())
-    return [s.split() for group in data for s in group]
+from spacy_elmo.bilm.batching import embed_windowed, windows
+from spacy_elmo.bilm.precision import slower_than_fp32_here
+from spacy_elmo.bilm.runner import BiLMRunner, check_threads, parse_device
 
 
 @pytest.mark.parametrize("token_budget", [1, 60, 500, 100000])
@@ -139,8 +135,6 @@ def test_bf16_precision_close_to_fp32(reference_bilm, all_sentences):
 
 
 def test_a_precision_slower_than_fp32_on_this_cpu_is_said_once(reference_bilm, monkeypatch):
-    import spacy_elmo.bilm.runner as runner_module
-
     monkeypatch.setattr(runner_module, "slower_than_fp32_here", lambda precision: "no kernels for it")
     runner = BiLMRunner(reference_bilm, precision="bf16")
     with pytest.warns(UserWarning, match=r"precision 'bf16' runs slower than 'fp32' on this CPU \(no kernels for it\)"):
@@ -155,15 +149,11 @@ def test_a_precision_slower_than_fp32_on_this_cpu_is_said_once(reference_bilm, m
 
 
 def test_fp32_is_never_slower_than_itself():
-    from spacy_elmo.bilm.precision import slower_than_fp32_here
-
     assert slower_than_fp32_here("fp32") is None
 
 
 def test_windowed_sentences_are_stitched_from_their_windows(reference_bilm, all_sentences):
     """Each window answers for its central part; sentences that fit are run as `embed_sentences` runs them."""
-    from spacy_elmo.bilm.batching import embed_windowed, windows
-
     long = [w for s in all_sentences for w in s][:50]
     short = [s[:10] for s in all_sentences[:4]]
     runner = BiLMRunner(reference_bilm, token_budget=60)
@@ -178,15 +168,11 @@ def test_windowed_sentences_are_stitched_from_their_windows(reference_bilm, all_
 
 @pytest.mark.parametrize("text", ["tpu", "xyz", "mps", "cuda:99"])
 def test_parse_device_refuses_a_device_this_machine_cannot_use_naming_the_option(text: str) -> None:
-    from spacy_elmo.bilm.runner import parse_device
-
     with pytest.raises(ValueError, match=rf"^--device {text!r}"):
         parse_device(text)
 
 
 def test_parse_device_accepts_the_cpu_and_refuses_cuda_without_it() -> None:
-    from spacy_elmo.bilm.runner import parse_device
-
     assert parse_device("cpu") == torch.device("cpu")
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="no CUDA device"):
@@ -194,8 +180,6 @@ def test_parse_device_accepts_the_cpu_and_refuses_cuda_without_it() -> None:
 
 
 def test_check_threads_refuses_a_negative_count_naming_the_option() -> None:
-    from spacy_elmo.bilm.runner import check_threads
-
     assert check_threads(0) == 0 and check_threads(3) == 3
     with pytest.raises(ValueError, match="^--evaluate-threads is -1"):
         check_threads(-1, "--evaluate-threads")

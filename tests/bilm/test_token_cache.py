@@ -1,7 +1,5 @@
 """The token cache is exact, bounded, least-recently-used, and never serves stale vectors."""
 
-import json
-
 import numpy
 import torch
 
@@ -9,13 +7,8 @@ from spacy_elmo import chars
 from spacy_elmo.bilm.runner import BiLMRunner
 
 
-def sentences_of(fixture_dir):
-    data = json.loads((fixture_dir / "sentences.json").read_text())
-    return [s.split() for group in data for s in group]
-
-
-def test_cached_outputs_equal_uncached(reference_bilm, fixture_dir):
-    sentences = sentences_of(fixture_dir)
+def test_cached_outputs_equal_uncached(reference_bilm, all_sentences):
+    sentences = all_sentences
     plain = BiLMRunner(reference_bilm, token_budget=200).embed_sentences(sentences)
     reference_bilm.set_token_cache(64)  # small: forces evictions
     try:
@@ -31,8 +24,8 @@ def test_cached_outputs_equal_uncached(reference_bilm, fixture_dir):
         reference_bilm.set_token_cache(None)
 
 
-def test_no_dedup_no_cache_path_is_the_same(reference_bilm, fixture_dir):
-    sentences = sentences_of(fixture_dir)[:6]
+def test_no_dedup_no_cache_path_is_the_same(reference_bilm, all_sentences):
+    sentences = all_sentences[:6]
     deduped = BiLMRunner(reference_bilm).embed_sentences(sentences)
     reference_bilm.dedupe_tokens = False
     try:

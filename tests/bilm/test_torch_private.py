@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from spacy_elmo import chars
 from spacy_elmo.bilm import _torch_private
 from spacy_elmo.bilm.precision import Products, TorchFloat, TorchHalf, products_for
 
@@ -63,8 +64,6 @@ def test_a_cpu_without_bf16_instructions_is_named():
 
 
 def ids_of(sentences):
-    from spacy_elmo import chars
-
     return torch.from_numpy(chars.batch_to_ids(sentences))
 
 

@@ -2,7 +2,7 @@
 
 import numpy
 import pytest
-from thinc.api import NumpyOps
+from thinc.api import NumpyOps, set_dropout_rate
 
 from spacy_elmo.layers.scalar_mix import ScalarMix_v1, mix_weights
 
@@ -103,8 +103,6 @@ def test_dropout_only_while_training():
 
 
 def test_training_dropout_setting_does_not_override_the_configured_rate():
-    from thinc.api import set_dropout_rate
-
     mix = initialized(dropout=0.0)
     set_dropout_rate(mix, 0.9)
     Y_train, _ = mix.begin_update(make_inputs())

@@ -23,14 +23,13 @@ from spacy_elmo.cli import elmo_cli
 from spacy_elmo.io.onnx_graph import (
     FORMAT,
     FORMAT_KEY,
-    FORMAT_V1,
     GRAPH_SHA256_KEY,
     OPTIONS_KEY,
     OnnxModelError,
 )
 from spacy_elmo.io.resolve import load_model
 from spacy_elmo.onnx.export import export_bytes, export_onnx
-from spacy_elmo.onnx.runtime import OnnxGraphWarning, OnnxRunner
+from spacy_elmo.onnx.runtime import OnnxRunner
 
 SENTENCES = [
     ["The", "cat", "sat", "."],
@@ -207,20 +206,9 @@ def in_format(graph_format: str) -> Callable[[onnx.ModelProto], None]:
     return edit
 
 
-def test_a_graph_exported_before_graphs_recorded_a_digest_loads_with_a_warning(fixture_graph, tmp_path):
-    def as_exported_before(proto: onnx.ModelProto) -> None:
-        in_format(FORMAT_V1)(proto)
-        forget_digest(proto)
-
-    old = edited(fixture_graph[1], tmp_path / "old.onnx", as_exported_before)
-    with pytest.warns(OnnxGraphWarning, match=r"old\.onnx: the ONNX graph records no digest of its content"):
-        served = OnnxRunner.from_file(old)
-    assert_same_layers(served, fixture_graph[0].bilm, SENTENCES[:2])
-
-
 def test_export_writes_the_format_that_requires_the_digest(fixture_graph):
     strings = {p.key: p.value for p in onnx.load(str(fixture_graph[1])).metadata_props}
-    assert strings[FORMAT_KEY] == FORMAT == "spacy-elmo.onnx.v2" != FORMAT_V1
+    assert strings[FORMAT_KEY] == FORMAT == "spacy-elmo.onnx.v2"
     assert len(strings[GRAPH_SHA256_KEY]) == 64
 
 
@@ -238,10 +226,11 @@ def test_a_graph_whose_digest_entry_was_deleted_is_refused_naming_the_file(fixtu
         OnnxRunner.from_file(stripped)
 
 
-def test_a_format_entry_edited_to_the_old_format_is_refused_by_the_digest(fixture_graph, tmp_path):
-    """The format entry is covered by the digest: calling a graph format 1 does not make its digest optional."""
-    changed = edited(fixture_graph[1], tmp_path / "changed.onnx", in_format(FORMAT_V1))
-    with pytest.raises(OnnxModelError, match=rf"^{changed}: the ONNX graph's content has SHA-256 [0-9a-f]{{64}}, not"):
+def test_a_format_entry_edited_to_another_format_is_refused_naming_both(fixture_graph, tmp_path):
+    """Only the format export writes is served: an older development format is not read."""
+    changed = edited(fixture_graph[1], tmp_path / "changed.onnx", in_format("spacy-elmo.onnx.v1"))
+    message = rf"^{changed}: the ONNX graph is in format 'spacy-elmo.onnx.v1', expected 'spacy-elmo.onnx.v2'"
+    with pytest.raises(OnnxModelError, match=message):
         OnnxRunner.from_file(changed)
 
 
