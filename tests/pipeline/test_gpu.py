@@ -14,7 +14,8 @@ import torch
 from spacy.tokens import DocBin
 from thinc.api import require_cpu
 
-from fixture_paths import ELMO_FIXTURE, FIXTURES
+from fixture_paths import FIXTURES
+from spacy_elmo.layers.bilm_model import runner_of
 
 pytestmark = [
     pytest.mark.gpu,
@@ -61,7 +62,7 @@ def cpu_layers() -> list[numpy.ndarray]:
 
 def test_the_pipe_on_the_gpu_gives_the_cpus_layers_in_fp32(on_gpu, cpu_layers) -> None:
     nlp = elmo_nlp()
-    runner = nlp.get_pipe("elmo").model.shims[0]._model
+    runner = runner_of(nlp.get_pipe("elmo").model)
     got = layers_of(nlp)
     assert next(runner.load().parameters()).device.type == "cuda"
     assert [g.shape for g in got] == [c.shape for c in cpu_layers]
@@ -124,25 +125,11 @@ def predictions(nlp: spacy.Language) -> tuple[list[list[tuple[int, int, str]]], 
 
 def test_spacy_train_on_the_gpu_learns_and_the_pipeline_predicts_the_same_on_the_cpu(tmp_path: Path) -> None:
     """`spacy train --gpu-id 0` (the same function) with ner + textcat listening to one elmo pipe."""
-    from spacy.cli.init_config import fill_config
-    from spacy.cli.train import train
-    from test_training import dev_scores, mix_of
+    from test_training import dev_scores, mix_of, spacy_train
 
-    config = tmp_path / "config.cfg"
-    fill_config(config, SAMPLES / "ner_textcat.cfg")
-    overrides = {
-        "paths.train": str(SAMPLES / "train"),
-        "paths.dev": str(SAMPLES / "dev"),
-        "paths.elmo": str(ELMO_FIXTURE),
-        "training.eval_frequency": 10,
-        "training.patience": 0,
-        "training.max_steps": 0,
-        "training.max_epochs": 6,
-    }
     try:
-        train(config, tmp_path / "out", overrides=overrides, use_gpu=0)
-        on_gpu = spacy.load(tmp_path / "out" / "model-last")
-        assert next(on_gpu.get_pipe("elmo").model.shims[0]._model.load().parameters()).device.type == "cuda"
+        on_gpu = spacy_train(tmp_path, use_gpu=0, **{"training.max_epochs": 6})
+        assert next(runner_of(on_gpu.get_pipe("elmo").model).load().parameters()).device.type == "cuda"
         for component in ("ner", "textcat"):
             weights, gamma = mix_of(on_gpu, component)
             assert float(abs(weights).max()) > 1e-3 and abs(gamma - 1.0) > 1e-3, component

@@ -44,7 +44,7 @@ def count_bilm_calls(monkeypatch):
     return CALLS
 
 
-def spacy_train(tmp_path: Path, **overrides) -> spacy.Language:
+def spacy_train(tmp_path: Path, use_gpu: int = -1, **overrides) -> spacy.Language:
     config = tmp_path / "config.cfg"
     fill_config(config, SAMPLES / "ner_textcat.cfg")
     settings = {
@@ -57,7 +57,7 @@ def spacy_train(tmp_path: Path, **overrides) -> spacy.Language:
         "training.before_update": {"@callbacks": "spacy-elmo-test.record_bilm_calls.v1"},
     }
     settings.update(overrides)
-    train(config, tmp_path / "out", overrides=settings)
+    train(config, tmp_path / "out", overrides=settings, use_gpu=use_gpu)
     return spacy.load(tmp_path / "out" / "model-last")
 
 
