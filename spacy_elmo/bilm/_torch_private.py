@@ -119,10 +119,16 @@ class TensorBytes:
         return isinstance(other, TensorBytes) and torch.equal(self.bytes, other.bytes)
 
 
+# `Tensor._version`, the counter autograd bumps on every in-place change, is on every tensor of every torch
+# this package supports and has kept its meaning; it is not version-gated like the operators above because
+# its stand-in copies a whole weight at every use (every forward, outside the range).
+VERSION_COUNTER = hasattr(torch.empty(0), "_version")
+
+
 def tensor_state(tensor: torch.Tensor) -> tuple:
     """A value equal to a later `tensor_state(tensor)` only while the tensor is unchanged (its storage,
-    dtype, device, shape, and `Tensor._version` or a copy of its bytes)."""
-    changes: object = tensor._version if ALLOWED else TensorBytes(tensor)
+    dtype, device, shape, and `Tensor._version`, or a copy of its bytes where there is no counter)."""
+    changes: object = tensor._version if VERSION_COUNTER else TensorBytes(tensor)
     return (changes, tensor.data_ptr(), tensor.dtype, tensor.device, tuple(tensor.shape))
 
 

@@ -104,11 +104,9 @@ def test_public_int_mm_is_exact(monkeypatch, shape):
     assert public.dtype == torch.int32 and torch.equal(public, exact)
 
 
-@pytest.mark.parametrize("allowed", [True, False])
-def test_tensor_state_changes_with_every_in_place_change(monkeypatch, allowed):
-    if allowed and not _torch_private.ALLOWED:
-        pytest.skip(_torch_private.outside_the_range())
-    monkeypatch.setattr(_torch_private, "ALLOWED", allowed)
+@pytest.mark.parametrize("counter", [True, False], ids=["version counter", "bytes"])
+def test_tensor_state_changes_with_every_in_place_change(monkeypatch, counter):
+    monkeypatch.setattr(_torch_private, "VERSION_COUNTER", counter)
     w = torch.nn.Parameter(torch.tensor([[1.0, 0.0], [float("nan"), 2.0]]))
     before = _torch_private.tensor_state(w)
     assert _torch_private.tensor_state(w) == before, "unchanged: the same state"
@@ -126,6 +124,7 @@ def test_outside_the_range_a_changed_weight_is_prepared_again(monkeypatch):
     """`Tensor._version`'s public stand-in: an exact comparison, so no stale prepared weight and no
     needless preparing."""
     monkeypatch.setattr(_torch_private, "ALLOWED", False)
+    monkeypatch.setattr(_torch_private, "VERSION_COUNTER", False)
     generator = torch.Generator().manual_seed(5)
     w = torch.nn.Parameter(torch.randn(16, 24, generator=generator))
     x = torch.randn(8, 16, generator=generator)
