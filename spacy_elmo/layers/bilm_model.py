@@ -132,13 +132,14 @@ def forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[list[Floats3
     arrays, backprop_batches = runtime.run_batches(ids, is_train and settings.fine_tune, model.ops)
     n_layers, width, xp = model.get_dim("nL"), model.get_dim("nO"), model.ops.xp
     outputs = [model.ops.alloc3f(n_layers, len(doc), width) for doc in docs]
-    for doc_index, keep, b, row, columns in placements(segments, batches, xp):
+    placed = list(placements(segments, batches, xp))  # where each segment's rows go, for backprop too
+    for doc_index, keep, b, row, columns in placed:
         outputs[doc_index][:, keep] = arrays[b][:, row, columns]
 
     def backprop(d_outputs: list[Floats3d]) -> list[Doc]:
         if backprop_batches is not None:
             grads = [xp.zeros_like(a) for a in arrays]
-            for doc_index, keep, b, row, columns in placements(segments, batches, xp):
+            for doc_index, keep, b, row, columns in placed:
                 grads[b][:, row, columns] = d_outputs[doc_index][:, keep]
             backprop_batches(grads)
         return []
