@@ -4,7 +4,9 @@
   j = [forward_j; backward_j]), or None when the pipe was told not to keep them.
 - doc._.elmo_mix: the (n_layers,) weights of the pipe's default mix ("average", "top" or given).
 - doc._.elmo / span._.elmo / token._.elmo: per-token ELMo vectors (n, 2P) / (2P,) under that mix,
-  computed from the layers on access, or the stored vectors when the pipe keeps vectors.
+  computed from the layers on access, or the stored vectors when the pipe keeps vectors. On a doc the
+  pipe has not run on (or told to keep nothing) reading them raises `ElmoNotSetError`, naming why, rather
+  than giving a None that fails later; `getattr(doc._, "elmo", None)` still gives None there.
 
 Only plain arrays are stored (in `doc.user_data`), so `Doc.to_bytes`, `DocBin(store_user_data=True)`
 and `nlp.pipe(n_process=...)` keep them (numpy arrays; cupy arrays kept on the GPU do not serialize).
@@ -21,6 +23,11 @@ LAYERS = "elmo_layers"
 MIX = "elmo_mix"
 VECTORS = "elmo"
 STORED_VECTORS = "_elmo_vectors"
+
+
+class ElmoNotSetError(AttributeError):
+    """`._.elmo` read on a doc without ELMo vectors. An AttributeError, so that `getattr(doc._, "elmo", None)`
+    and `hasattr` work as for any missing attribute."""
 
 
 def _slice(doc: Doc, start: int, end: int) -> Optional[Any]:
@@ -42,9 +49,23 @@ def _tokens(obj: Union[Doc, Span, Token]) -> tuple[Doc, int, int]:
     return obj.doc, obj.i, obj.i + 1
 
 
-def _token_elmo(token: Token) -> Optional[Any]:
-    rows = _slice(*_tokens(token))
-    return None if rows is None else rows[0]
+def _elmo(obj: Union[Doc, Span, Token]) -> Any:
+    """The `._.elmo` getter: the mixed vectors, or an error that says why there are none."""
+    doc, start, end = _tokens(obj)
+    rows = _slice(doc, start, end)
+    if rows is not None:
+        return rows[0] if isinstance(obj, Token) else rows
+    where = f"{type(obj).__name__.lower()}._.elmo"
+    if doc._.get(MIX) is None:
+        raise ElmoNotSetError(
+            f"{where}: the `elmo` pipe has not run on this doc. Docs get ELMo from nlp(text) or "
+            f'nlp.pipe(texts) with the pipe in nlp.pipe_names (nlp.add_pipe("elmo")); a doc made by '
+            f"nlp.make_doc or Doc(...), or read from a DocBin saved without user data, has none."
+        )
+    raise ElmoNotSetError(
+        f'{where}: the `elmo` pipe was set to keep nothing on the doc (store = "none"); use store = '
+        f'"layers", "vectors" or "both" to read ELMo vectors from docs.'
+    )
 
 
 def install_extensions() -> None:
@@ -52,9 +73,8 @@ def install_extensions() -> None:
     Doc.set_extension(LAYERS, default=None, force=True)
     Doc.set_extension(MIX, default=None, force=True)
     Doc.set_extension(STORED_VECTORS, default=None, force=True)
-    Doc.set_extension(VECTORS, getter=lambda doc: _slice(*_tokens(doc)), force=True)
-    Span.set_extension(VECTORS, getter=lambda span: _slice(*_tokens(span)), force=True)
-    Token.set_extension(VECTORS, getter=_token_elmo, force=True)
+    for cls in (Doc, Span, Token):
+        cls.set_extension(VECTORS, getter=_elmo, force=True)
 
 
 def _vector(obj: Union[Doc, Span, Token]) -> numpy.ndarray:

@@ -43,7 +43,7 @@ STORE_DTYPES = ("float32", "float16")
         "default_mix": "average",
         "store": "layers",
         "store_dtype": "float32",
-        "set_vector_hooks": False,
+        "set_vector_hooks": "auto",
         "to_cpu": True,
         "cache_size_mb": 1024,
     },
@@ -55,7 +55,7 @@ def make_elmo(
     default_mix: Union[str, list[float]],
     store: str,
     store_dtype: str,
-    set_vector_hooks: bool,
+    set_vector_hooks: Union[bool, str],
     to_cpu: bool,
     cache_size_mb: int,
 ) -> "Elmo":
@@ -69,7 +69,9 @@ def make_elmo(
         (only the mixed vectors: 1/(L+1) of the memory), "both", or "none". Listening components read
         the layers at prediction time, so with listeners the layers are kept whatever this says.
     store_dtype: "float32" or "float16" (half the memory) for what is kept.
-    set_vector_hooks: make doc/span/token .vector (mean of token vectors) and .similarity (cosine) use ELMo.
+    set_vector_hooks: make doc/span/token .vector (mean of token vectors) and .similarity (cosine) use ELMo:
+        true, false, or "auto" (on when the vocab has no static vectors of its own and the pipe keeps
+        vectors or layers, so that a blank pipeline's .similarity means something).
     to_cpu: store numpy arrays on the CPU; false keeps cupy arrays on the GPU when running there.
     cache_size_mb: bound of the layer cache used while training with a frozen biLM (0 = no cache).
     """
@@ -98,7 +100,7 @@ class Elmo(TrainablePipe):
         default_mix: Union[str, Sequence[float]] = "average",
         store: str = "layers",
         store_dtype: str = "float32",
-        set_vector_hooks: bool = False,
+        set_vector_hooks: Union[bool, str] = "auto",
         to_cpu: bool = True,
         cache_size_mb: int = 1024,
     ) -> None:
@@ -110,7 +112,9 @@ class Elmo(TrainablePipe):
             raise ValueError(f"elmo: default_mix={default_mix!r}; expected 'average', 'top' or a list of weights")
         if cache_size_mb < 0:
             raise ValueError(f"elmo: cache_size_mb must be >= 0, got {cache_size_mb}")
-        if set_vector_hooks and store == "none":
+        if set_vector_hooks not in (True, False, "auto"):
+            raise ValueError(f'elmo: set_vector_hooks={set_vector_hooks!r}; expected true, false or "auto"')
+        if set_vector_hooks is True and store == "none":
             raise ValueError("elmo: set_vector_hooks needs vectors on the doc; use store='layers', 'vectors' or 'both'")
         if model.name != bilm_model.BILM_LAYER_NAME:
             raise ValueError(f"elmo: model must be a spacy-elmo.BiLM.v1 layer, got {model.name!r}")
@@ -251,8 +255,14 @@ class Elmo(TrainablePipe):
                 doc._.set(extensions.STORED_VECTORS, vectors)
             else:
                 doc._.set(extensions.STORED_VECTORS, None)
-            if self.set_vector_hooks:
+            if self._vector_hooks_on():
                 extensions.set_vector_hooks(doc)
+
+    def _vector_hooks_on(self) -> bool:
+        """ "auto" is decided per call: static vectors may be added after the pipe (`[initialize] vectors`)."""
+        if self.set_vector_hooks == "auto":
+            return self.store != "none" and self.vocab.vectors.size == 0
+        return bool(self.set_vector_hooks)
 
     def _storable(self, layers: Floats3d) -> Any:
         if self.to_cpu:

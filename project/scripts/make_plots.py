@@ -38,8 +38,13 @@ def set_labels(ax: Any, xlabel: str, ylabel: str, title: str) -> None:
 
 def save(fig: Any, output: Path) -> None:
     fig.tight_layout()
-    fig.savefig(output, dpi=110)
+    fig.savefig(output, dpi=110, bbox_inches="tight")  # "tight": a legend below the axes is kept whole
     plt.close(fig)
+
+
+def legend_below(ax: Any, n_entries: int) -> None:
+    """The legend under the axes, where it covers no bar whatever the weights or scores."""
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=min(2, n_entries), frameon=False)
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -109,7 +114,7 @@ def plot_layer_weights(rows: Sequence[dict[str, Any]], output: Path) -> None:
     ax.set_xticks(range(n_layers))
     ax.set_xticklabels(["0 (token)"] + [f"{j} (LSTM {j})" for j in range(1, n_layers)])
     set_labels(ax, "biLM layer", "softmax-normalized weight", "Learned ELMo layer weights per task")
-    ax.legend(fontsize=8)
+    legend_below(ax, len(weighted) + 1)
     save(fig, output)
 
 
@@ -141,7 +146,7 @@ def plot_scores(rows: Sequence[dict[str, Any]], output: Path) -> None:
     ax.set_xticks(range(len(tasks)))
     ax.set_xticklabels(labels)
     set_labels(ax, "task", "score (%)", "Baseline vs ELMo")
-    ax.legend(fontsize=8, loc="lower right")
+    legend_below(ax, len(variants))
     save(fig, output)
 
 

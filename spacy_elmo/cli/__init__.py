@@ -1,9 +1,11 @@
 """`spacy elmo ...` and `python -m spacy_elmo ...`: one Typer app, one module a subcommand."""
 
 import contextlib
+import inspect
 from collections.abc import Iterator
 
 import typer
+from typer.models import ArgumentInfo
 
 elmo_cli = typer.Typer(name="elmo", no_args_is_help=True)
 PIN_OPTION = typer.Option(
@@ -29,8 +31,19 @@ def one_line_errors() -> Iterator[None]:
 
 # Each subcommand registers itself on `elmo_cli` when imported. The modules import torch inside their
 # commands, not at import: `spacy elmo embed --runtime onnxruntime` with an .onnx model runs without torch.
-from . import convert, embed, evaluate, export, pretrain, verify  # noqa: E402,F401
+from . import config, convert, embed, evaluate, export, pretrain, verify  # noqa: E402,F401
 
+
+def _upper_case_placeholders() -> None:
+    """Arguments shown as MODEL, INPUT_PATH in usage lines, as the commands' docstrings name them (typer's
+    default is the parameter's name, which reads as literal text: `{model} {input_path}`)."""
+    for command in elmo_cli.registered_commands:
+        for parameter in inspect.signature(command.callback).parameters.values():  # type: ignore[arg-type]
+            if isinstance(parameter.default, ArgumentInfo) and parameter.default.metavar is None:
+                parameter.default.metavar = parameter.name.upper()
+
+
+_upper_case_placeholders()
 # the help text lists the commands as registered, so a new one cannot be left out of it
 elmo_cli.info.help = (
     f"ELMo biLMs for spaCy: {', '.join(str(command.name) for command in elmo_cli.registered_commands)}."

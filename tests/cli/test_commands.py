@@ -53,3 +53,11 @@ def test_evaluate_refuses_a_bad_thread_count_or_device_in_one_line(monkeypatch, 
     done = runner.invoke(elmo_cli, ["evaluate", str(ELMO_FIXTURE), str(TEXT), option, value])
     assert done.exit_code == 1 and isinstance(done.exception, SystemExit), done.output
     assert done.output.startswith(f"error: {message}") and len(done.output.strip().splitlines()) == 1, done.output
+
+
+def test_usage_lines_name_arguments_as_the_help_texts_do():
+    for name in registered():
+        usage = runner.invoke(elmo_cli, [name, "--help"], terminal_width=400).output
+        line = next(line for line in usage.splitlines() if "Usage:" in line)
+        placeholders = re.findall(r"[{\[]([^}\]]+)[}\]]", line.split("[OPTIONS]")[1])
+        assert placeholders and all(p == p.upper() for p in placeholders), (name, line)

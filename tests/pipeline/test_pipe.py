@@ -14,6 +14,7 @@ import spacy_elmo.io.resolve
 from fixture_paths import ELMO_FIXTURE
 from spacy_elmo.bilm.batching import embed_windowed
 from spacy_elmo.bilm.runner import BiLMRunner
+from spacy_elmo.extensions import ElmoNotSetError
 from spacy_elmo.io.arrays import WeightsError
 from spacy_elmo.io.native import bilm_to_bytes, save_native
 from spacy_elmo.layers.bilm_model import runner_of
@@ -186,7 +187,12 @@ def test_store_options(store, dtype):
     else:
         assert doc._.elmo_layers is None
     if store == "none":
-        assert doc._.elmo is None and doc[0]._.elmo is None
+        for read in (lambda: doc._.elmo, lambda: doc[0]._.elmo, lambda: doc[1:3]._.elmo):
+            with pytest.raises(
+                ElmoNotSetError, match=r'_\.elmo: the `elmo` pipe was set to keep nothing .*store = "none"'
+            ):
+                read()
+        assert getattr(doc._, "elmo", None) is None
     else:
         assert doc._.elmo.dtype == numpy.dtype(dtype)
         numpy.testing.assert_allclose(doc._.elmo.astype("float32"), full._.elmo, atol=tol, rtol=tol)

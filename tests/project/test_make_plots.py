@@ -34,3 +34,23 @@ def test_plots_are_pngs_with_content(tmp_path, make_runs, fake_weights):
 def test_pretraining_plot_needs_known_keys(tmp_path):
     with pytest.raises(ValueError, match="none of the keys"):
         make_plots.plot_pretraining([{"step": 1, "something": 2.0}], tmp_path / "x.png")
+
+
+@pytest.mark.parametrize("plot", ["plot_layer_weights", "plot_scores"])
+def test_the_legend_covers_no_bar(tmp_path, make_runs, fake_weights, monkeypatch, plot):
+    make_runs(tmp_path)
+    collect_results.collect(tmp_path / "training", tmp_path / "metrics", tmp_path / "metrics" / "results")
+    rows = json.loads((tmp_path / "metrics" / "results.json").read_text())["rows"]
+    figures = []
+    monkeypatch.setattr(make_plots, "save", lambda fig, output: figures.append(fig))
+    getattr(make_plots, plot)(rows, tmp_path / "plot.png")
+    (fig,) = figures
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    (ax,) = fig.axes
+    legend = ax.get_legend().get_window_extent(renderer)
+    bars = [patch.get_window_extent(renderer) for patch in ax.patches]
+    assert len(bars) >= 4
+    assert not any(legend.overlaps(bar) for bar in bars)
+    assert not legend.overlaps(ax.get_window_extent(renderer))  # below the axes, not inside them
+    make_plots.plt.close(fig)
