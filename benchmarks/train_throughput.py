@@ -1,32 +1,31 @@
 """Training throughput of the biLM language model (tokens/s), random weights, sampled softmax.
 
-Measures full training steps (forward, sampled softmax over both directions, backward, gradient
-clipping, Adam update; the training loop's own `train_step`) on windows of random "words" drawn from
-a Zipf distribution, so the character CNN sees a realistic share of repeated tokens. Prints one JSON
-line per configuration.
+Runs `spacy_elmo.pretrain.pretrain` (what `spacy elmo pretrain` runs) on a generated corpus of random
+"words" drawn from a Zipf distribution, so the character CNN sees a realistic share of repeated tokens, with
+a vocabulary file of `--vocab` words, and reads back the step times the loop records in metrics.jsonl: full
+training steps (the batch, forward, sampled softmax over both directions, backward, gradient clipping, Adam
+update, the loss read back), after `--warmup` steps; the corpus preparation, the final checkpoint and the
+model's saving are not timed. Prints one JSON line per configuration.
 
   python benchmarks/train_throughput.py                       # small and full configs, CPU
   python benchmarks/train_throughput.py --device cuda         # on a GPU (device name reported)
   python benchmarks/train_throughput.py --configs small --batch-size 128 --steps 5
-
-It drives the pretraining loop's own `train_step` (the one internal import of the maintained benchmarks:
-the package has no public entry for a single step), so the figure is the step alone; a `pretrain` run's
-metrics.jsonl gives the loop's tokens/s with its input side.
 """
 
 import argparse
 import json
+import tempfile
 import time
+from pathlib import Path
 
 import numpy
 import torch
+from thinc.api import Config
 
 from common import SMOKE_HELP, describe_machine, emit
-from spacy_elmo import BiLM, BiLMOptions
-from spacy_elmo.bilm.options import full_options, small_options
-from spacy_elmo.pretrain.batches import LMBatch
-from spacy_elmo.pretrain.loop import LanguageModelLoss, StepSettings, train_step
-from spacy_elmo.pretrain.sampled_softmax import LogUniformSampler
+from spacy_elmo import BiLMOptions, load_model
+from spacy_elmo.bilm.options import OPTION_NAMES, full_options, small_options
+from spacy_elmo.pretrain import load_config, pretrain
 
 CONFIGS = {
     "small": ("2x1024_128_2048cnn_1xhighway", small_options),
@@ -34,22 +33,23 @@ CONFIGS = {
 }
 
 
-def random_batch(bilm: BiLM, n_rows: int, n_steps: int, n_vocab: int, generator: numpy.random.Generator) -> LMBatch:
-    """Char ids of Zipf-distributed random words and their softmax targets."""
-    words = [
-        "".join(generator.choice(list("abcdefghijklmnopqrstuvwxyz"), size=int(n)))
-        for n in generator.integers(1, 12, size=4096)
-    ]
-    ranks = numpy.minimum(generator.zipf(1.2, size=(n_rows, n_steps + 2)) - 1, len(words) - 1)
-    ids = bilm.tokens_to_ids([words[r] for row in ranks for r in row[1:-1]]).astype(numpy.int64)
-    char_ids = torch.from_numpy(ids.reshape(n_rows, n_steps, -1))
-    targets = torch.from_numpy(numpy.minimum(ranks, n_vocab - 1).astype(numpy.int64))
-    return LMBatch(char_ids=char_ids, next_ids=targets[:, 2:], prev_ids=targets[:, :-2])
+def write_data(directory: Path, n_words: int, n_vocab: int, generator: numpy.random.Generator) -> None:
+    """vocab.txt: `n_vocab` entries (the three specials, then random words); train.txt: `n_words` of them
+    drawn by Zipf rank, in bilm-tf's format (a sentence of 20 a line)."""
+    words: dict[str, None] = {}
+    while len(words) < n_vocab - 3:
+        letters = generator.choice(list("abcdefghijklmnopqrstuvwxyz"), size=int(generator.integers(1, 12)))
+        words["".join(letters)] = None
+    vocab = list(words)
+    (directory / "vocab.txt").write_text("\n".join(["<S>", "</S>", "<UNK>", *vocab]) + "\n", encoding="utf-8")
+    ranks = numpy.minimum(generator.zipf(1.2, size=n_words) - 1, len(vocab) - 1)
+    lines = (" ".join(vocab[r] for r in ranks[i : i + 20]) for i in range(0, n_words, 20))
+    (directory / "train.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def measure(
     options: BiLMOptions,
-    device: torch.device,
+    device: str,
     batch_size: int,
     window: int,
     n_vocab: int,
@@ -58,39 +58,41 @@ def measure(
     warmup: int,
     amp: bool,
 ) -> dict[str, float]:
-    options.n_tokens_vocab = n_vocab
-    bilm = BiLM(options)
-    bilm.reset_parameters(0)
-    bilm.to(device).train()
-    model = LanguageModelLoss(bilm)
-    optimizer = torch.optim.Adam(bilm.parameters(), lr=1e-4)
-    sampler = LogUniformSampler(n_vocab, n_negatives)
-    log_expected = sampler.log_expected.to(device)
-    rng = numpy.random.default_rng(0)
-    batches = [random_batch(bilm, batch_size, window, n_vocab, rng) for _ in range(2)]
-    amp_dtype = (torch.float16 if device.type == "cuda" else torch.bfloat16) if amp else None
-    settings = StepSettings(dropout=0.1, grad_clip=10.0, amp_dtype=amp_dtype)
-    scaler = torch.amp.GradScaler("cuda") if amp and device.type == "cuda" else None
-
-    def step(i: int) -> None:
-        batch = batches[i % 2].to(device)
-        samples = sampler.sample().to(device)
-        train_step(model, bilm, optimizer, batch, samples, log_expected, settings, scaler)
-
-    for i in range(warmup):
-        step(i)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    for i in range(steps):
-        step(i)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elapsed = time.perf_counter() - start
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        write_data(directory, (warmup + steps + 1) * batch_size * window, n_vocab, numpy.random.default_rng(0))
+        precision = ("fp16" if device.startswith("cuda") else "bf16") if amp else "fp32"
+        config = Config(
+            {
+                "paths": {"train": str(directory / "train.txt"), "vocab": str(directory / "vocab.txt")},
+                "corpus": {"format": "bilm-tf", "cache_dir": str(directory / "cache")},
+                "model": {name: getattr(options, name) for name in OPTION_NAMES if name != "n_tokens_vocab"},
+                "training": {
+                    "device": device,
+                    "window": window,
+                    "batch_size": batch_size,
+                    "max_steps": warmup + steps,
+                    "dropout": 0.1,
+                    "grad_clip": 10.0,
+                    "n_negatives": n_negatives,
+                    "precision": precision,
+                    "log_every": 1,
+                    "eval_every": 0,
+                    "checkpoint_every": 0,
+                    "optimizer": {"@optimizers": "spacy-elmo.Adam.v1", "learn_rate": 1e-4},
+                },
+            }
+        )
+        run = directory / "run"
+        pretrain(load_config(text=config.to_str()), run, log=lambda message: None)
+        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+        timed = [r["tokens_per_s"] for r in records if r["type"] == "train" and r["step"] > warmup]
+        elapsed = sum(batch_size * window / rate for rate in timed)  # a record a step (log_every = 1)
+        n_parameters = sum(p.numel() for p in load_model(run / "model").bilm.parameters())
     return {
         "tokens_per_s": round(steps * batch_size * window / elapsed, 1),
         "s_per_step": round(elapsed / steps, 4),
-        "n_parameters": sum(p.numel() for p in bilm.parameters()),
+        "n_parameters": n_parameters,
     }
 
 
@@ -115,9 +117,7 @@ def main() -> None:
         args.steps, args.warmup = 1, 1
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", 0)
+    device = "cuda:0" if args.device == "cuda" else args.device
     todo = {}
     if args.options_json:
         todo["custom"] = ("custom", lambda: BiLMOptions.from_dict(json.loads(args.options_json)))
@@ -135,7 +135,7 @@ def main() -> None:
                 "bench": "train_throughput",
                 "config": name,
                 "architecture": label,
-                "device": describe_machine(str(device))["device"],
+                "device": describe_machine(device)["device"],
                 "batch": f"{args.batch_size}x{args.window}",
                 "vocab": args.vocab,
                 "negatives": args.negatives,

@@ -47,8 +47,7 @@ def pretrain_cli(
     """
     from spacy.cli._util import parse_config_overrides
 
-    from ..pretrain.build import pretrain
-    from ..pretrain.config import load_config
+    from ..pretrain import load_config, pretrain
 
     with one_line_errors():  # the config, corpus and vocabulary errors are ValueErrors
         overrides = parse_config_overrides(ctx.args)

@@ -87,9 +87,6 @@ class WindowBatcher:
         share = self.batch_size // self.world_size
         rows = order[index * self.batch_size + self.rank * share : index * self.batch_size + (self.rank + 1) * share]
         starts = 1 + offset + rows.astype(numpy.int64) * self.window
-        return self.windows(starts)
-
-    def windows(self, starts: numpy.ndarray) -> LMBatch:
         positions = starts[:, None] + numpy.arange(self.window)[None, :]
         types = numpy.asarray(self.tokens[positions.reshape(-1)]).reshape(positions.shape)
         before = numpy.asarray(self.tokens[(positions - 1).reshape(-1)]).reshape(positions.shape)

@@ -12,7 +12,6 @@ rank 0 evaluates and writes the outputs:
 """
 
 import time
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Optional
@@ -22,6 +21,7 @@ import torch
 from thinc.api import Config
 
 from ..bilm.bilm import BiLM
+from ..bilm.options import BiLMOptions
 from ..bilm.runner import parse_device
 from ..io.arrays import bilm_arrays, build_bilm
 from ..io.native import bilm_from_bytes
@@ -31,7 +31,7 @@ from ..text import PathLike
 from .batches import WindowBatcher
 from .checkpoint import Checkpointer, CheckpointError, TrainState
 from .config import PretrainConfigError, PretrainSettings
-from .corpus import TokenStream, build_vocab, prepare_corpus
+from .corpus import TokenStream, prepare_corpus
 from .distributed import (
     Log,
     Placement,
@@ -42,7 +42,7 @@ from .distributed import (
     main_process_log,
     process_group_exists,
 )
-from .loop import LanguageModelLoss, Optimization, StepSettings, TrainingLoop, TrainResult
+from .loop import LanguageModelLoss, Optimization, TrainingLoop, TrainResult
 from .metrics_log import TrainingLog
 from .perplexity import stream_perplexity
 from .resume import ACCEPT_CHANGED_DATA, DataDigests, ResumePoint, check_resume_data, data_digests, find_resume_point
@@ -75,15 +75,6 @@ def pretrain(
             end_distributed()
 
 
-@dataclass
-class RunData:
-    """The training stream and, on rank 0 with a dev corpus, the dev stream; the digests of their files."""
-
-    train: TokenStream
-    dev: Optional[TokenStream]
-    digests: DataDigests
-
-
 def build_loop(
     config: Config,
     settings: PretrainSettings,
@@ -96,15 +87,15 @@ def build_loop(
     """The run the config describes, ready to `run()`. Joins the process group under torchrun; only rank 0
     logs. On resume, the data is checked against the checkpoint before anything is written."""
     place = place_process(settings.training.device)
-    step_settings = StepSettings.from_settings(settings.training, place.device)  # fp16 on a CPU refused here
+    amp_dtype = settings.training.amp_dtype(place.device)  # fp16 on a CPU refused here
     say = main_process_log(log, place.rank)
     found = find_resume_point(config, output_dir / "checkpoints", say) if resume else None
     digests = data_digests(settings)  # every process: each must refuse changed data on its own
     if found is not None:
         found.data_changes = check_resume_data(found, digests, accept_changed_data, say)
-    data = prepare_data(settings, output_dir, place, say, digests)
-    bilm, vocab = restore_or_start_model(settings, data.train, found, init_from or settings.paths.init_from, say)
-    loop = assemble_loop(config, settings, step_settings, bilm, vocab, data, place, found, output_dir, log)
+    train, dev = prepare_data(settings, output_dir, place, say, digests)
+    bilm, vocab = restore_or_start_model(settings, train, found, init_from or settings.paths.init_from, say)
+    loop = assemble_loop(config, settings, amp_dtype, bilm, vocab, train, dev, digests, place, found, output_dir, say)
     write_run_config(config, output_dir, found, place, say)
     sampler = loop.optimization.sampler
     say(
@@ -117,30 +108,23 @@ def build_loop(
 
 
 def place_process(device_name: str) -> Placement:
-    """This process's device (under torchrun, "cuda" is the GPU of its LOCAL_RANK) and its place in the
-    process group, joined under torchrun."""
-    device = _device(device_name, launch_env().local_rank or 0)
+    """This process's device, checked as `--device` is (`runner.parse_device`: a GPU this machine has; under
+    torchrun, "cuda" is the GPU of its LOCAL_RANK), and its place in the process group, joined under torchrun."""
+    if device_name == "auto":
+        device_name = "cuda" if torch.cuda.is_available() else "cpu"
+    if device_name.startswith("cuda") and not torch.cuda.is_available():
+        raise PretrainConfigError(f"training.device is {device_name!r} but PyTorch sees no CUDA device")
+    local = f"cuda:{launch_env().local_rank or 0}" if device_name == "cuda" else device_name
+    device = parse_device(local, "training.device")
     if device.type == "cuda":
         torch.cuda.set_device(device)
     rank, world = init_distributed(device)
     return Placement(device, rank, world)
 
 
-def _device(name: str, local_rank: int) -> torch.device:
-    """The device `training.device` names, checked as `--device` is (`runner.parse_device`: a GPU this
-    machine has); "cuda" is the GPU of this process's LOCAL_RANK."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise PretrainConfigError(f"training.device is {name!r} but PyTorch sees no CUDA device")
-        return parse_device(f"cuda:{local_rank}" if name == "cuda" else name, "training.device")
-    return torch.device("cpu")
-
-
 def prepare_data(
     settings: PretrainSettings, output_dir: Path, place: Placement, say: Log, digests: DataDigests
-) -> RunData:
+) -> tuple[TokenStream, Optional[TokenStream]]:
     """The training stream and the dev stream (rank 0 only; None without a dev corpus). Rank 0 tokenizes
     first; the others then read its cache entry instead of tokenizing the same text again."""
     C = settings.corpus
@@ -160,7 +144,7 @@ def prepare_data(
     dev = None
     if C.dev and place.is_main:
         dev = prepare_corpus(C.dev, C.settings(C.max_dev_tokens), cache_dir, digests["dev"])
-    return RunData(stream, dev, digests)
+    return stream, dev
 
 
 def restore_or_start_model(
@@ -174,7 +158,9 @@ def restore_or_start_model(
             raise CheckpointError(f"checkpoint {found.path} holds a model without its vocabulary")
         return bilm, Vocab(bilm.vocab, source=f"{found.path} vocabulary")
     V = settings.vocab
-    vocab = Vocab.from_file(V.file) if V.file else build_vocab(stream, V.max_size, V.min_count)
+    vocab = (
+        Vocab.from_file(V.file) if V.file else Vocab.from_counts(stream.types, stream.counts, V.max_size, V.min_count)
+    )
     return build_model(settings, vocab, stream, init_from, say)
 
 
@@ -199,37 +185,35 @@ def build_model(
             f"so a new one over the corpus vocabulary ({len(vocab)} words)"
         )
     else:
-        source = BiLM(settings.model_options(len(vocab)))
+        source = BiLM(BiLMOptions(**settings.model, n_tokens_vocab=len(vocab)))
         source.reset_parameters(seed)
     arrays = {name: value for name, value in bilm_arrays(source) if not name.startswith("softmax/")}
-    arrays.update(_softmax_arrays(vocab, source.options.projection_dim, seed, stream, bias_init))
-    source.options.n_tokens_vocab = len(vocab)
-    return build_bilm(source.options, arrays, source=str(init_from or "new model"), vocab=vocab.words), vocab
-
-
-def _softmax_arrays(vocab: Vocab, dim: int, seed: int, stream: TokenStream, bias_init: str) -> dict[str, numpy.ndarray]:
-    """A new softmax: weights N(0, 1/P); bias zero or the log unigram frequency of each word."""
-    generator = torch.Generator().manual_seed(seed + 17)
-    weight = torch.randn(len(vocab), dim, generator=generator) * dim**-0.5
+    # the new softmax: weights N(0, 1/P); bias zero or the log unigram frequency of each word
+    dim = source.options.projection_dim
+    weight = torch.randn(len(vocab), dim, generator=torch.Generator().manual_seed(seed + 17)) * dim**-0.5
     bias = numpy.zeros(len(vocab), dtype=numpy.float32)
     if bias_init == "unigram":
         ids = stream.type_to_vocab(vocab)
         counts = numpy.bincount(ids, weights=stream.counts, minlength=len(vocab)) + 1.0
         bias = numpy.log(counts / counts.sum()).astype(numpy.float32)
-    return {"softmax/W": weight.numpy(), "softmax/b": bias}
+    arrays.update({"softmax/W": weight.numpy(), "softmax/b": bias})
+    source.options.n_tokens_vocab = len(vocab)
+    return build_bilm(source.options, arrays, source=str(init_from or "new model"), vocab=vocab.words), vocab
 
 
 def assemble_loop(
     config: Config,
     settings: PretrainSettings,
-    step_settings: StepSettings,
+    amp_dtype: Optional[torch.dtype],
     bilm: BiLM,
     vocab: Vocab,
-    data: RunData,
+    train: TokenStream,
+    dev: Optional[TokenStream],
+    digests: DataDigests,
     place: Placement,
     found: Optional[ResumePoint],
     output_dir: Path,
-    log: Log,
+    say: Log,
 ) -> TrainingLoop:
     """The model on its device, the optimizer, the random generators, the batches, the checkpointer and the
     report, in the state of `found` (or at the start)."""
@@ -240,11 +224,10 @@ def assemble_loop(
     optimizer = T.optimizer([p for p in bilm.parameters()])
     sampler_rng = torch.Generator().manual_seed(T.seed + 1)
     torch.manual_seed(T.seed + 2 + place.rank)  # dropout: each process its own
-    stream = data.train
     batcher = WindowBatcher(
-        stream.tokens,
-        stream.type_chars(),
-        stream.type_to_vocab(vocab),
+        train.tokens,
+        train.type_chars(),
+        train.type_to_vocab(vocab),
         T.window,
         T.batch_size,
         T.seed,
@@ -259,9 +242,9 @@ def assemble_loop(
         learn_rate=T.learn_rate(optimizer.defaults["lr"], batcher.steps_per_epoch),
         sampler=sampler,
         sampler_rng=sampler_rng,
-        settings=step_settings,
+        settings=T,
+        amp_dtype=amp_dtype,
         device=place.device,
-        scaler=torch.amp.GradScaler("cuda") if step_settings.amp_dtype == torch.float16 else None,
     )
     checkpointer = Checkpointer(
         output_dir / "checkpoints",
@@ -271,22 +254,22 @@ def assemble_loop(
         place,
         T.keep_checkpoints,
         config.to_str(),
-        log,
-        data.digests,
+        say,
+        digests,
     )
     state = checkpointer.restore(found.path, found.payload) if found is not None else TrainState()
     if state.index >= batcher.steps_per_epoch:  # (accepted) changed training data with fewer batches an epoch
-        main_process_log(log, place.rank)(
+        say(
             f"epoch {state.epoch} of the changed training data has only {batcher.steps_per_epoch} batches: "
             f"continuing with epoch {state.epoch + 1}"
         )
         state.epoch, state.index = state.epoch + 1, 0
     evaluate = None
-    if data.dev is not None:
-        evaluate = partial(stream_perplexity, bilm, data.dev, vocab, max_tokens=settings.corpus.max_dev_tokens)
-    report = TrainingLog(output_dir / "metrics.jsonl", place.rank, log)
+    if dev is not None:
+        evaluate = partial(stream_perplexity, bilm, dev, vocab, max_tokens=settings.corpus.max_dev_tokens)
+    report = TrainingLog(output_dir / "metrics.jsonl", place.rank, say)
     output_dir.mkdir(parents=True, exist_ok=True)
-    report.metrics.truncate_after(state.step)
+    report.truncate_after(state.step)
     for change in found.data_changes if found is not None else []:
         report.event(
             "data_changed",

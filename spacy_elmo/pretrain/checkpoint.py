@@ -9,18 +9,17 @@ executes code. A file whose checksum or structure is wrong is refused with `Chec
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-import numpy
 import srsly
 import torch
 
 from ..bilm.bilm import BiLM
 from ..io.atomic import atomic_write_bytes, remove_stale_temporaries
 from ..io.native import bilm_to_bytes, decode_array, encode_array
-from .distributed import Log, Placement, gather_bytes, main_process_log
+from .distributed import Log, Placement, gather_bytes
 
 FORMAT = "spacy-elmo.checkpoint.v1"
 NAME = re.compile(r"^step_(\d+)\.ckpt$")
@@ -32,11 +31,9 @@ class CheckpointError(ValueError):
 
 
 def encode_tree(value: Any) -> Any:
-    """Tensors/arrays -> encoded arrays, recursively; dict keys made strings (msgpack-safe)."""
+    """Tensors -> encoded arrays, recursively; dicts as [key, value] pairs (msgpack keeps their int keys so)."""
     if isinstance(value, torch.Tensor):
         return {"__array__": encode_array(value.detach().cpu().numpy())}
-    if isinstance(value, numpy.ndarray):
-        return {"__array__": encode_array(value)}
     if isinstance(value, dict):
         return {"__dict__": [[encode_tree(k), encode_tree(v)] for k, v in value.items()]}
     if isinstance(value, (list, tuple)):
@@ -87,15 +84,8 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
 
 def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
     """(step, path) of every checkpoint file, newest first (temporary files are ignored)."""
-    directory = Path(directory)
-    if not directory.exists():
-        return []
-    found = []
-    for path in directory.iterdir():
-        match = NAME.match(path.name)
-        if match:
-            found.append((int(match.group(1)), path))
-    return sorted(found, reverse=True)
+    matches = ((NAME.match(path.name), path) for path in Path(directory).glob(PATTERN))
+    return sorted(((int(match.group(1)), path) for match, path in matches if match), reverse=True)
 
 
 def latest_checkpoint(directory: Path, warn=print) -> Optional[tuple[Path, dict[str, Any]]]:
@@ -114,31 +104,16 @@ def latest_checkpoint(directory: Path, warn=print) -> Optional[tuple[Path, dict[
     return None
 
 
-def prune_checkpoints(directory: Path, keep: int) -> None:
-    """Delete all but the `keep` newest checkpoints (never fewer than 2 are kept: the newest may be
-    damaged later, and the one before it is the fallback)."""
-    for _, path in list_checkpoints(directory)[max(keep, 2) :]:
-        path.unlink(missing_ok=True)
-
-
 @dataclass
 class TrainState:
     """Everything besides the weights, the optimizer and the random generators that a resumed run needs to
     continue exactly (a checkpoint's "trainer" entry)."""
 
-    step: int = 0
-    """Optimizer steps taken (checkpoints are named by it)."""
-    epoch: int = 0
-    """Epochs completed: with the seed, it picks the order of the windows (`WindowBatcher`)."""
-    index: int = 0
-    """The next batch of the current epoch."""
-    tokens: int = 0
-    """Training tokens seen, all processes together."""
-    wall_s: float = 0.0
-    """Seconds spent training (evaluations left out), for `max_minutes`."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+    step: int = 0  # optimizer steps taken (checkpoints are named by it)
+    epoch: int = 0  # epochs completed: with the seed, it picks the order of the windows (`WindowBatcher`)
+    index: int = 0  # the next batch of the current epoch
+    tokens: int = 0  # training tokens seen, all processes together
+    wall_s: float = 0.0  # seconds spent training (evaluations left out), for `max_minutes`
 
 
 @dataclass
@@ -154,14 +129,9 @@ class Checkpointer:
     place: Placement
     keep: int
     config_text: str
-    log: Log
-    data: dict[str, list[list[str]]] = field(default_factory=dict)
-    """The digests of the data this run trains and evaluates on (corpus.py `file_digests`), by role."""
-    saved_step: Optional[int] = field(default=None, init=False)
-    """The step of the newest checkpoint this run wrote or restored."""
-
-    def __post_init__(self) -> None:
-        self.say = main_process_log(self.log, self.place.rank)
+    say: Log  # rank 0's log
+    data: dict[str, list[list[str]]] = field(default_factory=dict)  # the data's `file_digests`, by role
+    saved_step: Optional[int] = field(default=None, init=False)  # of the newest checkpoint written or restored
 
     def save(self, state: TrainState) -> None:
         """Write a checkpoint (rank 0) with every rank's random state, then prune."""
@@ -176,13 +146,16 @@ class Checkpointer:
         payload = {
             "model": bilm_to_bytes(self.bilm),
             "optimizer": encode_tree(self.optimizer.state_dict()),
-            "trainer": state.to_dict(),
+            "trainer": asdict(state),
             "rng": {"sampler": _bytes(self.sampler_rng.get_state()), "torch": torch_states, "cuda": cuda_states},
             "config": self.config_text,
             "data": self.data,
         }
         path = write_checkpoint(self.directory, state.step, payload)
-        prune_checkpoints(self.directory, self.keep)
+        # all but the `keep` newest deleted, never fewer than 2: the newest may be damaged later, and the one
+        # before it is the fallback
+        for _, old in list_checkpoints(self.directory)[max(self.keep, 2) :]:
+            old.unlink(missing_ok=True)
         self.say(f"checkpoint {path}")
 
     def restore(self, path: Path, payload: dict[str, Any]) -> TrainState:

@@ -44,10 +44,8 @@ def load_config(
         path = Path(path)
         if not path.exists():
             raise FileNotFoundError(f"pretraining config not found: {path}")
-        user = Config().from_disk(path, interpolate=False)
-    else:
-        user = Config().from_str(text or "", interpolate=False)
-    merged = defaults.merge(user)
+        text = path.read_text(encoding="utf-8")
+    merged = defaults.merge(Config().from_str(text or "", interpolate=False))
     for key in overrides or {}:
         section, _, leaf = key.rpartition(".")
         node: Any = merged
@@ -202,9 +200,6 @@ class PretrainSettings(_Section):
     vocab: VocabSection
     model: dict[str, Any]  # read by BiLMOptions' own schema in `from_config`
     training: TrainingSection
-
-    def model_options(self, n_vocab: int) -> BiLMOptions:
-        return BiLMOptions(**self.model, n_tokens_vocab=n_vocab)
 
     @classmethod
     def from_config(cls, config: Config, source: str = "the pretraining config") -> "PretrainSettings":

@@ -89,9 +89,6 @@ class TokenStream:
             raise self._damaged(path, f"dtype {array.dtype}, expected integers")
         return array
 
-    def __len__(self) -> int:
-        return int(self.tokens.shape[0])
-
     @property
     def n_sentences(self) -> int:
         return int(self.counts[0])
@@ -99,7 +96,7 @@ class TokenStream:
     @property
     def n_words(self) -> int:
         """Tokens other than the sentence boundaries."""
-        return len(self) - 2 * self.n_sentences
+        return len(self.tokens) - 2 * self.n_sentences
 
     def type_chars(self) -> numpy.ndarray:
         """Character ids of every type, (n_types, 50) int16, computed once and cached on disk."""
@@ -170,29 +167,19 @@ def iter_jsonl(path: Path, field: str) -> Iterator[str]:
 
 
 def iter_lines(path: Path) -> Iterator[list[str]]:
-    for line in text_lines(path, error=CorpusError):
-        tokens = line.split()
-        if tokens:
-            yield tokens
+    """The whitespace-separated tokens of each line that has any."""
+    return (tokens for tokens in map(str.split, text_lines(path, error=CorpusError)) if tokens)
 
 
 def _frame(hashes: numpy.ndarray, starts: numpy.ndarray, bos: int, eos: int) -> numpy.ndarray:
     """Insert <S>/</S> hashes around the sentences of a token array (starts: True at sentence starts)."""
-    n = len(hashes)
-    if n == 0:
+    if len(hashes) == 0:
         return hashes
-    starts = starts.copy()
-    starts[0] = True
-    rank = numpy.cumsum(starts) - 1  # sentence index of each token
-    n_sent = int(rank[-1]) + 1
-    out = numpy.empty(n + 2 * n_sent, dtype=numpy.uint64)
-    positions = numpy.arange(n) + 2 * rank + 1
-    out[positions] = hashes
-    first = numpy.flatnonzero(starts)
-    out[first + 2 * numpy.arange(n_sent)] = bos
-    last = numpy.append(first[1:], n) - 1
-    out[last + 2 * numpy.arange(n_sent) + 2] = eos
-    return out
+    first = numpy.flatnonzero(starts | (numpy.arange(len(hashes)) == 0))
+    ends = numpy.append(first[1:], len(hashes))
+    # where a sentence ends and the next starts, its </S> goes first: insert keeps the given order at one index
+    markers = numpy.repeat(numpy.array([eos, bos], dtype=numpy.uint64), len(first))
+    return numpy.insert(hashes, numpy.concatenate([ends, first]), markers)
 
 
 def _doc_arrays(doc) -> tuple[numpy.ndarray, numpy.ndarray]:
@@ -206,10 +193,7 @@ def _doc_arrays(doc) -> tuple[numpy.ndarray, numpy.ndarray]:
     # a sentence that begins with a space token begins at its next kept token
     rank = numpy.cumsum(starts)
     keep = arr[:, 1] == 0
-    kept_rank = rank[keep]
-    kept_starts = numpy.ones(len(kept_rank), dtype=bool)
-    kept_starts[1:] = kept_rank[1:] != kept_rank[:-1]
-    return arr[keep, 0], kept_starts
+    return arr[keep, 0], numpy.diff(rank[keep], prepend=-1) != 0
 
 
 def _tokenize(files: list[Path], settings: CorpusSettings) -> tuple[numpy.ndarray, Any]:
@@ -235,8 +219,7 @@ def _tokenize(files: list[Path], settings: CorpusSettings) -> tuple[numpy.ndarra
         if fmt == "bilm-tf":
             for tokens in iter_lines(path):
                 hashes = numpy.fromiter((strings.add(t) for t in tokens), dtype=numpy.uint64, count=len(tokens))
-                starts = numpy.zeros(len(tokens), dtype=bool)
-                if add(hashes, starts):
+                if add(hashes, numpy.zeros(len(tokens), dtype=bool)):
                     break
         elif fmt == "tokenized":
             for tokens in iter_lines(path):
@@ -255,17 +238,6 @@ def _tokenize(files: list[Path], settings: CorpusSettings) -> tuple[numpy.ndarra
     return numpy.concatenate(chunks), strings
 
 
-def cache_key(digests: list[list[str]], settings: CorpusSettings) -> str:
-    """The cache entry of files of this content (`file_digests`, in their order), tokenized with `settings`."""
-    sha256 = [digest for _, digest in digests]
-    blob = json.dumps({"version": CACHE_VERSION, "sha256": sha256, "settings": asdict(settings)}, sort_keys=True)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:20]
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("SPACY_ELMO_CACHE", Path.home() / ".cache" / "spacy-elmo" / "corpus"))
-
-
 def prepare_corpus(
     paths: Union[PathLike, Sequence[PathLike]],
     settings: CorpusSettings = CorpusSettings(),
@@ -275,8 +247,11 @@ def prepare_corpus(
     """The token stream of these files, from the cache when files of this content were tokenized with these
     settings before. `digests`: their `file_digests`, when the caller has them (else they are computed)."""
     digests = file_digests(paths) if digests is None else digests
-    cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    entry = cache_root / cache_key(digests, settings)
+    if cache_dir is None:
+        cache_dir = os.environ.get("SPACY_ELMO_CACHE", Path.home() / ".cache" / "spacy-elmo" / "corpus")
+    sha256 = [digest for _, digest in digests]  # the files' contents, in their order
+    key = json.dumps({"version": CACHE_VERSION, "sha256": sha256, "settings": asdict(settings)}, sort_keys=True)
+    entry = Path(cache_dir) / hashlib.sha256(key.encode("utf-8")).hexdigest()[:20]
     if (entry / "tokens.npy").exists() and (entry / "types.msgpack").exists():
         return TokenStream(entry)
     return tokenize_corpus([path for path, _ in digests], settings, entry)
@@ -306,8 +281,3 @@ def tokenize_corpus(
         meta = {"files": [str(f) for f in files], "settings": asdict(settings), "n_tokens": int(len(tokens))}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return TokenStream(Path(directory))
-
-
-def build_vocab(stream: TokenStream, max_size: Optional[int] = None, min_count: int = 1) -> Vocab:
-    """The vocabulary of a prepared corpus (frequency-sorted; see `Vocab.from_counts`)."""
-    return Vocab.from_counts(stream.types, stream.counts, max_size=max_size, min_count=min_count)

@@ -1,16 +1,12 @@
-"""The training loop of a biLM language model: steps, evaluations, checkpoints, metrics, stopping.
-
-`train_step` is one optimization step, the same function in training and in
-benchmarks/train_throughput.py, so that the benchmark measures what training does.
-"""
+"""The training loop of a biLM language model: steps, evaluations, checkpoints, metrics, stopping."""
 
 import math
 import signal
 import time
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Callable, Optional
 
 import torch
@@ -43,64 +39,13 @@ class LanguageModelLoss(nn.Module):
         samples: Optional[torch.Tensor],
         log_expected: Optional[torch.Tensor],
         dropout: float,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    ) -> torch.Tensor:
         out = self.bilm(char_ids, dropout=dropout)
         softmax = self.bilm.softmax
         assert softmax is not None  # checked in __init__
         hidden = out.layers[-1]
         f, b, n = directional_nll(hidden, next_ids, prev_ids, softmax.weight, softmax.bias, samples, log_expected)
-        loss = (f + b) / (2 * n)
-        return loss, f.detach() / n, b.detach() / n
-
-
-@dataclass(frozen=True)
-class StepSettings:
-    """How one optimization step runs: the training config's dropout, grad_clip and precision."""
-
-    dropout: float = 0.0
-    grad_clip: float = 0.0  # 0: no clipping
-    amp_dtype: Optional[torch.dtype] = None  # autocast to this dtype; None: full precision
-
-    @classmethod
-    def from_settings(cls, settings: TrainingSection, device: torch.device) -> "StepSettings":
-        return cls(dropout=settings.dropout, grad_clip=settings.grad_clip, amp_dtype=settings.amp_dtype(device))
-
-
-def train_step(
-    model: nn.Module,
-    bilm: BiLM,
-    optimizer: torch.optim.Optimizer,
-    batch: LMBatch,
-    samples: Optional[torch.Tensor],
-    log_expected: Optional[torch.Tensor],
-    settings: StepSettings,
-    scaler: Optional[torch.amp.GradScaler] = None,
-) -> torch.Tensor:
-    """One optimization step on `batch` (forward, backward, clipping, update); the loss, detached.
-
-    `model` is `LanguageModelLoss(bilm)` or its DistributedDataParallel wrapper; `scaler` only for
-    float16 autocast on CUDA. Reading the returned loss synchronizes a GPU, so that is left to the caller.
-    """
-    device_type = batch.char_ids.device.type
-    amp = settings.amp_dtype is not None
-    with torch.autocast(device_type, dtype=settings.amp_dtype) if amp else nullcontext():
-        loss, _, _ = model(batch.char_ids, batch.next_ids, batch.prev_ids, samples, log_expected, settings.dropout)
-    if scaler is not None:
-        scaler.scale(loss).backward()
-        scaler.unscale_(optimizer)
-    else:
-        loss.backward()
-    if settings.grad_clip:
-        torch.nn.utils.clip_grad_norm_(bilm.parameters(), settings.grad_clip)
-    if scaler is not None:
-        scaler.step(optimizer)
-        scaler.update()
-    else:
-        optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    with torch.no_grad():  # "no token" row of the character embedding stays zero
-        bilm.token_encoder.char_embedding[0].zero_()
-    return loss.detach()
+        return (f + b) / (2 * n)
 
 
 @dataclass
@@ -116,7 +61,8 @@ class TrainResult:
 @dataclass
 class Optimization:
     """One optimization step on a batch, as the config describes it: the learning rate of the step, the
-    sampled softmax's negatives (drawn from `sampler_rng`, the same on every process), `train_step`."""
+    sampled softmax's negatives (drawn from `sampler_rng`, the same on every process), the forward and
+    backward (in `amp_dtype` autocast; float16 with a gradient scaler), clipping, the update."""
 
     bilm: BiLM
     module: nn.Module  # LanguageModelLoss(bilm), wrapped in DistributedDataParallel when there are peers
@@ -124,25 +70,36 @@ class Optimization:
     learn_rate: Callable[[int], float]
     sampler: Optional[LogUniformSampler]  # None: the full softmax
     sampler_rng: torch.Generator
-    settings: StepSettings
+    settings: TrainingSection  # its dropout and grad_clip
+    amp_dtype: Optional[torch.dtype]  # None: full precision
     device: torch.device
-    scaler: Optional[torch.amp.GradScaler] = None
 
     def __post_init__(self) -> None:
         self.log_expected = self.sampler.log_expected.to(self.device) if self.sampler is not None else None
+        # float16 needs its gradients scaled; for any other precision the scaler passes everything through
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
 
     def step(self, batch: LMBatch, step: int) -> float:
         """Step number `step` (0-based) on `batch`: the loss, checked to be finite."""
         samples = self.sampler.sample(self.sampler_rng).to(self.device) if self.sampler is not None else None
-        for group in self.optimizer.param_groups:
+        optimizer, scaler, dropout = self.optimizer, self.scaler, self.settings.dropout
+        for group in optimizer.param_groups:
             group["lr"] = self.learn_rate(step)
-        loss_tensor = train_step(
-            self.module, self.bilm, self.optimizer, batch, samples, self.log_expected, self.settings, self.scaler
-        )
-        loss = float(loss_tensor)
-        if not math.isfinite(loss):
-            raise FloatingPointError(f"training loss became {loss} at step {step + 1}; lower the learning rate")
-        return loss
+        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
+            loss = self.module(batch.char_ids, batch.next_ids, batch.prev_ids, samples, self.log_expected, dropout)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        if self.settings.grad_clip:
+            torch.nn.utils.clip_grad_norm_(self.bilm.parameters(), self.settings.grad_clip)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        with torch.no_grad():  # "no token" row of the character embedding stays zero
+            self.bilm.token_encoder.char_embedding[0].zero_()
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            raise FloatingPointError(f"training loss became {value} at step {step + 1}; lower the learning rate")
+        return value
 
 
 @dataclass
@@ -166,13 +123,10 @@ class TrainingLoop:
     last_eval: Optional[dict[str, float]] = field(default=None, init=False)
     evaluated_step: Optional[int] = field(default=None, init=False)  # the step of this session's last evaluation
 
-    def __post_init__(self) -> None:
-        self._restart_clock()
-
     def run(self) -> TrainResult:
         """Train until a limit or a stop signal; checkpoint, evaluate and save the model at the end."""
         s = self.settings
-        with StopSignals() as stop:
+        with stop_signals() as stop:
             if self.state.step == 0:
                 self._evaluate()
             self._restart_clock()
@@ -187,8 +141,8 @@ class TrainingLoop:
                 if s.checkpoint_every and step % s.checkpoint_every == 0:
                     self.checkpointer.save(self.state)
             self._report()
-            if stop.received is not None:
-                self.report.say(f"stopping at step {self.state.step} (signal {stop.received})")
+            if stop:
+                self.report.say(f"stopping at step {self.state.step} (signal {stop[-1]})")
             if self.checkpointer.saved_step != self.state.step:
                 self.checkpointer.save(self.state)
             if self.evaluated_step != self.state.step:
@@ -216,14 +170,14 @@ class TrainingLoop:
         state.wall_s = self._wall_at_start + (time.perf_counter() - self._session_start)
         self.report.step(loss, n_tokens, step_time)
 
-    def _should_stop(self, stop: "StopSignals") -> bool:
+    def _should_stop(self, stop: list[int]) -> bool:
         """Whether any process reached a limit or got a stop signal: all stop at the same step."""
         s, state = self.settings, self.state
         done = (
             bool(s.max_steps and state.step >= s.max_steps)
             or bool(s.max_epochs and state.epoch >= s.max_epochs)
             or bool(s.max_minutes and state.wall_s >= s.max_minutes * 60)
-            or stop.received is not None
+            or bool(stop)
         )
         return any_process(done, self.place.world, self.place.device)
 
@@ -243,28 +197,20 @@ class TrainingLoop:
         self._session_start, self._wall_at_start = time.perf_counter(), self.state.wall_s
 
 
-class StopSignals:
-    """SIGTERM/SIGINT while the loop runs: remembered in `received`, so that every process finishes its step
-    and stops with a checkpoint (under torchrun a stop reaches all); the previous handlers come back
+@contextmanager
+def stop_signals() -> Iterator[list[int]]:
+    """SIGTERM/SIGINT while the loop runs: appended to the list yielded, so that every process finishes its
+    step and stops with a checkpoint (under torchrun a stop reaches all); the previous handlers come back
     afterwards, also when training fails."""
-
-    def __init__(self) -> None:
-        self.received: Optional[int] = None
-        self._previous: dict[signal.Signals, Any] = {}
-
-    def _request_stop(self, signum: int, frame: Any) -> None:
-        self.received = signum
-
-    def __enter__(self) -> "StopSignals":
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                self._previous[sig] = signal.signal(sig, self._request_stop)
-            except ValueError:  # not the main thread
-                pass
-        return self
-
-    def __exit__(
-        self, kind: Optional[type[BaseException]], error: Optional[BaseException], trace: Optional[TracebackType]
-    ) -> None:
-        for sig, handler in self._previous.items():
+    received: list[int] = []
+    previous: dict[signal.Signals, Any] = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            previous[sig] = signal.signal(sig, lambda signum, frame: received.append(signum))
+        except ValueError:  # not the main thread
+            pass
+    try:
+        yield received
+    finally:
+        for sig, handler in previous.items():
             signal.signal(sig, handler)

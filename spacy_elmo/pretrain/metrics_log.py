@@ -4,7 +4,6 @@ only."""
 
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,15 +11,20 @@ from .checkpoint import TrainState
 from .distributed import Log, main_process_log
 
 
-@dataclass
-class MetricsLog:
-    """metrics.jsonl, append-only; on resume, records after the resumed step are dropped, so that a
-    resumed run's file reads as if the run had never stopped."""
+class TrainingLog:
+    """The train and eval records of a run, in metrics.jsonl (append-only) and as log lines (rank 0; the
+    others keep their losses but write nothing). A train record averages the steps since the previous one."""
 
-    path: Path
-    enabled: bool
+    def __init__(self, path: Path, rank: int, log: Log) -> None:
+        self.path, self.enabled = path, rank == 0
+        self.say = main_process_log(log, rank)
+        self.losses: list[float] = []  # every step's loss, this session
+        # the steps since the last train record (what it averages): first loss, tokens, seconds
+        self._interval_first, self._interval_tokens, self._interval_time = 0, 0, 0.0
 
     def truncate_after(self, step: int) -> None:
+        """Drop the records after the resumed `step`, so that a resumed run's file reads as if the run had
+        never stopped."""
         if not self.enabled or not self.path.exists():
             return
         kept = [
@@ -35,18 +39,6 @@ class MetricsLog:
             with open(self.path, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(record) + "\n")
 
-
-class TrainingLog:
-    """The train and eval records of a run, in metrics.jsonl and as log lines (rank 0; the others keep
-    their losses but write nothing). A train record averages the steps since the previous one."""
-
-    def __init__(self, path: Path, rank: int, log: Log) -> None:
-        self.metrics = MetricsLog(path, enabled=rank == 0)
-        self.say = main_process_log(log, rank)
-        self.losses: list[float] = []  # every step's loss, this session
-        # the steps since the last train record (what it averages): first loss, tokens, seconds
-        self._interval_first, self._interval_tokens, self._interval_time = 0, 0, 0.0
-
     def step(self, loss: float, n_tokens: int, seconds: float) -> None:
         self.losses.append(loss)
         self._interval_tokens += n_tokens
@@ -59,7 +51,7 @@ class TrainingLog:
             return
         mean = sum(losses) / len(losses)  # the same additions, in the same order, as a running total
         tps = self._interval_tokens / max(self._interval_time, 1e-9)
-        self.metrics.write(
+        self.write(
             {
                 "type": "train",
                 "step": state.step,
@@ -80,10 +72,10 @@ class TrainingLog:
 
     def event(self, kind: str, step: int, **fields: Any) -> None:
         """A record of something that happened to the run at `step` (not a measurement), e.g. "data_changed"."""
-        self.metrics.write({"type": kind, "step": step, **fields})
+        self.write({"type": kind, "step": step, **fields})
 
     def eval(self, state: TrainState, result: dict[str, float]) -> None:
-        self.metrics.write(
+        self.write(
             {
                 "type": "eval",
                 "step": state.step,

@@ -25,7 +25,7 @@ class NoSoftmaxError(ValueError):
 
 
 @torch.no_grad()
-def perplexity_of_batches(bilm: BiLM, batches: Iterable[LMBatch], autocast: bool = False) -> dict[str, float]:
+def perplexity_of_batches(bilm: BiLM, batches: Iterable[LMBatch]) -> dict[str, float]:
     if bilm.softmax is None:
         raise NoSoftmaxError(
             "this biLM has no softmax (language-model head), so its perplexity is undefined; "
@@ -35,16 +35,14 @@ def perplexity_of_batches(bilm: BiLM, batches: Iterable[LMBatch], autocast: bool
     bilm.eval()
     device = bilm.device
     total_f = total_b = 0.0
-    n = 0
-    n_unk = 0
+    n = n_unk = 0
     try:
         for batch in batches:
             batch = batch.to(device)
-            with torch.autocast(device.type, enabled=autocast):
-                out = bilm(batch.char_ids)
-                f, b, count = directional_nll(
-                    out.layers[-1], batch.next_ids, batch.prev_ids, bilm.softmax.weight, bilm.softmax.bias
-                )
+            out = bilm(batch.char_ids)
+            f, b, count = directional_nll(
+                out.layers[-1], batch.next_ids, batch.prev_ids, bilm.softmax.weight, bilm.softmax.bias
+            )
             total_f += float(f)
             total_b += float(b)
             n += count
@@ -68,7 +66,6 @@ def stream_perplexity(
     stream: TokenStream,
     vocab: Optional[Vocab] = None,
     max_tokens: Optional[int] = None,
-    token_budget: int = 4096,
 ) -> dict[str, float]:
     """Perplexity over the sentences of a prepared corpus (the first `max_tokens` tokens' worth)."""
     if bilm.softmax is None:
@@ -77,7 +74,5 @@ def stream_perplexity(
         if bilm.vocab is None:
             raise NoSoftmaxError("this biLM has no vocabulary, so its softmax ids cannot be matched to words")
         vocab = Vocab(bilm.vocab, source="model vocabulary")
-    batches = sentence_batches(
-        stream.tokens, stream.type_chars(), stream.type_to_vocab(vocab), token_budget, max_tokens
-    )
+    batches = sentence_batches(stream.tokens, stream.type_chars(), stream.type_to_vocab(vocab), max_tokens=max_tokens)
     return perplexity_of_batches(bilm, batches)

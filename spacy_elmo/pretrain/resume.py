@@ -78,33 +78,26 @@ class ResumePoint:
     data_changes: list[DataChange] = field(default_factory=list)
 
 
-def resume_changes(saved: str, current: Config, source: str) -> dict[str, tuple[Any, Any]]:
-    """The settings that differ between a checkpoint's config (`saved`, as text) and this run's, as
-    {key: (saved, now)}. A change to anything but `RESUMABLE_CHANGES` is a PretrainConfigError naming
-    every such key: the checkpoint was not trained that way."""
-    before, after = Config().from_str(saved, interpolate=True), Config(current).interpolate()
-    then, now = flatten(before), flatten(after)
-    changed = {key: (then.get(key), now.get(key)) for key in changed_keys(before, after)}
-    refused = {key: values for key, values in changed.items() if key not in RESUMABLE_CHANGES}
-    if refused:
-        listed = "; ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in refused.items())
-        raise PretrainConfigError(
-            f"cannot resume from {source}: the run was trained with other settings ({listed}). Resume with "
-            f"the checkpoint's settings (its config is saved in the checkpoint and in config.cfg), or start a "
-            f"new run in another output directory. Safe to change on resume: {', '.join(RESUMABLE_CHANGES)}"
-        )
-    return changed
-
-
 def find_resume_point(config: Config, checkpoint_dir: Path, say: Log) -> Optional[ResumePoint]:
-    """The newest readable checkpoint, if its run was trained with this config's settings (a change to one
-    that may not change on resume is a PretrainConfigError); None when there is none."""
+    """The newest readable checkpoint (None: there is none) and the settings its config and this one differ
+    in, as {key: (saved, now)}. A change to anything but `RESUMABLE_CHANGES` is a PretrainConfigError
+    naming every such key: the checkpoint was not trained that way."""
     found = latest_checkpoint(checkpoint_dir, warn=say)
     if found is None:
         say(f"no readable checkpoint in {checkpoint_dir}: starting from the beginning")
         return None
     path, payload = found
-    changes = resume_changes(payload["config"], config, str(path))
+    before, after = Config().from_str(payload["config"], interpolate=True), Config(config).interpolate()
+    then, now = flatten(before), flatten(after)
+    changes = {key: (then.get(key), now.get(key)) for key in changed_keys(before, after)}
+    refused = {key: values for key, values in changes.items() if key not in RESUMABLE_CHANGES}
+    if refused:
+        listed = "; ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in refused.items())
+        raise PretrainConfigError(
+            f"cannot resume from {path}: the run was trained with other settings ({listed}). Resume with "
+            f"the checkpoint's settings (its config is saved in the checkpoint and in config.cfg), or start a "
+            f"new run in another output directory. Safe to change on resume: {', '.join(RESUMABLE_CHANGES)}"
+        )
     for key, (old, new) in changes.items():
         say(f"resuming with {key} changed: {old!r} -> {new!r}")
     return ResumePoint(path, payload, changes)

@@ -41,10 +41,7 @@ def warmup_decay(
             return peak
         assert last_step is not None
         progress = min(1.0, (step - warmup_steps) / max(1, last_step - warmup_steps))
-        if decay == "linear":
-            shape = 1.0 - progress
-        else:
-            shape = 0.5 * (1.0 + math.cos(math.pi * progress))
+        shape = 1.0 - progress if decay == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
         return peak * (final_learn_rate_ratio + (1.0 - final_learn_rate_ratio) * shape)
 
     return rate

@@ -12,12 +12,11 @@ from spacy_elmo.pretrain import corpus as corpus_module
 from spacy_elmo.pretrain.corpus import (
     CorpusError,
     CorpusSettings,
-    build_vocab,
     file_digests,
     prepare_corpus,
     tokenize_corpus,
 )
-from spacy_elmo.pretrain.vocab import UNK_ID
+from spacy_elmo.pretrain.vocab import UNK_ID, Vocab
 
 
 def words_of(stream):
@@ -78,7 +77,7 @@ def test_types_are_frequency_sorted_and_unknown_words_keep_their_characters(tmp_
     stream = prepare_corpus(sample_train, CorpusSettings(max_tokens=5000), tmp_path)
     assert stream.types[:2] == ["<S>", "</S>"]
     assert numpy.all(numpy.diff(stream.counts[2:]) <= 0)
-    vocab = build_vocab(stream, max_size=100)
+    vocab = Vocab.from_counts(stream.types, stream.counts, max_size=100)
     to_vocab = stream.type_to_vocab(vocab)
     rare = [i for i, w in enumerate(stream.types) if w not in vocab.index]
     assert rare and numpy.all(to_vocab[rare] == UNK_ID)

@@ -11,7 +11,8 @@ from spacy_elmo.io.arrays import bilm_arrays
 from spacy_elmo.io.resolve import load_model
 from spacy_elmo.pretrain.build import build_model, pretrain
 from spacy_elmo.pretrain.config import PretrainSettings
-from spacy_elmo.pretrain.corpus import CorpusSettings, build_vocab, prepare_corpus
+from spacy_elmo.pretrain.corpus import CorpusSettings, prepare_corpus
+from spacy_elmo.pretrain.vocab import Vocab
 
 TEARDOWN_WORKER = Path(__file__).parent / "ddp_teardown_worker.py"
 
@@ -93,7 +94,9 @@ def test_two_process_gloo_ddp_matches_one_process_on_the_same_global_batch(
     assert one.keys() == two.keys()
     settings = PretrainSettings.from_config(tiny_config(**overrides))
     stream = prepare_corpus(sample_train, CorpusSettings(), corpus_cache)
-    initial, _ = build_model(settings, build_vocab(stream, 3000), stream, None, lambda m: None)
+    initial, _ = build_model(
+        settings, Vocab.from_counts(stream.types, stream.counts, 3000), stream, None, lambda m: None
+    )
     start = dict(bilm_arrays(initial))
     largest_gap = 0.0
     for name in one:
