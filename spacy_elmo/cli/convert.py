@@ -31,7 +31,7 @@ def convert_cli(
     makes first, and the output records the source's format, file and digest."""
     if to is not None and to not in TARGETS:
         raise typer.BadParameter(f"--to must be one of {', '.join(TARGETS)}, got {to!r}")
-    from ..io.hdf5 import check_bilm_tf_layout, save_bilm_tf  # torch: imported by the command (see cli/__init__)
+    from ..io.hdf5 import save_bilm_tf  # torch: imported by the command (see cli/__init__)
     from ..io.native import save_native
     from ..io.resolve import check_output, load_model
 
@@ -42,8 +42,6 @@ def convert_cli(
         origin = loaded.provenance()
         if target == "native":
             save_native(loaded.bilm, output, converted_from=origin)
-        else:
-            check_bilm_tf_layout(loaded.bilm)
-            output.mkdir(parents=True, exist_ok=True)
+        else:  # a model the layout cannot hold is refused before anything is written
             save_bilm_tf(loaded.bilm, output / "options.json", output / "weights.hdf5", output / "vocab.txt", origin)
     typer.echo(f"wrote {target} model to {output} (from {origin['file']}, sha256 {origin['sha256']})")

@@ -18,6 +18,7 @@ def export_cli(
     (layers, batch, length, 2 x projection) out, fp32, stateless, any batch size and length (the LSTMs are
     ONNX Scans over the run-time length). Needs `pip install spacy-elmo\[onnx]`."""
     try:
+        from ..io.digest import file_sha256
         from ..io.resolve import check_output, load_model
         from ..onnx.export import export_onnx
     except ImportError as err:  # pragma: no cover - the extra is installed wherever tests run
@@ -26,10 +27,7 @@ def export_cli(
     with one_line_errors():
         loaded = load_model(model, option="MODEL", sha256=sha256)
         check_output(loaded, output, "OUTPUT", directory=False)
-    output.parent.mkdir(parents=True, exist_ok=True)
     export_onnx(loaded.bilm, output, source_sha256=loaded.sha256)
-    from ..io.digest import file_sha256
-
     typer.echo(
         f"wrote {output} (ONNX graph, sha256 {file_sha256(output)}: the digest `model.sha256` pins; exported from "
         f"{loaded.source.path}, sha256 {loaded.sha256})"

@@ -2,49 +2,11 @@
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import typer
 
 from . import PIN_OPTION, elmo_cli, one_line_errors
-
-if TYPE_CHECKING:
-    from ..bilm.bilm import BiLM
-
-
-def describe(bilm: "BiLM") -> dict[str, Any]:
-    """What a user compares two models by: the options that shape it and its arrays."""
-    from ..io.arrays import bilm_arrays
-
-    o = bilm.options
-    arrays = dict(bilm_arrays(bilm))
-    groups = {"token_encoder": 0, "lstm": 0, "softmax": 0}
-    for name, value in arrays.items():
-        group = "softmax" if name.startswith("softmax/") else "lstm" if name.startswith("RNN_") else "token_encoder"
-        groups[group] += int(value.size)
-    return {
-        "layers": o.n_output_layers,
-        "output_dim": o.output_dim,
-        "lstm": {
-            "n_layers": o.n_layers,
-            "dim": o.lstm_dim,
-            "projection_dim": o.projection_dim,
-            "cell_clip": o.cell_clip,
-            "proj_clip": o.proj_clip,
-            "use_skip_connections": o.use_skip_connections,
-        },
-        "char_cnn": {
-            "filters": [list(f) for f in o.filters],
-            "n_filters": o.n_filters,
-            "n_highway": o.n_highway,
-            "activation": o.activation,
-            "embedding_dim": o.char_embedding_dim,
-            "max_characters_per_token": o.max_characters_per_token,
-        },
-        "vocab_size": len(bilm.vocab) if bilm.vocab is not None else None,
-        "n_arrays": len(arrays),
-        "parameters": {**groups, "total": sum(groups.values())},
-    }
 
 
 @elmo_cli.command("verify")
@@ -66,16 +28,20 @@ def verify_cli(
 
     with one_line_errors():
         loaded = load_model(model, options, sha256=sha256)
-    largest, holder = weight_range(bilm_arrays(loaded.bilm))
+    o, arrays = loaded.bilm.options, dict(bilm_arrays(loaded.bilm))
+    largest, holder = weight_range(arrays.items())
+    params = {"token_encoder": 0, "lstm": 0, "softmax": 0}
+    for name, value in arrays.items():
+        group = "softmax" if name.startswith("softmax/") else "lstm" if name.startswith("RNN_") else "token_encoder"
+        params[group] += int(value.size)
+    params["total"] = sum(params.values())
     checked = [
         "every array's name and shape against the options",
         f"every weight finite and within +-{MAX_ABS_WEIGHT:g}",
         *(["the digest recorded in the file"] if loaded.source.kind == "native" else []),
         *(["the pinned digest (--sha256)"] if sha256 else []),
     ]
-    # the formats without a checksum of their own: a changed weight within range loads unless pinned
-    unchecked = loaded.source.kind != "native" and not sha256
-    report = {
+    report: dict[str, Any] = {
         "model": str(loaded.source.path),
         "format": loaded.source.kind,
         "sha256": loaded.sha256,
@@ -85,12 +51,33 @@ def verify_cli(
         "converted_from": loaded.converted_from,
         "max_abs_weight": {"value": largest, "array": holder},
         "checked": checked,
-        **describe(loaded.bilm),
+        # what a user compares two models by: the options that shape it and its arrays
+        "layers": o.n_output_layers,
+        "output_dim": o.output_dim,
+        "lstm": {
+            "n_layers": o.n_layers,
+            "dim": o.lstm_dim,
+            "projection_dim": o.projection_dim,
+            "cell_clip": o.cell_clip,
+            "proj_clip": o.proj_clip,
+            "use_skip_connections": o.use_skip_connections,
+        },
+        "char_cnn": {
+            "filters": [list(f) for f in o.filters],
+            "n_filters": o.n_filters,
+            "n_highway": o.n_highway,
+            "activation": o.activation,
+            "embedding_dim": o.char_embedding_dim,
+            "max_characters_per_token": o.max_characters_per_token,
+        },
+        "vocab_size": len(loaded.bilm.vocab) if loaded.bilm.vocab is not None else None,
+        "n_arrays": len(arrays),
+        "parameters": params,
     }
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         return
-    lstm, cnn, params = report["lstm"], report["char_cnn"], report["parameters"]
+    lstm, cnn = report["lstm"], report["char_cnn"]
     typer.echo(f"model    {report['model']} ({report['format']})")
     typer.echo(f"sha256   {loaded.sha256} ({loaded.sha256_of}): the digest to pin (--sha256, model.sha256)")
     for file in loaded.files:
@@ -116,7 +103,7 @@ def verify_cli(
     )
     typer.echo(f"weights  largest |w| {largest:.4g} (in {holder})")
     typer.echo("checked  " + "; ".join(checked))
-    if unchecked:
+    if loaded.source.kind != "native" and not sha256:  # no checksum of its own: unnoticed unless pinned
         typer.echo(
             f"note     {report['format']} files carry no checksum: a weight changed within range (one flipped low "
             "exponent bit doubles or halves it) loads unnoticed unless the model digest above is pinned"

@@ -66,13 +66,12 @@ class EmbedSettings:
         ):
             if choice not in allowed:
                 raise ValueError(f"{option} must be one of {', '.join(allowed)}, got {choice!r}")
-        if self.runtime == "onnxruntime":
-            if self.device != "cpu" or self.precision != "fp32":
-                raise ValueError(
-                    f"--runtime onnxruntime runs the exported fp32 graph on the CPU; got --device {self.device} "
-                    f"--precision {self.precision} (use --runtime torch for GPUs and other precisions)"
-                )
-        else:
+        if self.runtime == "onnxruntime" and (self.device != "cpu" or self.precision != "fp32"):
+            raise ValueError(
+                f"--runtime onnxruntime runs the exported fp32 graph on the CPU; got --device {self.device} "
+                f"--precision {self.precision} (use --runtime torch for GPUs and other precisions)"
+            )
+        if self.runtime == "torch":
             import torch
 
             from ..bilm.precision import check_device, check_precision
@@ -113,33 +112,13 @@ def check_integer(option: str, value: Any, least: int) -> None:
         raise ValueError(f"{option} must be an integer >= {least}, got {value!r}")
 
 
-def read_lines(path: Path, text_field: str = "text", encoding: str = UTF8) -> Iterator[str]:
-    """Lines of a text file, or the `text_field` of each record of a JSONL file (`text.detect_format`),
-    decoded strictly (`text.text_lines`)."""
-    lines = text_lines(path, encoding, option="--encoding")
-    if detect_format(path) == "jsonl":
-        yield from texts_from_jsonl(lines, path, text_field, option="--text-field")
-    else:
-        for line in lines:
-            yield line.rstrip("\n")
-
-
-def word_splitter(name: str) -> Callable[[str], list[str]]:
-    """Split on whitespace ("whitespace") or with spaCy's tokenizer for a language code such as "en"."""
-    if name == "whitespace":
-        return str.split
-    return make_tokenizer(name, option="--tokenizer").words
-
-
 _worker_state: dict = {}
 
 
 def device_for_rank(device: str, environ: Optional[Mapping[str, str]] = None) -> str:
     """ "cuda" under a launcher means this process's GPU (LOCAL_RANK); anything more specific is kept."""
     local_rank = launch_env(environ).local_rank
-    if device == "cuda" and local_rank is not None:
-        return f"cuda:{local_rank}"
-    return device
+    return f"cuda:{local_rank}" if device == "cuda" and local_rank is not None else device
 
 
 @dataclass
@@ -176,7 +155,9 @@ def load_embed_model(settings: EmbedSettings) -> EmbedModel:
 def _init_worker(settings: EmbedSettings, threads: Optional[int], model: Optional[EmbedModel] = None) -> None:
     """Load the model for this process (or take the caller's); `threads` is None in-process, so that
     `embed_file` never changes the caller's torch thread count."""
-    _worker_state["tokenize"] = word_splitter(settings.tokenizer)
+    _worker_state["tokenize"] = str.split
+    if settings.tokenizer != "whitespace":  # a spaCy language code such as "en"
+        _worker_state["tokenize"] = make_tokenizer(settings.tokenizer, option="--tokenizer").words
     _worker_state["settings"] = settings
     if model is None:
         model = load_embed_model(settings)
@@ -263,8 +244,13 @@ def embed_file(
     run.open()
     done = run.finished_chunks()
     read = [0]
-    lines = _chunks(read_lines(input_path, settings.text_field, settings.encoding), settings.chunk_size, shard, read)
-    todo = ((k, chunk) for k, chunk in lines if k not in done)
+    lines = text_lines(input_path, settings.encoding, option="--encoding")  # decoded strictly
+    if detect_format(input_path) == "jsonl":
+        lines = texts_from_jsonl(lines, input_path, settings.text_field, option="--text-field")
+    else:
+        lines = (line.rstrip("\n") for line in lines)
+    chunks = _chunks(lines, settings.chunk_size, shard, read)
+    todo = ((k, chunk) for k, chunk in chunks if k not in done)
     written = 0
     results: Iterable[tuple[int, list[tuple[int, numpy.ndarray]]]]
     pool: Optional[ProcessPoolExecutor] = None

@@ -74,28 +74,23 @@ def merge_shards(shard_files: Sequence[Path], output_path: Path) -> int:
             raise FileNotFoundError(f"shard file not found: {path}{_unfinished_hint(path)}")
         binding, n_lines = _shard_binding(path)
         index, count = binding["shard"]
-        if first is None:
-            first = (path, binding, n_lines)
-        else:
-            differ = differences(first[1], binding, ignore=(*INFORMATIONAL, "shard"))
-            if first[1]["shard"][1] != count:
-                differ.insert(0, f"shard count: {first[1]['shard'][1]} in {first[0]}, {count} here")
-            if first[2] != n_lines:
-                differ.insert(0, f"input lines: {first[2]} in {first[0]}, {n_lines} here")
-            if differ:
-                raise ShardError(f"{path}: does not belong with {first[0]}: {'; '.join(differ)}")
+        first = first or (path, binding, n_lines)  # each shard is compared with the first
+        differ = differences(first[1], binding, ignore=(*INFORMATIONAL, "shard"))
+        if first[1]["shard"][1] != count:
+            differ.insert(0, f"shard count: {first[1]['shard'][1]} in {first[0]}, {count} here")
+        if first[2] != n_lines:
+            differ.insert(0, f"input lines: {first[2]} in {first[0]}, {n_lines} here")
+        if differ:
+            raise ShardError(f"{path}: does not belong with {first[0]}: {'; '.join(differ)}")
         if index in shards:
             raise ShardError(f"shard {index} of {count} given twice: {shards[index]} and {path}")
         shards[index] = path
     assert first is not None
-    _, binding, n_lines = first
-    count = binding["shard"][1]
+    binding = first[1]  # the first shard's (count and n_lines are every shard's)
     missing = [i for i in range(count) if i not in shards]
     if missing:
-        expected = ", ".join(
-            str(shard_path(output_path, (i, count))) + _unfinished_hint(shard_path(output_path, (i, count)))
-            for i in missing
-        )
+        paths = [shard_path(output_path, (i, count)) for i in missing]
+        expected = ", ".join(f"{path}{_unfinished_hint(path)}" for path in paths)
         raise ShardError(f"missing shard(s) {missing} of {count}: expected {expected}")
     merged = {**binding, "shard": None}
     if finished_output(output_path, merged):
@@ -115,20 +110,14 @@ def merge_shards(shard_files: Sequence[Path], output_path: Path) -> int:
 
 
 def _unfinished_hint(path: Path) -> str:
-    return (
-        f" (its unfinished work is in {partial_dir(path)}: run that shard again to finish it)"
-        if partial_dir(path).exists()
-        else ""
-    )
+    partial = partial_dir(path)
+    return f" (its unfinished work is in {partial}: run that shard again to finish it)" if partial.exists() else ""
 
 
 def _shard_binding(path: Path) -> tuple[dict[str, Any], int]:
-    import h5py
-
     try:
-        binding = read_binding(path, what="shard")
-        with h5py.File(path, "r") as handle:
-            n_lines = int(handle.attrs["n_input_lines"])
+        binding, attrs = read_binding(path, what="shard")
+        n_lines = int(attrs["n_input_lines"])
     except OutputError as err:
         raise ShardError(str(err)) from None
     except (OSError, KeyError, ValueError) as err:

@@ -21,7 +21,7 @@ import numpy
 
 from ..dicts import changed_keys, flatten
 from ..io.atomic import atomic_directory, atomic_path, remove_stale_temporaries, same_file
-from ..io.resolve import HDF5_SIGNATURE
+from ..io.resolve import starts_as_hdf5
 
 FORMAT = "spacy-elmo.embed.v2"
 BINDING_FILE = "binding.json"
@@ -95,10 +95,7 @@ def write_datasets(path: Path, datasets: Iterable[tuple[str, numpy.ndarray]], **
         for name, array in datasets:
             handle.create_dataset(name, data=array)
             add_dataset(digest, name, array)
-        for key, value in attrs.items():
-            handle.attrs[key] = value
-        handle.attrs["content_sha256"] = digest.hexdigest()
-        handle.attrs["complete"] = True
+        handle.attrs.update(attrs, content_sha256=digest.hexdigest(), complete=True)
 
 
 def write_finished(
@@ -116,37 +113,29 @@ _ROLES = {
 }
 
 
-def read_binding(path: Path, what: str = "output") -> dict[str, Any]:
-    """The binding of a finished output or shard (`what`), or an OutputError saying why the file is not
-    one; only an HDF5 file is advised to be deleted (anything else is someone's file given by mistake)."""
+def read_binding(path: Path, what: str = "output") -> tuple[dict[str, Any], dict[str, Any]]:
+    """The binding and attributes of a finished output or shard (`what`), or an OutputError saying why it is
+    not one; only an HDF5 file is advised to be deleted (anything else is someone's file given by mistake)."""
     import h5py
 
     is_not, remedy = _ROLES[what]
     try:
         handle = h5py.File(path, "r")
     except OSError as err:
-        if not _starts_as_hdf5(path):
+        if not starts_as_hdf5(path):
             raise OutputError(f"{path}: {is_not} (not HDF5); {remedy}") from None
         raise OutputError(
             f"{path}: an HDF5 file that cannot be read ({err}): if it is a damaged embed {what}, delete it and "
             f"run again; otherwise {remedy}"
         ) from None
     with handle:
-        if handle.attrs.get("format") != FORMAT or "binding" not in handle.attrs:
-            raise OutputError(f"{path}: {is_not} of this version (no {FORMAT!r} binding); {remedy}")
-        try:
-            return json.loads(handle.attrs["binding"])
-        except (TypeError, ValueError):
-            raise OutputError(f"{path}: its recorded binding is damaged; delete it and run again") from None
-
-
-def _starts_as_hdf5(path: Path) -> bool:
-    """Whether `path` begins with the HDF5 signature (at the start: h5py writes no user block)."""
+        attrs = dict(handle.attrs)
+    if attrs.get("format") != FORMAT or "binding" not in attrs:
+        raise OutputError(f"{path}: {is_not} of this version (no {FORMAT!r} binding); {remedy}")
     try:
-        with open(path, "rb") as raw:
-            return raw.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE
-    except OSError:
-        return False
+        return json.loads(attrs["binding"]), attrs
+    except (TypeError, ValueError):
+        raise OutputError(f"{path}: its recorded binding is damaged; delete it and run again") from None
 
 
 def check_output_path(output: Path, inputs: Iterable[Path], what: str) -> None:
@@ -207,13 +196,11 @@ class PartialRun:
                     actual = dataset_digest(file_datasets(handle)) if handle.attrs.get("complete", False) else None
             except (OSError, KeyError, ValueError):
                 recorded = actual = None
-            if actual is None:
-                why = "unreadable"
-            elif actual != recorded:
-                why = f"damaged (its datasets have SHA-256 {actual}, written with {recorded or 'no digest'})"
-            else:
+            if actual is not None and actual == recorded:
                 done.add(int(match.group(1)))
                 continue
+            damaged = f"damaged (its datasets have SHA-256 {actual}, written with {recorded or 'no digest'})"
+            why = "unreadable" if actual is None else damaged
             warnings.warn(f"{path}: {why}; removed, its lines are embedded again", EmbedWarning, stacklevel=2)
             path.unlink()
         return done
@@ -232,8 +219,8 @@ class PartialRun:
             digest = hashlib.sha256()
             with h5py.File(path, "r") as handle:
                 for name, array in file_datasets(handle):
-                    if position >= len(expected) or name != expected[position]:
-                        want = expected[position] if position < len(expected) else "none"
+                    want = expected[position] if position < len(expected) else "none"
+                    if name != want:
                         raise OutputError(f"{path}: holds line {name} where line {want} belongs; delete it and re-run")
                     position += 1
                     add_dataset(digest, name, array)
@@ -262,7 +249,7 @@ def finished_output(output: Path, binding: dict[str, Any]) -> Optional[bool]:
 
     if not output.exists():
         return None
-    recorded = read_binding(output)
+    recorded, _ = read_binding(output)
     differ = differences(recorded, binding)
     if differ:
         raise OutputError(

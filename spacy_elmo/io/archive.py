@@ -70,22 +70,19 @@ def is_archive(path: Path) -> bool:
     return path.is_file() and path.suffix.lower() == ".zip"
 
 
-def _model_kind(base: str) -> Optional[str]:
-    """Which format a file marks its folder as holding a model of, if any."""
-    if base == OPTIONS_MEMBER or base.endswith(WEIGHT_SUFFIXES):
-        return "bilm-tf"
-    return "ELMoForManyLangs" if base.endswith(PICKLE_SUFFIX) else None
-
-
 def _models(names: list[str]) -> dict[tuple[str, str], list[str]]:
     """{(folder: "" for the root, else ending in "/"; format): its model files} for every place a model
     is (options.json or an .hdf5/.h5 weight file: bilm-tf; a .pkl state dict: ELMoForManyLangs)."""
     models: dict[tuple[str, str], list[str]] = {}
     for name in names:
         folder, _, base = name.rpartition("/")
-        kind = _model_kind(base)
-        if kind is not None:
-            models.setdefault((folder + "/" if folder else "", kind), []).append(base)
+        if base == OPTIONS_MEMBER or base.endswith(WEIGHT_SUFFIXES):
+            kind = "bilm-tf"
+        elif base.endswith(PICKLE_SUFFIX):
+            kind = "ELMoForManyLangs"
+        else:
+            continue
+        models.setdefault((folder + "/" if folder else "", kind), []).append(base)
     return models
 
 
@@ -97,15 +94,14 @@ def _refuse_repeated(archive: Path, where: str, names: list[str]) -> None:
     seen: dict[str, list[str]] = {}
     for name in names:
         seen.setdefault(posixpath.normpath("/" + name.replace("\\", "/")).lstrip("/"), []).append(name)
-    repeated = next(((name, raw) for name, raw in seen.items() if len(raw) > 1), None)
-    if repeated is not None:
-        name, raw = repeated
-        spelled = "" if set(raw) == {name} else f", spelled {', '.join(map(repr, raw))}"
-        raise ArchiveError(
-            f"{archive}{where}: holds {len(raw)} members named {name}{spelled}; which one is the model's cannot be "
-            "known (zipfile reads the last, an unzip tool may keep the first): zip the model again with each "
-            "file once"
-        )
+    for name, raw in seen.items():
+        if len(raw) > 1:
+            spelled = "" if set(raw) == {name} else f", spelled {', '.join(map(repr, raw))}"
+            raise ArchiveError(
+                f"{archive}{where}: holds {len(raw)} members named {name}{spelled}; which one is the model's "
+                "cannot be known (zipfile reads the last, an unzip tool may keep the first): zip the model again "
+                "with each file once"
+            )
 
 
 def member_names(archive: Path, where: str = "") -> tuple[str, dict[str, str]]:

@@ -94,10 +94,10 @@ def check_accounted_for(names: Iterable[str], options: BiLMOptions, source: str)
     raise WeightsError(f"{source}: {len(extra)} weight array(s) that the options do not account for ({shown}): {hint}")
 
 
-def check_values(name: str, array: numpy.ndarray, source: str) -> float:
-    """Refuse NaN, infinite and absurdly large weights, naming the array and where; returns max |w|."""
+def check_values(name: str, array: numpy.ndarray, source: str) -> None:
+    """Refuse NaN, infinite and absurdly large weights, naming the array and where."""
     if array.size == 0:
-        return 0.0
+        return
     finite = numpy.isfinite(array)
     if not finite.all():
         where = tuple(int(i) for i in numpy.argwhere(~finite)[0])
@@ -105,55 +105,57 @@ def check_values(name: str, array: numpy.ndarray, source: str) -> float:
             f"{source}: dataset '{name}' holds a NaN or infinite value at {where} (a damaged file or a diverged model)"
         )
     magnitude = numpy.abs(array)
-    largest = float(magnitude.max())
-    if largest > MAX_ABS_WEIGHT:
+    if float(magnitude.max()) > MAX_ABS_WEIGHT:
         where = tuple(int(i) for i in numpy.unravel_index(int(magnitude.argmax()), array.shape))
         raise WeightsError(
             f"{source}: dataset '{name}' holds {array[where]:.6g} at {where}, beyond the {MAX_ABS_WEIGHT:g} that no "
             "trained ELMo reaches: the file is damaged (a flipped bit?); copy or download it again"
         )
-    return largest
 
 
 def weight_range(arrays: Iterable[tuple[str, numpy.ndarray]]) -> tuple[float, str]:
-    """The largest |weight| over the arrays and the array that holds it."""
-    largest, holder = 0.0, ""
-    for name, value in arrays:
-        if value.size and float(numpy.abs(value).max()) > largest:
-            largest, holder = float(numpy.abs(value).max()), name
-    return largest, holder
+    """The largest |weight| over the arrays and the (first) array that holds it."""
+    largest = [(float(numpy.abs(value).max()), name) for name, value in arrays if value.size]
+    return max([(0.0, ""), *largest], key=lambda pair: pair[0])
+
+
+def _layout(bilm: BiLM) -> Iterator[tuple[str, tuple[torch.Tensor, ...]]]:
+    """Each reference array, in the reference order, with the parameters it holds: the embeddings without
+    their "no token" row, a conv kernel transposed, `W_0` the input and the recurrent matrices stacked;
+    every other array is its parameter as it is."""
+    o, enc, lstm = bilm.options, bilm.token_encoder, bilm.lstm
+    yield "char_embed", (enc.char_embedding[1:],)
+    if enc.word_embedding is not None:
+        yield "word_embed", (enc.word_embedding[1:],)
+    for i, (weight, bias) in enumerate(zip(enc.conv_weights, enc.conv_biases)):
+        yield f"CNN/W_cnn_{i}", (weight,)
+        yield f"CNN/b_cnn_{i}", (bias,)
+    for k in range(o.n_highway):
+        yield f"CNN_high_{k}/W_carry", (enc.highway_carry_w[k],)
+        yield f"CNN_high_{k}/b_carry", (enc.highway_carry_b[k],)
+        yield f"CNN_high_{k}/W_transform", (enc.highway_transform_w[k],)
+        yield f"CNN_high_{k}/b_transform", (enc.highway_transform_b[k],)
+    yield "CNN_proj/W_proj", (enc.projection_w,)
+    yield "CNN_proj/b_proj", (enc.projection_b,)
+    for direction in (0, 1):
+        for layer in range(o.n_layers):
+            stacked = (lstm.input_w[layer][direction], lstm.recurrent_w[layer][direction])
+            yield lstm_name(direction, layer, "W_0"), stacked
+            yield lstm_name(direction, layer, "B"), (lstm.bias[layer][direction],)
+            yield lstm_name(direction, layer, "W_P_0"), (lstm.proj_w[layer][direction],)
+    if bilm.softmax is not None:
+        yield "softmax/W", (bilm.softmax.weight,)
+        yield "softmax/b", (bilm.softmax.bias,)
 
 
 def bilm_arrays(bilm: BiLM) -> Iterator[tuple[str, numpy.ndarray]]:
     """The model's weights as reference-layout arrays, in the reference orientation."""
-    o = bilm.options
-    enc, lstm = bilm.token_encoder, bilm.lstm
-
-    def arr(t: torch.Tensor) -> numpy.ndarray:
-        return t.detach().to("cpu", torch.float32).numpy()
-
-    yield "char_embed", arr(enc.char_embedding[1:])
-    if enc.word_embedding is not None:
-        yield "word_embed", arr(enc.word_embedding[1:])
-    for i, (weight, bias) in enumerate(zip(enc.conv_weights, enc.conv_biases)):
-        yield f"CNN/W_cnn_{i}", numpy.ascontiguousarray(arr(weight).transpose(2, 1, 0)[None])
-        yield f"CNN/b_cnn_{i}", arr(bias)
-    for k in range(o.n_highway):
-        yield f"CNN_high_{k}/W_carry", arr(enc.highway_carry_w[k])
-        yield f"CNN_high_{k}/b_carry", arr(enc.highway_carry_b[k])
-        yield f"CNN_high_{k}/W_transform", arr(enc.highway_transform_w[k])
-        yield f"CNN_high_{k}/b_transform", arr(enc.highway_transform_b[k])
-    yield "CNN_proj/W_proj", arr(enc.projection_w)
-    yield "CNN_proj/b_proj", arr(enc.projection_b)
-    for direction in (0, 1):
-        for layer in range(o.n_layers):
-            w0 = numpy.concatenate([arr(lstm.input_w[layer][direction]), arr(lstm.recurrent_w[layer][direction])])
-            yield lstm_name(direction, layer, "W_0"), w0
-            yield lstm_name(direction, layer, "B"), arr(lstm.bias[layer][direction])
-            yield lstm_name(direction, layer, "W_P_0"), arr(lstm.proj_w[layer][direction])
-    if bilm.softmax is not None:
-        yield "softmax/W", arr(bilm.softmax.weight)
-        yield "softmax/b", arr(bilm.softmax.bias)
+    for name, tensors in _layout(bilm):
+        parts = [tensor.detach().to("cpu", torch.float32).numpy() for tensor in tensors]
+        if name.startswith("CNN/W_cnn_"):  # PyTorch's conv1d (n, dim, width) -> TF's conv2d (1, width, dim, n)
+            yield name, numpy.ascontiguousarray(parts[0].transpose(2, 1, 0)[None])
+        else:
+            yield name, parts[0] if len(parts) == 1 else numpy.concatenate(parts)
 
 
 def build_bilm(
@@ -226,38 +228,16 @@ def check_lexicon(options: BiLMOptions, lexicon: Optional[Lexicon], source: str)
 
 
 def load_arrays(bilm: BiLM, arrays: dict[str, numpy.ndarray]) -> None:
-    """Copy reference-layout arrays into the model's parameters."""
-    o = bilm.options
-    enc, lstm = bilm.token_encoder, bilm.lstm
-
-    def put(param: torch.Tensor, value: numpy.ndarray) -> None:
-        with torch.no_grad():
-            param.copy_(torch.from_numpy(numpy.ascontiguousarray(value)))
-
+    """Copy reference-layout arrays into the model's parameters (`_layout`)."""
+    enc = bilm.token_encoder
     with torch.no_grad():
-        enc.char_embedding.zero_()
-        put(enc.char_embedding[1:], arrays["char_embed"])
+        enc.char_embedding.zero_()  # row 0: "no token"
         if enc.word_embedding is not None:
             enc.word_embedding.zero_()
-            put(enc.word_embedding[1:], arrays["word_embed"])
-    for i in range(len(o.filters)):
-        put(enc.conv_weights[i], arrays[f"CNN/W_cnn_{i}"][0].transpose(2, 1, 0))
-        put(enc.conv_biases[i], arrays[f"CNN/b_cnn_{i}"])
-    for k in range(o.n_highway):
-        put(enc.highway_carry_w[k], arrays[f"CNN_high_{k}/W_carry"])
-        put(enc.highway_carry_b[k], arrays[f"CNN_high_{k}/b_carry"])
-        put(enc.highway_transform_w[k], arrays[f"CNN_high_{k}/W_transform"])
-        put(enc.highway_transform_b[k], arrays[f"CNN_high_{k}/b_transform"])
-    put(enc.projection_w, arrays["CNN_proj/W_proj"])
-    put(enc.projection_b, arrays["CNN_proj/b_proj"])
-    P = o.projection_dim
-    for direction in (0, 1):
-        for layer in range(o.n_layers):
-            w0 = arrays[lstm_name(direction, layer, "W_0")]
-            put(lstm.input_w[layer][direction], w0[:P])
-            put(lstm.recurrent_w[layer][direction], w0[P:])
-            put(lstm.bias[layer][direction], arrays[lstm_name(direction, layer, "B")])
-            put(lstm.proj_w[layer][direction], arrays[lstm_name(direction, layer, "W_P_0")])
-    if bilm.softmax is not None:
-        put(bilm.softmax.weight, arrays["softmax/W"])
-        put(bilm.softmax.bias, arrays["softmax/b"])
+        for name, tensors in _layout(bilm):
+            value = arrays[name]
+            if name.startswith("CNN/W_cnn_"):
+                value = value[0].transpose(2, 1, 0)
+            parts = numpy.split(value, [bilm.options.projection_dim]) if len(tensors) == 2 else [value]
+            for tensor, part in zip(tensors, parts):
+                tensor.copy_(torch.from_numpy(numpy.ascontiguousarray(part)))

@@ -26,14 +26,13 @@ def temporary_sibling(path: Path) -> Path:
 
 
 def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
     try:
-        os.kill(pid, 0)
+        if pid != os.getpid():
+            os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's live process
-        return True
+        pass
     return True
 
 
@@ -46,8 +45,6 @@ def remove_stale_temporaries(path: PathLike, pattern: Optional[str] = None, keep
     directory = Path(path) if pattern is not None else Path(path).parent
     pattern = pattern if pattern is not None else glob.escape(Path(path).name)
     removed: list[Path] = []
-    if not directory.exists():
-        return removed
     for sibling in directory.glob(f"{pattern}.tmp*"):
         match = TEMPORARY_SUFFIX.search(sibling.name)
         if match is None or not fnmatch.fnmatchcase(sibling.name[: match.start()], pattern):
@@ -72,9 +69,8 @@ def fsync_path(path: Path) -> None:
     except OSError:  # e.g. directories cannot be opened on some platforms; nothing more can be done there
         return
     try:
-        os.fsync(fd)
-    except OSError:
-        pass
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -99,8 +95,7 @@ def atomic_path(path: PathLike) -> Iterator[Path]:
 
 def atomic_write_bytes(path: PathLike, data: bytes) -> Path:
     with atomic_path(path) as tmp:
-        with open(tmp, "wb") as handle:
-            handle.write(data)
+        tmp.write_bytes(data)
     return Path(path)
 
 

@@ -29,15 +29,6 @@ def file_sha256(path: PathLike) -> str:
     return digest.hexdigest()
 
 
-def combined_sha256(parts: dict[str, Optional[str]]) -> str:
-    """One digest over several named digests: SHA-256 of the lines "name:digest" ("-" for none), sorted
-    by name, each ending in a newline."""
-    digest = hashlib.sha256()
-    for name in sorted(parts):
-        digest.update(f"{name}:{parts[name] or '-'}\n".encode())
-    return digest.hexdigest()
-
-
 @dataclass(frozen=True)
 class ModelFile:
     """One file a model is made of: its role in the model ("options", "weights", "vocab"; for
@@ -50,10 +41,13 @@ class ModelFile:
 
 
 def model_digest(files: Iterable[ModelFile]) -> str:
-    """THE digest of a model made of files: `combined_sha256` over each file's role and own SHA-256 (the
-    lines "role:sha256", sorted by role). Roles rather than names or places, so a model has the same digest
-    in a directory, as an .hdf5 file with options.json beside it and in a .zip archive."""
-    return combined_sha256({file.role: file.sha256 for file in files})
+    """THE digest of a model made of files: the SHA-256 of the lines "role:sha256", one per file, sorted by
+    role, each ending in a newline. Roles rather than names or places, so a model has the same digest in a
+    directory, as an .hdf5 file with options.json beside it and in a .zip archive."""
+    digest = hashlib.sha256()
+    for role, sha256 in sorted({file.role: file.sha256 for file in files}.items()):
+        digest.update(f"{role}:{sha256}\n".encode())
+    return digest.hexdigest()
 
 
 def parse_pin(pin: Optional[str], option: str) -> Optional[str]:

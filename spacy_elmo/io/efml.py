@@ -132,10 +132,9 @@ def _sections(architecture: dict[str, Any], source: str) -> tuple[dict[str, Any]
     embedder, encoder = architecture.get("token_embedder"), architecture.get("encoder")
     if not isinstance(embedder, dict) or not isinstance(encoder, dict):
         raise EfmlError(f"{source}: expected 'token_embedder' and 'encoder' sections")
-    if str(embedder.get("name", "")).lower() != "cnn":
-        raise EfmlError(f"{source}: token_embedder.name is {embedder.get('name')!r}; only 'cnn' is supported")
-    if str(encoder.get("name", "")).lower() != "elmo":
-        raise EfmlError(f"{source}: encoder.name is {encoder.get('name')!r}; only 'elmo' is supported")
+    for part, section, supported in (("token_embedder", embedder, "cnn"), ("encoder", encoder, "elmo")):
+        if str(section.get("name", "")).lower() != supported:
+            raise EfmlError(f"{source}: {part}.name is {section.get('name')!r}; only {supported!r} is supported")
     missing = [f"{part}.{key}" for part, keys in REQUIRED.items() for key in keys if key not in architecture[part]]
     if missing:
         raise EfmlError(f"{source}: missing {', '.join(missing)}")
@@ -163,8 +162,7 @@ def _options(embedder: dict[str, Any], encoder: dict[str, Any], n_chars: int, n_
             "n_layers": encoder["n_layers"],
             "use_skip_connections": True,
             "forget_bias": 0.0,
-            **({"cell_clip": encoder["cell_clip"]} if encoder.get("cell_clip") else {}),
-            **({"proj_clip": encoder["proj_clip"]} if encoder.get("proj_clip") else {}),
+            **{clip: encoder[clip] for clip in ("cell_clip", "proj_clip") if encoder.get(clip)},
         },
     }
     return BiLMOptions.from_dict(data, source=f"{source} (as options.json)")
@@ -253,13 +251,14 @@ def _name_table(o: BiLMOptions) -> list[Row]:
     is made of, those tensors with the shapes the architecture JSON and vocabularies imply, and how it is
     made of them. It drives both the shape check and the import."""
     F, P, C, D = o.n_filters, o.projection_dim, o.lstm_dim, o.char_embedding_dim
-    E, L = TOKEN_EMBEDDER_FILE, ENCODER_FILE
-    rows: list[Row] = [("char_embed", E, {"char_emb_layer.embedding.weight": (o.char_vocab_size, D)}, _same)]
+    E, L, same = TOKEN_EMBEDDER_FILE, ENCODER_FILE, numpy.asarray
+    rows: list[Row] = [("char_embed", E, {"char_emb_layer.embedding.weight": (o.char_vocab_size, D)}, same)]
     if o.word_dim:
-        rows.append(("word_embed", E, {"word_emb_layer.embedding.weight": (o.word_vocab_size, o.word_dim)}, _same))
-    for i, (width, n) in enumerate(o.filters):
-        rows.append((f"CNN/W_cnn_{i}", E, {f"convolutions.{i}.weight": (n, D, width)}, _conv))
-        rows.append((f"CNN/b_cnn_{i}", E, {f"convolutions.{i}.bias": (n,)}, _same))
+        rows.append(("word_embed", E, {"word_emb_layer.embedding.weight": (o.word_vocab_size, o.word_dim)}, same))
+    for i, (width, n) in enumerate(o.filters):  # a conv1d kernel (n, D, width) -> bilm-tf's (1, width, D, n)
+        conv: Shapes = {f"convolutions.{i}.weight": (n, D, width)}
+        rows.append((f"CNN/W_cnn_{i}", E, conv, lambda w: w.transpose(2, 1, 0)[None]))
+        rows.append((f"CNN/b_cnn_{i}", E, {f"convolutions.{i}.bias": (n,)}, same))
     for k in range(o.n_highway):  # AllenNLP's highway: the transform's rows, then the gate's
         weight: Shapes = {f"highways._layers.{k}.weight": (2 * F, F)}
         bias: Shapes = {f"highways._layers.{k}.bias": (2 * F,)}
@@ -268,15 +267,13 @@ def _name_table(o: BiLMOptions) -> list[Row]:
         rows.append((f"CNN_high_{k}/W_carry", E, weight, lambda w: w[F:].T))
         rows.append((f"CNN_high_{k}/b_carry", E, bias, lambda b: b[F:]))
     rows.append(("CNN_proj/W_proj", E, {"projection.weight": (P, o.word_dim + F)}, numpy.transpose))
-    rows.append(("CNN_proj/b_proj", E, {"projection.bias": (P,)}, _same))
+    rows.append(("CNN_proj/b_proj", E, {"projection.bias": (P,)}, same))
     for direction, name in enumerate(("forward", "backward")):
         for layer in range(o.n_layers):
             cell = f"{name}_layer_{layer}."
-            products: Shapes = {
-                f"{cell}input_linearity.weight": (4 * C, P),
-                f"{cell}state_linearity.weight": (4 * C, P),
-            }
-            rows.append((lstm_name(direction, layer, "W_0"), L, products, _lstm_kernel))
+            products: Shapes = {f"{cell}{kind}_linearity.weight": (4 * C, P) for kind in ("input", "state")}
+            # bilm-tf's one kernel over [input; state], gates permuted
+            rows.append((lstm_name(direction, layer, "W_0"), L, products, lambda i, s: _gates(numpy.hstack([i, s])).T))
             rows.append((lstm_name(direction, layer, "B"), L, {f"{cell}state_linearity.bias": (4 * C,)}, _gates))
             rows.append(
                 (lstm_name(direction, layer, "W_P_0"), L, {f"{cell}state_projection.weight": (P, C)}, numpy.transpose)
@@ -284,24 +281,10 @@ def _name_table(o: BiLMOptions) -> list[Row]:
     return rows
 
 
-def _same(array: numpy.ndarray) -> numpy.ndarray:
-    return array
-
-
-def _conv(weight: numpy.ndarray) -> numpy.ndarray:
-    """(n, D, width) -> bilm-tf's (1, width, D, n)."""
-    return weight.transpose(2, 1, 0)[None]
-
-
 def _gates(matrix: numpy.ndarray) -> numpy.ndarray:
     """Reorder the 4 gate blocks along the first axis (the permutation is its own inverse)."""
     blocks = numpy.split(matrix, 4, axis=0)
     return numpy.concatenate([blocks[i] for i in GATES_TO_BILM_TF], axis=0)
-
-
-def _lstm_kernel(input_weight: numpy.ndarray, state_weight: numpy.ndarray) -> numpy.ndarray:
-    """bilm-tf's one kernel over [input; state], gates permuted."""
-    return numpy.concatenate([_gates(input_weight).T, _gates(state_weight).T])
 
 
 def _arrays(
@@ -311,21 +294,19 @@ def _arrays(
     table = _name_table(options)
     for file, tensors in state.items():
         expected = {name: shape for _, f, shapes, _ in table if f == file for name, shape in shapes.items()}
-        _check_shapes(tensors, expected, files.where(file))
+        problems = [f"'{k}' is missing (expected shape {shape})" for k, shape in expected.items() if k not in tensors]
+        problems += [
+            f"'{k}' has shape {tuple(tensors[k].shape)}, the architecture JSON and vocabularies imply {shape}"
+            for k, shape in expected.items()
+            if k in tensors and tuple(tensors[k].shape) != shape
+        ]
+        problems += [
+            f"'{k}' is not part of the model the architecture JSON describes" for k in tensors if k not in expected
+        ]
+        if problems:
+            shown = "; ".join(problems[:6]) + (f"; and {len(problems) - 6} more" if len(problems) > 6 else "")
+            raise EfmlError(f"{files.where(file)}: {shown}")
     return {
         reference: numpy.ascontiguousarray(make(*(state[file][name] for name in shapes)))
         for reference, file, shapes, make in table
     }
-
-
-def _check_shapes(state: dict[str, numpy.ndarray], expected: dict[str, tuple[int, ...]], where: str) -> None:
-    problems = [f"'{k}' is missing (expected shape {shape})" for k, shape in expected.items() if k not in state]
-    problems += [
-        f"'{k}' has shape {tuple(state[k].shape)}, the architecture JSON and vocabularies imply {shape}"
-        for k, shape in expected.items()
-        if k in state and tuple(state[k].shape) != shape
-    ]
-    problems += [f"'{k}' is not part of the model the architecture JSON describes" for k in state if k not in expected]
-    if problems:
-        shown = "; ".join(problems[:6]) + (f"; and {len(problems) - 6} more" if len(problems) > 6 else "")
-        raise EfmlError(f"{where}: {shown}")

@@ -25,14 +25,6 @@ class ModelFiles:
     prefix: Optional[str] = None  # None: a directory; else the folder in the archive ("" for its root)
     digests: dict[str, str] = field(default_factory=dict, compare=False)  # name -> SHA-256 of what was read
 
-    @classmethod
-    def directory(cls, path: Path) -> "ModelFiles":
-        return cls(Path(path))
-
-    @classmethod
-    def archive(cls, path: Path, prefix: str = "") -> "ModelFiles":
-        return cls(Path(path), prefix)
-
     @property
     def zipped(self) -> bool:
         return self.prefix is not None

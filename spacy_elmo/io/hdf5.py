@@ -48,14 +48,6 @@ def _read_dataset(handle: "h5py.File", name: str, shape: tuple[int, ...], path: 
     return data.astype(numpy.float32, copy=False)
 
 
-def _dataset_names(handle: "h5py.File") -> list[str]:
-    import h5py
-
-    names: list[str] = []
-    handle.visititems(lambda name, item: names.append(name) if isinstance(item, h5py.Dataset) else None)
-    return names
-
-
 def _open_hdf5(path: Path, mode: str = "r", data: Optional[BinaryIO] = None) -> "h5py.File":
     """`path` opened with h5py; with `data`, that file object is read instead (`path` then only names it)."""
     import h5py
@@ -71,22 +63,23 @@ def _open_hdf5(path: Path, mode: str = "r", data: Optional[BinaryIO] = None) -> 
 def load_bilm_tf(options_file: PathLike, weight_file: PathLike, vocab_file: Optional[PathLike] = None) -> BiLM:
     """A BiLM from bilm-tf/AllenNLP `options.json` + HDF5 weights (+ softmax and vocabulary if present),
     without the digests `load_model` adds."""
-    names = [str(file) if file is not None else None for file in (options_file, weight_file, vocab_file)]
-    return _read_bilm_tf(ModelFiles.directory(Path()), *names)  # type: ignore[arg-type]
+    vocab_name = str(vocab_file) if vocab_file is not None else None
+    return _read_bilm_tf(ModelFiles(Path()), str(options_file), str(weight_file), vocab_name)
 
 
 def _read_bilm_tf(files: ModelFiles, options_name: str, weights_name: str, vocab_name: Optional[str]) -> BiLM:
     """A BiLM from the options, weight and vocabulary files of a container; a weight file in a directory
     is read in place, a member of an archive within what the options describe (`weights_limit`)."""
+    import h5py
+
     options = BiLMOptions.from_bytes(files.read(options_name, JSON_LIMIT), files.where(options_name))
     vocab = parse_vocab(files.read(vocab_name).decode("utf-8")) if vocab_name is not None else None
-    weight_path = files.path(weights_name)
-    data = None
-    if weight_path is None:
-        data = io.BytesIO(files.read(weights_name, weights_limit(options, options_name)))
-    with _open_hdf5(weight_path or Path(files.where(weights_name)), data=data) as handle:
-        source = files.where(weights_name)
-        check_accounted_for(_dataset_names(handle), options, source)
+    weight_path, source = files.path(weights_name), files.where(weights_name)
+    data = io.BytesIO(files.read(weights_name, weights_limit(options, options_name))) if weight_path is None else None
+    with _open_hdf5(weight_path or Path(source), data=data) as handle:
+        names: list[str] = []
+        handle.visititems(lambda name, item: names.append(name) if isinstance(item, h5py.Dataset) else None)
+        check_accounted_for(names, options, source)
         shapes = expected_shapes(options)
         if "softmax/W" in handle:
             rows = handle["softmax/W"].shape[0]
@@ -108,15 +101,6 @@ def weights_limit(options: BiLMOptions, options_name: str) -> Limit:
     return Limit(size, f"the {n_weights} weights {options_name} describes (8 bytes each at most, and 16 MiB)")
 
 
-def check_bilm_tf_layout(bilm: BiLM) -> None:
-    """Refuse a model bilm-tf's layout cannot hold (ELMoForManyLangs features)."""
-    if not bilm.options.bilm_tf_layout:
-        raise WeightsError(
-            "the bilm-tf/AllenNLP layout cannot hold this model (a character or word vocabulary of its own, "
-            "or AllenNLP's highway/LSTM parametrisation, as ELMoForManyLangs models have): keep it native"
-        )
-
-
 def save_bilm_tf(
     bilm: BiLM,
     options_file: PathLike,
@@ -127,7 +111,11 @@ def save_bilm_tf(
     """Write options.json + HDF5 in the reference layout (+ softmax and vocabulary when the model has them);
     `converted_from` (format, file, sha256 of the source) goes into the file's attributes, which bilm-tf
     and AllenNLP ignore. A model the layout cannot hold (ELMoForManyLangs features) is refused."""
-    check_bilm_tf_layout(bilm)
+    if not bilm.options.bilm_tf_layout:  # refused before anything is written
+        raise WeightsError(
+            "the bilm-tf/AllenNLP layout cannot hold this model (a character or word vocabulary of its own, "
+            "or AllenNLP's highway/LSTM parametrisation, as ELMoForManyLangs models have): keep it native"
+        )
     with atomic_path(weight_file) as tmp, _open_hdf5(tmp, "w") as handle:
         for name, value in bilm_arrays(bilm):
             handle.create_dataset(name, data=value, dtype="float32")

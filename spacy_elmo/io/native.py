@@ -10,7 +10,6 @@ On disk a native model is a directory: `model.msgpack` and `options.json` (a rea
 
 import hashlib
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -93,14 +92,11 @@ def bilm_to_bytes(
     and the vocabulary (an embedding-only model); `converted_from` records the source of a conversion."""
     weights = {}
     for name, value in bilm_arrays(bilm):
-        if name in SOFTMAX_ARRAYS:
-            if not keep_softmax:
-                continue
-            value = value.astype(numpy.dtype(softmax_dtype))
-        weights[name] = encode_array(value)
-    options = bilm.options.to_dict()
-    if not keep_softmax:
-        options.pop("n_tokens_vocab", None)
+        if name not in SOFTMAX_ARRAYS:
+            weights[name] = encode_array(value)
+        elif keep_softmax:
+            weights[name] = encode_array(value.astype(numpy.dtype(softmax_dtype)))
+    options = {key: value for key, value in bilm.options.to_dict().items() if keep_softmax or key != "n_tokens_vocab"}
     vocab = bilm.vocab if keep_softmax else None
     lexicon = bilm.lexicon.to_dict() if bilm.lexicon is not None else None
     payload = {
@@ -110,10 +106,8 @@ def bilm_to_bytes(
         "vocab": vocab,
         DIGEST_KEY: payload_digest(options, weights, vocab, converted_from, lexicon),
     }
-    if converted_from is not None:
-        payload[SOURCE_KEY] = converted_from
-    if lexicon is not None:
-        payload[LEXICON_KEY] = lexicon
+    recorded = {SOURCE_KEY: converted_from, LEXICON_KEY: lexicon}  # each only when there is one
+    payload.update((key, value) for key, value in recorded.items() if value is not None)
     return srsly.msgpack_dumps(payload)
 
 
@@ -162,23 +156,13 @@ def bilm_from_bytes(data: bytes, source: str = "model bytes", remedy: str = REWR
     return _bilm_from_payload(_checked_payload(data, source, remedy), source)
 
 
-@dataclass(frozen=True)
-class NativeModel:
-    """A loaded native model, its digest (recorded in the file and checked: the model's digest, which a
-    pin names) and, for a converted model, the format, file name and SHA-256 of what it was converted from."""
-
-    bilm: BiLM
-    sha256: str
-    converted_from: Optional[dict[str, Any]]
-
-
-def _read_native(files: ModelFiles) -> NativeModel:
-    """The model in model.msgpack, its digest checked, and options.json beside it (when there is one)
-    checked against the options stored there."""
+def _read_native(files: ModelFiles) -> tuple[BiLM, str, Optional[dict[str, Any]]]:
+    """The model in model.msgpack, its digest (recorded in the file and checked: the model's digest, which a
+    pin names) and, for a converted model, the format, file name and SHA-256 of what it was converted from;
+    options.json beside it (when there is one) is checked against the options stored there."""
     payload = _checked_payload(files.read(MODEL_FILE), files.where(MODEL_FILE))
     _check_readable_copy(files, payload["options"])
-    bilm = _bilm_from_payload(payload, files.where(MODEL_FILE))
-    return NativeModel(bilm, payload[DIGEST_KEY], payload.get(SOURCE_KEY))
+    return _bilm_from_payload(payload, files.where(MODEL_FILE)), payload[DIGEST_KEY], payload.get(SOURCE_KEY)
 
 
 def save_native(
@@ -192,9 +176,7 @@ def save_native(
     directory = Path(directory)
     data = bilm_to_bytes(bilm, softmax_dtype=softmax_dtype, keep_softmax=keep_softmax, converted_from=converted_from)
     atomic_write_bytes(directory / MODEL_FILE, data)
-    options = bilm.options.to_dict()
-    if not keep_softmax:
-        options.pop("n_tokens_vocab", None)
+    options = {key: value for key, value in bilm.options.to_dict().items() if keep_softmax or key != "n_tokens_vocab"}
     atomic_write_text(directory / OPTIONS_FILE, json.dumps(options, indent=2) + "\n")
     return directory
 

@@ -134,8 +134,8 @@ def _varint(data: memoryview, pos: int) -> tuple[int, int]:
             return value, pos
 
 
-def _fields(data: memoryview) -> Iterator[tuple[int, int, int, memoryview]]:
-    """(field number, start, end, payload of a length-delimited field) of each field of one message."""
+def _fields(data: memoryview) -> Iterator[tuple[int, int, int, int, memoryview]]:
+    """(field number, wire type, start, end, payload of a length-delimited field) of each field of one message."""
     pos = 0
     while pos < len(data):
         start = pos
@@ -156,7 +156,7 @@ def _fields(data: memoryview) -> Iterator[tuple[int, int, int, memoryview]]:
             raise ValueError(f"wire type {wire_type} at byte {start}")
         if pos > len(data):
             raise ValueError(f"field {tag >> 3} at byte {start} runs past the end")
-        yield tag >> 3, start, pos, payload
+        yield tag >> 3, wire_type, start, pos, payload
 
 
 # ModelProto's top-level fields: number -> wire type (0 varint, 2 length-delimited)
@@ -171,8 +171,7 @@ def is_model_proto(data: memoryview) -> bool:
     text fails at its first bytes and a graph costs a few pages."""
     seen: set[int] = set()
     try:
-        for count, (number, start, _, _) in enumerate(_fields(data)):
-            wire_type = _varint(data, start)[0] & 7
+        for count, (number, wire_type, _, _, _) in enumerate(_fields(data)):
             first_is_ir_version = seen or number == _IR_VERSION
             if count >= _MAX_MODEL_FIELDS or _MODEL_FIELDS.get(number) != wire_type or not first_is_ir_version:
                 return False
@@ -185,7 +184,7 @@ def is_model_proto(data: memoryview) -> bool:
 def _entry(payload: memoryview) -> tuple[bytes, bytes]:
     """A StringStringEntryProto's (key, value)."""
     found = {1: b"", 2: b""}
-    for number, _, _, value in _fields(payload):
+    for number, _, _, _, value in _fields(payload):
         found[number] = bytes(value)
     return found[1], found[2]
 
@@ -197,7 +196,7 @@ def graph_sha256(graph: bytes, source: str) -> tuple[str, Optional[str]]:
     digest = hashlib.sha256()
     recorded: Optional[str] = None
     try:
-        for number, start, end, payload in _fields(data):
+        for number, _, start, end, payload in _fields(data):
             if number == _METADATA_PROPS:
                 key, value = _entry(payload)
                 if key == GRAPH_SHA256_KEY.encode():

@@ -19,7 +19,6 @@ with two candidate weight files is refused rather than one chosen.
 """
 
 import mmap
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -73,9 +72,7 @@ def shipped_model_path(name: str = DEFAULT_MODEL) -> Path:
 
 
 def available_models() -> list[str]:
-    if not SHIPPED_MODELS_DIR.exists():
-        return []
-    return sorted(p.name for p in SHIPPED_MODELS_DIR.iterdir() if is_native(p))
+    return sorted(p.name for p in SHIPPED_MODELS_DIR.glob("*") if is_native(p))  # none if the folder is absent
 
 
 def resolve_model(path: PathLike, options_file: Optional[PathLike] = None, option: str = "") -> ModelSource:
@@ -105,7 +102,7 @@ def resolve_model(path: PathLike, options_file: Optional[PathLike] = None, optio
         )
     if is_archive(target):
         prefix, inside = member_names(target, where)
-        files = ModelFiles.archive(target, prefix)
+        files = ModelFiles(target, prefix)
         if all(name in inside for name in MODEL_FILES):  # an ELMoForManyLangs model, zipped
             return ModelSource("efml", target, files, CONFIG_FILE, ENCODER_FILE)
         weights = bilm_tf_weights(target, inside, where)
@@ -113,10 +110,11 @@ def resolve_model(path: PathLike, options_file: Optional[PathLike] = None, optio
             "bilm-tf", target, files, OPTIONS_MEMBER, weights, VOCAB_MEMBER if VOCAB_MEMBER in inside else None
         )
     if is_efml(target):
-        return ModelSource("efml", target, ModelFiles.directory(target), CONFIG_FILE, ENCODER_FILE)
+        return ModelSource("efml", target, ModelFiles(target), CONFIG_FILE, ENCODER_FILE)
+    weight_file = target  # or, in a directory, the one weight file there
     if target.is_dir():
         if is_native(target):
-            return ModelSource("native", target, ModelFiles.directory(target), OPTIONS_FILE, MODEL_FILE)
+            return ModelSource("native", target, ModelFiles(target), OPTIONS_FILE, MODEL_FILE)
         found = [target / n for n in WEIGHT_MEMBERS if (target / n).exists()]
         if len(found) > 1:
             raise ValueError(
@@ -131,30 +129,33 @@ def resolve_model(path: PathLike, options_file: Optional[PathLike] = None, optio
                 f"{WEIGHT_MEMBERS}, or exactly one .hdf5 file beside options.json; found {len(found)}"
             )
         weight_file = found[0]
-        options = Path(options_file) if options_file else target / OPTIONS_FILE
-    else:
-        weight_file = target
-        options = Path(options_file) if options_file else target.with_name(OPTIONS_FILE)
+    options = Path(options_file) if options_file else weight_file.with_name(OPTIONS_FILE)
     vocab = weight_file.with_name(VOCAB_MEMBER)
     # files anywhere, each named by its path as given (a directory container rooted at the working directory)
-    files = ModelFiles.directory(Path())
+    files = ModelFiles(Path())
     return ModelSource("bilm-tf", target, files, str(options), str(weight_file), str(vocab) if vocab.exists() else None)
+
+
+def starts_as_hdf5(path: Path) -> bool:
+    """Whether `path` begins with the HDF5 signature (at the start: h5py writes no user block)."""
+    try:
+        with open(path, "rb") as raw:
+            return raw.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE
+    except OSError:
+        return False
 
 
 def is_onnx_graph(path: Path) -> bool:
     """Whether a file is an ONNX graph rather than a model this package loads: named .onnx (and not HDF5),
     or, whatever its name, a protobuf ModelProto (`is_model_proto`, over the file memory-mapped)."""
+    if starts_as_hdf5(path):
+        return False
+    if names_onnx_graph(str(path)):
+        return True
     try:
-        with open(path, "rb") as handle:
-            if handle.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE:
-                return False
-            if names_onnx_graph(str(path)):
-                return True
-            if os.fstat(handle.fileno()).st_size == 0:
-                return False
-            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                return is_model_proto(memoryview(mapped))
-    except (OSError, BufferError):
+        with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            return is_model_proto(memoryview(mapped))
+    except (OSError, BufferError, ValueError):  # ValueError: an empty file, which mmap refuses
         return False
 
 
@@ -186,14 +187,13 @@ class LoadedModel:
 
     def provenance(self) -> dict[str, str]:
         """What a model converted from this one records of it: its format, the file that holds its weights
-        and that file's own SHA-256 (for a model that is a directory of files, ELMoForManyLangs', the
-        directory and the model digest)."""
-        if self.source.kind == "efml":
-            return {"format": self.source.kind, "file": self.source.path.name, "sha256": self.sha256}
-        if self.source.kind == "native":  # its recorded digest, which converted models have always named
-            return {"format": self.source.kind, "file": self.source.weight_file.name, "sha256": self.sha256}
-        weights = next(file for file in self.files if file.role == "weights")
-        return {"format": self.source.kind, "file": self.source.weight_file.name, "sha256": weights.sha256}
+        and that file's own SHA-256 (ELMoForManyLangs: the directory and the model digest; native: its
+        recorded digest, which converted models have always named)."""
+        kind, sha256 = self.source.kind, self.sha256
+        if kind == "bilm-tf":
+            sha256 = next(file.sha256 for file in self.files if file.role == "weights")
+        name = self.source.path.name if kind == "efml" else self.source.weight_file.name
+        return {"format": kind, "file": name, "sha256": sha256}
 
     def paths(self) -> tuple[Path, ...]:
         """The files on disk the model was read from: each of `files`, or for a model in a zip archive the
@@ -234,24 +234,25 @@ def load_model(
     model's, which `spacy elmo verify` prints), checked before the weights of a bilm-tf model are read."""
     parse_pin(sha256, sha256_option)  # a malformed pin is refused before any file is read
     source = resolve_model(path, options_file, option)
-    what, files = str(source.path), source.files
+    what, files, converted_from = str(source.path), source.files, None
     if source.kind == "native":
-        native = _read_native(files)
+        bilm, digest, converted_from = _read_native(files)
         model_files = _read(files, {"model": MODEL_FILE, "options": OPTIONS_FILE})
-        check_pin(native.sha256, sha256, what, sha256_option, model_files)
-        sha256_of = "recorded in the file and checked"
-        return LoadedModel(native.bilm, source, native.sha256, sha256_of, tuple(model_files), native.converted_from)
-    if source.kind == "efml":
+    elif source.kind == "efml":
         bilm = _read_efml(files)
         model_files = _read(files, {name: name for name in files.digests})
         digest = model_digest(model_files)
-        check_pin(digest, sha256, what, sha256_option, model_files)
-        return LoadedModel(bilm, source, digest, _covering(model_files), tuple(model_files))
-    model_files = _bilm_tf_files(source)
-    digest = model_digest(model_files)
-    check_pin(digest, sha256, what, sha256_option, model_files)  # before the weights are parsed
-    bilm = _read_bilm_tf(files, source.options, source.weights, source.vocab)
-    return LoadedModel(bilm, source, digest, _covering(model_files), tuple(model_files))
+    else:
+        model_files = _bilm_tf_files(source)
+        digest = model_digest(model_files)
+        check_pin(digest, sha256, what, sha256_option, model_files)  # before the weights are parsed
+        bilm = _read_bilm_tf(files, source.options, source.weights, source.vocab)
+    check_pin(digest, sha256, what, sha256_option, model_files)
+    if source.kind == "native":
+        sha256_of = "recorded in the file and checked"
+    else:
+        sha256_of = "the model digest, over " + ", ".join(Path(file.path).name for file in model_files)
+    return LoadedModel(bilm, source, digest, sha256_of, tuple(model_files), converted_from)
 
 
 def _read(files: ModelFiles, roles: dict[str, str]) -> list[ModelFile]:
@@ -261,11 +262,6 @@ def _read(files: ModelFiles, roles: dict[str, str]) -> list[ModelFile]:
         for role in sorted(roles)
         if roles[role] in files.digests
     ]
-
-
-def _covering(files: list[ModelFile]) -> str:
-    """What a model digest covers, in words."""
-    return "the model digest, over " + ", ".join(Path(file.path).name for file in files)
 
 
 def _bilm_tf_files(source: ModelSource) -> list[ModelFile]:

@@ -17,7 +17,7 @@ def containers(tmp_path):
     archive = tmp_path / "model.zip"
     with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as handle:
         handle.writestr("209/options.json", b"{}")
-    return ModelFiles.directory(directory), ModelFiles.archive(archive, "209/")
+    return ModelFiles(directory), ModelFiles(archive, "209/")
 
 
 def test_a_directory_and_an_archive_folder_read_alike(containers, tmp_path):
