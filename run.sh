@@ -2,7 +2,7 @@
 # One entry point that also does the set-up: a virtualenv in .venv with a CPU build of PyTorch
 # (unless TORCH_SPEC / TORCH_PIP_ARGS say otherwise), this package and its test extras.
 #   bash run.sh demo     the main job (see README)
-#   bash run.sh test     the test suite
+#   bash run.sh test     the test suite, one worker a CPU (pytest-xdist; a test file stays on one worker; -n 0: none)
 #   bash run.sh bench    the throughput benchmarks (slow; appends to benchmarks/results/*.jsonl; --smoke: seconds)
 #   bash run.sh project  the spaCy project workflow (project.yml)
 #   bash run.sh lint     ruff check, ruff format --check and lint-imports (the layers and no import cycle;
@@ -46,7 +46,7 @@ if [ "$task" = lint ] || [ "$task" = types ]; then
 fi
 case "$task" in
   demo) exec "$PY" -m spacy_elmo.demo "$@" ;;
-  test) exec "$PY" -m pytest -q -p no:cacheprovider tests "$@" ;;
+  test) exec "$PY" -m pytest -q -p no:cacheprovider -n logical --dist loadfile tests "$@" ;;
   bench) for s in bilm_throughput pipe_throughput train_throughput; do "$PY" "benchmarks/$s.py" --output "benchmarks/results/$s.jsonl" "$@" || exit 1; done ;;
   project) exec "$PY" -m spacy project run all . "$@" ;;
   lint) "$VENV/bin/ruff" check . "$@" && "$VENV/bin/ruff" format --check . && exec "$VENV/bin/lint-imports" ;;

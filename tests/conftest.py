@@ -1,5 +1,6 @@
 """Shared fixtures: the bilm-tf/AllenNLP reference model and small random biLMs."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -10,8 +11,10 @@ from spacy_elmo.bilm.bilm import BiLM
 from spacy_elmo.bilm.options import BiLMOptions
 from spacy_elmo.io.hdf5 import load_bilm_tf
 
-# Tests use tiny models, for which one thread is fastest (and steadier on a shared 2-core machine).
+# Tests use tiny models, for which one thread is fastest (and steadier on a shared 2-core machine); the
+# suite runs one worker a CPU (run.sh: pytest-xdist), so the processes tests start get one thread too.
 torch.set_num_threads(1)
+os.environ["OMP_NUM_THREADS"] = "1"
 
 
 @pytest.fixture(scope="session")

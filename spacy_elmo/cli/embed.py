@@ -84,14 +84,26 @@ def embed_cli(
         )
         part = parse_shard(shard) if shard is not None else shard_from_env()
         desc = "embedding" if part is None else f"embedding shard {part[0]}/{part[1]}"
-        with tqdm(unit=" lines", desc=desc) as bar, warnings_as_lines(bar):
-            written = embed_file(input_path, output_path, settings, workers=workers, progress=bar.update, shard=part)
+        # the bar appears with the first lines written: a model or input refused says so on a clean line
+        bars: list[tqdm] = []
+
+        def progress(n_lines: int) -> None:
+            if not bars:
+                bars.append(tqdm(unit=" lines", desc=desc))
+            bars[0].update(n_lines)
+
+        try:
+            with warnings_as_lines():
+                written = embed_file(input_path, output_path, settings, workers=workers, progress=progress, shard=part)
+        finally:
+            for bar in bars:
+                bar.close()
     target = output_path if part is None else shard_path(output_path, part)
     typer.echo(f"embedded {written} lines now; {target} is finished")
 
 
 @contextlib.contextmanager
-def warnings_as_lines(bar: tqdm) -> Iterator[None]:
+def warnings_as_lines() -> Iterator[None]:
     """Show an `EmbedWarning` as one line on stderr, other warnings as Python does. The bar's line is ended
     first: `tqdm.write` would clear it with a carriage return, which a log keeps, sharing the bar's line."""
     with warnings.catch_warnings():
@@ -99,7 +111,7 @@ def warnings_as_lines(bar: tqdm) -> Iterator[None]:
 
         def show(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
             if issubclass(category, EmbedWarning):
-                with bar.get_lock():
+                with tqdm.get_lock():
                     print(f"\nwarning: {message}", file=sys.stderr, flush=True)
             else:
                 shown(message, category, *args, **kwargs)

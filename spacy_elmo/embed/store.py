@@ -21,7 +21,7 @@ import numpy
 
 from ..dicts import changed_keys, flatten
 from ..io.atomic import atomic_directory, atomic_path, remove_stale_temporaries, same_file
-from ..io.resolve import starts_as_hdf5
+from ..io.files import starts_as_hdf5
 
 FORMAT = "spacy-elmo.embed.v2"
 BINDING_FILE = "binding.json"

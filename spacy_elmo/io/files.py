@@ -62,3 +62,15 @@ class ModelFiles:
         if not (self.root / name).is_file():
             raise FileNotFoundError(f"{self.root / name}: missing")
         return self.root / name
+
+
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def starts_as_hdf5(path: Path) -> bool:
+    """Whether `path` begins with the HDF5 signature (at the start: h5py writes no user block)."""
+    try:
+        with open(path, "rb") as raw:
+            return raw.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE
+    except OSError:
+        return False

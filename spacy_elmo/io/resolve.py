@@ -30,14 +30,13 @@ from .archive import OPTIONS_MEMBER, VOCAB_MEMBER, WEIGHT_MEMBERS, bilm_tf_weigh
 from .atomic import same_file
 from .digest import ModelFile, check_pin, model_digest, parse_pin
 from .efml import CONFIG_FILE, ENCODER_FILE, MODEL_FILES, _read_efml, is_efml
-from .files import ModelFiles
+from .files import ModelFiles, starts_as_hdf5
 from .hdf5 import _read_bilm_tf, weights_limit
 from .native import MODEL_FILE, OPTIONS_FILE, _read_native, is_native
 from .onnx_graph import is_model_proto, names_onnx_graph
 
 SHIPPED_MODELS_DIR = Path(__file__).parent.parent / "models"
 DEFAULT_MODEL = "en_elmo_small"
-HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 EXPECTED = (
     "a native model directory, a bilm-tf/AllenNLP directory (options.json + one .hdf5 [+ vocab.txt]), an "
     ".hdf5 weight file with options.json beside it, a .zip archive of such a model (the NLPL repository's), "
@@ -134,15 +133,6 @@ def resolve_model(path: PathLike, options_file: Optional[PathLike] = None, optio
     # files anywhere, each named by its path as given (a directory container rooted at the working directory)
     files = ModelFiles(Path())
     return ModelSource("bilm-tf", target, files, str(options), str(weight_file), str(vocab) if vocab.exists() else None)
-
-
-def starts_as_hdf5(path: Path) -> bool:
-    """Whether `path` begins with the HDF5 signature (at the start: h5py writes no user block)."""
-    try:
-        with open(path, "rb") as raw:
-            return raw.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE
-    except OSError:
-        return False
 
 
 def is_onnx_graph(path: Path) -> bool:
@@ -249,7 +239,10 @@ def load_model(
         bilm = _read_bilm_tf(files, source.options, source.weights, source.vocab)
     check_pin(digest, sha256, what, sha256_option, model_files)
     if source.kind == "native":
-        sha256_of = "recorded in the file and checked"
+        sha256_of = (
+            "recorded in the file and checked; it covers the options, vocabularies and arrays as stored (dtype "
+            "included) and the record of what the model was converted from: a converted copy has its own digest"
+        )
     else:
         sha256_of = "the model digest, over " + ", ".join(Path(file.path).name for file in model_files)
     return LoadedModel(bilm, source, digest, sha256_of, tuple(model_files), converted_from)

@@ -61,3 +61,12 @@ def test_usage_lines_name_arguments_as_the_help_texts_do():
         line = next(line for line in usage.splitlines() if "Usage:" in line)
         placeholders = re.findall(r"[{\[]([^}\]]+)[}\]]", line.split("[OPTIONS]")[1])
         assert placeholders and all(p == p.upper() for p in placeholders), (name, line)
+
+
+def test_embed_says_a_model_is_missing_before_any_progress_bar(tmp_path):
+    text = tmp_path / "input.txt"
+    text.write_text("A line to embed .\n", encoding="utf-8")
+    done = runner.invoke(elmo_cli, ["embed", str(tmp_path / "no-such-model"), str(text), str(tmp_path / "out.hdf5")])
+    assert done.exit_code == 1
+    assert done.output.startswith("error: ") and "no-such-model" in done.output.splitlines()[0], done.output
+    assert "lines" not in done.output and not (tmp_path / "out.hdf5").exists()

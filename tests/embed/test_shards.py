@@ -211,28 +211,29 @@ def test_a_killed_shard_process_resumes_and_merges(tmp_path):
     import signal
 
     corpus = tmp_path / "big.txt"
-    corpus.write_text("".join(f"word{i} and {i % 7} more words here .\n" for i in range(16000)), encoding="utf-8")
+    n_lines, chunk = 6000, 128
+    corpus.write_text("".join(f"word{i} and {i % 7} more words here .\n" for i in range(n_lines)), encoding="utf-8")
     out = tmp_path / "out.hdf5"
     shard = shard_path(out, (0, 2))
-    process = cli("embed", ELMO_FIXTURE, corpus, out, "--shard", "0/2")
+    process = cli("embed", ELMO_FIXTURE, corpus, out, "--shard", "0/2", "--chunk-lines", chunk)
     seen = ""
     while process.poll() is None:  # tqdm's progress on stderr: kill once a chunk has been written
         seen += process.stderr.read(64)
         done = [int(n) for n in re.findall(r"(\d+) lines", seen)]
-        if done and max(done) >= 256:
+        if done and max(done) >= chunk:
             process.send_signal(signal.SIGKILL)
             break
     process.communicate(timeout=60)
     assert process.returncode == -signal.SIGKILL, "the shard finished before it could be killed: make it longer"
     assert not shard.exists()
-    assert 0 < len(list(partial_dir(shard).glob("chunk-*.hdf5"))) < 8000 // 256 + 1
-    finish(cli("embed", ELMO_FIXTURE, corpus, out, "--shard", "0/2"))  # resumed
-    finish(cli("embed", ELMO_FIXTURE, corpus, out, "--shard", "1/2"))
+    assert 0 < len(list(partial_dir(shard).glob("chunk-*.hdf5"))) < n_lines // 2 // chunk + 1
+    finish(cli("embed", ELMO_FIXTURE, corpus, out, "--shard", "0/2", "--chunk-lines", chunk))  # resumed
+    finish(cli("embed", ELMO_FIXTURE, corpus, out, "--shard", "1/2", "--chunk-lines", chunk))
     finish(cli("embed-merge", out, shard, shard_path(out, (1, 2))))
     merged, _ = read_all(out)
-    assert sorted(merged, key=int) == [str(i) for i in range(16000)]
+    assert sorted(merged, key=int) == [str(i) for i in range(n_lines)]
     single = tmp_path / "single.hdf5"
-    embed_file(corpus, single, EmbedSettings(model=str(ELMO_FIXTURE)))
+    embed_file(corpus, single, EmbedSettings(model=str(ELMO_FIXTURE), chunk_size=chunk))
     expected, _ = read_all(single)
     assert all(numpy.array_equal(merged[k], expected[k]) for k in expected)
 

@@ -109,3 +109,30 @@ def test_a_truncated_or_foreign_file_is_an_error_naming_it(reference_bilm, tmp_p
     (directory / MODEL_FILE).write_bytes(b"\x93garbage")
     with pytest.raises(WeightsError, match=rf"{directory / MODEL_FILE}: not a spacy-elmo model"):
         load_model(directory)
+
+
+def test_a_round_trip_keeps_every_array_and_its_digest_differs_only_by_the_conversion_record(fixture_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import elmo_cli
+    from spacy_elmo.io.native import SOURCE_KEY, payload_digest
+
+    for args in (
+        [fixture_dir, tmp_path / "first"],
+        [tmp_path / "first", tmp_path / "exported", "--to", "bilm-tf"],
+        [tmp_path / "exported", tmp_path / "again"],
+    ):
+        done = CliRunner().invoke(elmo_cli, ["convert", *map(str, args)])
+        assert done.exit_code == 0, done.output
+    first, again = load_model(tmp_path / "first"), load_model(tmp_path / "again")
+    for (name, a), (_, b) in zip(bilm_arrays(first.bilm), bilm_arrays(again.bilm)):
+        assert a.dtype == b.dtype and numpy.array_equal(a, b), name
+    assert first.sha256 != again.sha256 and "converted from" in again.sha256_of
+    assert first.converted_from["format"] == again.converted_from["format"] == "bilm-tf"
+    assert first.converted_from["sha256"] != again.converted_from["sha256"]  # the export is another file
+    payloads = [srsly.msgpack_loads((tmp_path / n / MODEL_FILE).read_bytes()) for n in ("first", "again")]
+    assert all(p[SOURCE_KEY] for p in payloads)
+    without_record = [
+        payload_digest(p["options"], p["weights"], p.get("vocab"), None, p.get("lexicon")) for p in payloads
+    ]
+    assert without_record[0] == without_record[1]  # the stored model is the same; its provenance is not
