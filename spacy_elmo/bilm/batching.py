@@ -3,7 +3,7 @@ cut into overlapping windows (`windows`), shared by the pipe and `embed` so both
 """
 
 from collections.abc import Sequence
-from typing import Optional, Protocol
+from typing import Optional
 
 import numpy
 
@@ -66,14 +66,20 @@ def token_slice(start: int, end: int) -> slice:
     return slice(1 + start, 1 + end)
 
 
-class SentenceRunner(Protocol):
-    """What `embed_windowed` needs of a runner (`BiLMRunner`, `OnnxRunner`)."""
+class SentenceRunner:
+    """What `embed_windowed` needs of a runner (`BiLMRunner`, `OnnxRunner`), and what it gives them."""
 
     stateful: bool
     token_budget: int
     max_batch_size: Optional[int]
 
-    def embed_batch(self, sentences: Sequence[Sequence[str]]) -> list[numpy.ndarray]: ...
+    def embed_batch(self, sentences: Sequence[Sequence[str]]) -> list[numpy.ndarray]:
+        raise NotImplementedError
+
+    def embed_sentences(self, sentences: Sequence[Sequence[str]]) -> list[numpy.ndarray]:
+        """Any number of sentences, in length-sorted batches under the token budget (stateless only; long
+        sentences cut into the pipe's windows: `embed_windowed`)."""
+        return embed_windowed(self, sentences, window_size=None)
 
 
 def embed_windowed(
@@ -92,10 +98,8 @@ def embed_windowed(
     pieces: list[tuple[int, int, int, int, int]] = []
     for index, sentence in enumerate(sentences):
         n = len(sentence)
-        if window_size is None or n <= window_size:
-            pieces.append((index, 0, n, 0, n))
-        else:
-            pieces.extend((index, *cut) for cut in windows(n, window_size, window_context))
+        cuts = [(0, n, 0, n)] if window_size is None or n <= window_size else windows(n, window_size, window_context)
+        pieces.extend((index, *cut) for cut in cuts)
     results: list[Optional[numpy.ndarray]] = [None] * len(sentences)
     lengths = [end - start + 2 for _, start, end, _, _ in pieces]
     for batch in token_budget_batches(lengths, runner.token_budget, runner.max_batch_size):

@@ -90,9 +90,7 @@ class BiLM(nn.Module):
         if cache is not None or self.dedupe_tokens:
             unique, inverse = torch.unique(flat, dim=0, return_inverse=True)
             if cache is not None:
-                vectors = cache.encode(
-                    unique, self.token_encoder, lambda ids: self.token_encoder(ids, products), products.kernels
-                )
+                vectors = cache.encode(unique, self.token_encoder, products)
             else:
                 vectors = self.token_encoder(unique, products)
             vectors = vectors.index_select(0, inverse)
@@ -112,9 +110,7 @@ class BiLM(nn.Module):
     ) -> BiLMOutput:
         """products: the precision of the matrix products (`precision.py`); float32 by default."""
         mask = char_ids.gt(0).any(-1)
-        lengths = mask.sum(1)
         tokens = self.embed_tokens(char_ids, products)
-        contextual, final = self.lstm(tokens, lengths, initial_state, return_final_state, dropout, products)
-        token_layer = torch.cat([tokens, tokens], dim=-1)
-        layers = torch.stack([token_layer, *contextual])
+        contextual, final = self.lstm(tokens, mask.sum(1), initial_state, return_final_state, dropout, products)
+        layers = torch.stack([torch.cat([tokens, tokens], dim=-1), *contextual])  # layer 0: [token; token]
         return BiLMOutput(layers=layers, mask=mask, final_state=final)

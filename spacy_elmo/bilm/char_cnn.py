@@ -94,7 +94,10 @@ class CharacterEncoder(nn.Module):
         chunks = [self._encode_chunk(chunk, kernels, bias, products) for chunk in char_ids.split(sizes)]
         return torch.cat(chunks)[:n_rows]
 
-    def _highway(self, x: torch.Tensor, products: Products) -> torch.Tensor:
+    def encode_pooled(self, pooled: torch.Tensor, words: Optional[torch.Tensor], products: Products) -> torch.Tensor:
+        """The max-pooled convolutions, bias added, (n, n_filters) -> (n, P): the activation (after the max:
+        both activations are monotonic), the highway, the word embedding (if any) beside it, the projection."""
+        x = self.activation(pooled)
         gate_scales_input = self.options.highway_gate == "input"
         for carry_w, carry_b, transform_w, transform_b in zip(
             self.highway_carry_w, self.highway_carry_b, self.highway_transform_w, self.highway_transform_b
@@ -105,7 +108,9 @@ class CharacterEncoder(nn.Module):
                 x = gate * x + (1 - gate) * transformed
             else:  # bilm-tf's naming: the sigmoid "carry" gate scales the relu "transform" branch
                 x = gate * transformed + (1.0 - gate) * x
-        return x
+        if words is not None:
+            x = torch.cat([words, x], dim=1)
+        return products.product(x, self.projection_w, bias=self.projection_b)
 
     def _encode_chunk(
         self, char_ids: torch.Tensor, kernels: list[torch.Tensor], bias: torch.Tensor, products: Products
@@ -123,8 +128,4 @@ class CharacterEncoder(nn.Module):
         for (width, _), kernel, source in zip(self.options.filters, kernels, self.conv_weights):
             windows = embedded.unfold(1, width, 1).transpose(2, 3).reshape(embedded.shape[0], -1, width * dim)
             pooled.append(products.product(windows, kernel, source).amax(dim=1))
-        # max then activation equals activation then max: both activations are monotonic
-        x = self._highway(self.activation(torch.cat(pooled, dim=1) + bias), products)
-        if words is not None:
-            x = torch.cat([words, x], dim=1)
-        return products.product(x, self.projection_w, bias=self.projection_b)
+        return self.encode_pooled(torch.cat(pooled, dim=1) + bias, words, products)

@@ -3,6 +3,7 @@ activations per row, at run time. The integer product is exact and the scales ar
 so a token's result does not depend on its batch, bit for bit.
 """
 
+import contextlib
 from typing import Optional
 
 import torch
@@ -29,10 +30,8 @@ class Int8Weight:
         self.zero_points = torch.zeros(self.columns, dtype=torch.int32)
         self.packed: Optional[torch.Tensor] = None
         if pack:
-            try:
+            with contextlib.suppress(RuntimeError):  # a CPU or build whose oneDNN cannot pack int8
                 self.packed = _torch_private.pack_int8(rows)
-            except RuntimeError:  # a CPU or build whose oneDNN cannot pack int8
-                self.packed = None
         self.rows: Optional[torch.Tensor] = rows if self.packed is None else None
 
 

@@ -9,7 +9,7 @@ if any, is one more column after the character ids.
 """
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 import numpy
@@ -48,29 +48,27 @@ class Lexicon:
     source: str = field(default="", compare=False, repr=False)  # the file it was read from, for errors
 
     def __post_init__(self) -> None:
+        """The indexes, checked; errors name the `source` file where there is one."""
         try:
-            self._index()
+            self._char_ids = _index(self.characters, self.character_aliases, "character")
+            self._word_ids = _index(self.words, self.word_aliases, "word") if self.words is not None else None
+            self._roles = {
+                role: self._role_id(self._char_ids, self.character_roles, role, "character") for role in CHARACTER_ROLES
+            }
+            for boundary in (self.sentence_start, self.sentence_end):
+                if boundary not in self._char_ids:
+                    raise LexiconError(f"the character vocabulary has no entry {boundary!r} (a sentence boundary)")
+            self._word_roles: dict[str, int] = {}
+            if self._word_ids is not None:
+                self._word_roles = {
+                    role: self._role_id(self._word_ids, self.word_roles, role, "word") for role in WORD_ROLES
+                }
+            if self.max_characters_per_token < 3:
+                raise LexiconError(f"max_characters_per_token must be >= 3, got {self.max_characters_per_token}")
         except LexiconError as err:
             if self.source:
                 raise LexiconError(f"{self.source}: {err}") from None
             raise
-
-    def _index(self) -> None:
-        self._char_ids = _index(self.characters, self.character_aliases, "character")
-        self._word_ids = _index(self.words, self.word_aliases, "word") if self.words is not None else None
-        self._roles = {
-            role: self._role_id(self._char_ids, self.character_roles, role, "character") for role in CHARACTER_ROLES
-        }
-        for boundary in (self.sentence_start, self.sentence_end):
-            if boundary not in self._char_ids:
-                raise LexiconError(f"the character vocabulary has no entry {boundary!r} (a sentence boundary)")
-        self._word_roles: dict[str, int] = {}
-        if self._word_ids is not None:
-            self._word_roles = {
-                role: self._role_id(self._word_ids, self.word_roles, role, "word") for role in WORD_ROLES
-            }
-        if self.max_characters_per_token < 3:
-            raise LexiconError(f"max_characters_per_token must be >= 3, got {self.max_characters_per_token}")
 
     @staticmethod
     def _role_id(ids: dict[str, int], roles: dict[str, str], role: str, what: str) -> int:
@@ -86,8 +84,7 @@ class Lexicon:
         return self.max_characters_per_token + (1 if self.words is not None else 0)
 
     def cut(self, token: str) -> str:
-        limit = self.max_characters_per_token - 2
-        return token[:limit] if len(token) > limit else token
+        return token[: self.max_characters_per_token - 2]
 
     def token_row(self, token: str) -> numpy.ndarray:
         """One token's ids (shifted: 0 is "no token"); the token is cut as `cut` does."""
@@ -97,8 +94,7 @@ class Lexicon:
         if token in (self.sentence_start, self.sentence_end):
             codes = [self._char_ids[token]]
         else:
-            unknown = self._roles["unknown"]
-            codes = [self._char_ids.get(c, unknown) for c in token]
+            codes = [self._char_ids.get(c, self._roles["unknown"]) for c in token]
         row[1 : len(codes) + 1] = numpy.asarray(codes, dtype=numpy.int64) + ID_SHIFT
         row[len(codes) + 1] = self._roles["end_of_word"] + ID_SHIFT
         if self._word_ids is not None:
@@ -107,10 +103,7 @@ class Lexicon:
 
     def tokens_to_ids(self, tokens: Sequence[str]) -> numpy.ndarray:
         """(n, width) ids of tokens without sentence boundaries."""
-        out = numpy.zeros((len(tokens), self.width), dtype=numpy.int64)
-        for i, token in enumerate(tokens):
-            out[i] = self.token_row(token)
-        return out
+        return numpy.array([self.token_row(token) for token in tokens], dtype=numpy.int64).reshape(-1, self.width)
 
     def batch_to_ids(self, sentences: Sequence[Sequence[str]]) -> numpy.ndarray:
         """(B, T + 2, width) ids, each sentence framed by the sentence boundaries; rows padded with 0."""
@@ -123,18 +116,11 @@ class Lexicon:
 
     def to_dict(self) -> dict[str, Any]:
         """What a native model stores (the aliases only when there are some)."""
-        data: dict[str, Any] = {
-            "characters": list(self.characters),
-            "character_roles": dict(self.character_roles),
-            "max_characters_per_token": self.max_characters_per_token,
-            "words": list(self.words) if self.words is not None else None,
-            "word_roles": dict(self.word_roles),
-            "sentence_start": self.sentence_start,
-            "sentence_end": self.sentence_end,
-        }
-        for key, aliases in (("character_aliases", self.character_aliases), ("word_aliases", self.word_aliases)):
-            if aliases:
-                data[key] = dict(aliases)
+        data = asdict(self)
+        del data["source"]
+        for key in ("character_aliases", "word_aliases"):
+            if not data[key]:
+                del data[key]
         return data
 
     @classmethod
@@ -167,17 +153,12 @@ def _aliases(data: Any) -> dict[str, int]:
 
 def _index(entries: Sequence[str], aliases: dict[str, int], what: str) -> dict[str, int]:
     """entry -> id: the entries by position (gaps left out), then the aliases, each sharing an entry's id."""
+    listed = [(entry, i) for i, entry in enumerate(entries) if entry != gap(i)]
     ids: dict[str, int] = {}
-    for i, entry in enumerate(entries):
-        if entry == gap(i):
-            continue
+    for n, (entry, i) in enumerate([*listed, *aliases.items()]):
         if entry in ids:
             raise LexiconError(f"the {what} vocabulary lists {entry!r} twice (ids {ids[entry]} and {i})")
-        ids[entry] = i
-    for entry, i in aliases.items():
-        if entry in ids:
-            raise LexiconError(f"the {what} vocabulary lists {entry!r} twice (ids {ids[entry]} and {i})")
-        if not 0 <= i < len(entries) or entries[i] == gap(i):
+        if n >= len(listed) and (not 0 <= i < len(entries) or entries[i] == gap(i)):  # an alias
             raise LexiconError(f"the {what} vocabulary's entry {entry!r} shares id {i}, which no entry has")
         ids[entry] = i
     return ids

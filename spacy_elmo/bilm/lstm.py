@@ -105,11 +105,8 @@ class BiLSTMStack(nn.Module):
         dropout: float = 0.0,
         products: Products = FP32,
     ) -> tuple[list[torch.Tensor], Optional[LSTMState]]:
-        """tokens (B, T, P), lengths (B,) -> one (B, T, 2P) tensor a layer ([forward; backward]).
-
-        Positions at or beyond a row's length are zero in every output. The final state (at each
-        row's own length; the initial state for empty rows) is returned when asked for.
-        """
+        """tokens (B, T, P), lengths (B,) -> one (B, T, 2P) tensor a layer ([forward; backward]), zero at and past
+        each row's length; and if asked, the final state (at each row's length; the initial one for empty rows)."""
         n_rows, n_steps, _ = tokens.shape
         lengths_cpu = lengths.detach().to("cpu", torch.long)
         order = torch.argsort(lengths_cpu, descending=True, stable=True)
@@ -122,7 +119,7 @@ class BiLSTMStack(nn.Module):
         lengths_dev = sorted_lengths.to(tokens.device)
         both = torch.stack([x, reverse_within_lengths(x, lengths_dev)])  # (2, B, T, P)
         frames = both.transpose(1, 2).contiguous()  # time-major (2, T, B, P)
-        state = initial_state.select(order_dev) if initial_state is not None else None
+        state = (initial_state or self.zero_state(n_rows, tokens.device, tokens.dtype)).select(order_dev)
         final_h: list[torch.Tensor] = []
         final_c: list[torch.Tensor] = []
         layer_outputs: list[torch.Tensor] = []
@@ -130,8 +127,7 @@ class BiLSTMStack(nn.Module):
             inputs = frames
             if dropout > 0.0 and self.training:
                 inputs = nn.functional.dropout(inputs, dropout, training=True)
-            h0 = state.h[layer] if state is not None else None
-            c0 = state.c[layer] if state is not None else None
+            h0, c0 = state.h[layer], state.c[layer]
             out, h_last, c_last = self._run_layer(layer, inputs, batch_sizes, h0, c0, return_final_state, products)
             if self.options.use_skip_connections and layer > 0:
                 out = out + frames
@@ -159,22 +155,16 @@ class BiLSTMStack(nn.Module):
         layer: int,
         inputs: torch.Tensor,
         batch_sizes: list[int],
-        h0: Optional[torch.Tensor],
-        c0: Optional[torch.Tensor],
+        h: torch.Tensor,
+        c: torch.Tensor,
         track_final: bool,
         products: Products = FP32,
     ) -> tuple[torch.Tensor, Optional[torch.Tensor], Optional[torch.Tensor]]:
-        """One layer, both directions: inputs (2, T, B, P) -> outputs (2, T, B, P), zero past each length."""
+        """One layer, both directions, from state (h, c): inputs (2, T, B, P) -> outputs, zero past each length."""
         o = self.options
         _, n_steps, n_rows, P = inputs.shape
-        C = o.lstm_dim
         w_in, w_rec, w_proj = self.input_w[layer], self.recurrent_w[layer], self.proj_w[layer]
         bias = (self.bias[layer] + self.forget_bias.to(self.bias[layer].dtype)).unsqueeze(1)  # (2, 1, 4C)
-        if h0 is None or c0 is None:
-            h = inputs.new_zeros(2, n_rows, P)
-            c = inputs.new_zeros(2, n_rows, C)
-        else:
-            h, c = h0, c0
         final_h = h.clone() if track_final else None
         final_c = c.clone() if track_final else None
         # Every product has at least MIN_GEMM_ROWS rows: a batch with fewer is padded once here, and rows

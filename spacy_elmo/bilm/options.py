@@ -5,7 +5,9 @@ as an integer); unknown keys are kept, so a round trip writes them back. Every p
 at its key. The biLM reads and Python makes the options flat (`options.lstm_dim`): one `_Flat` line each.
 """
 
+import functools
 import json
+import operator
 import typing
 from pathlib import Path
 from typing import Annotated, Any, Generic, Literal, Optional, TypeVar, Union
@@ -135,10 +137,7 @@ class _Flat(Generic[T]):
         self.path, self.keys, self.default = path, tuple(path.split(".")), default
 
     def __get__(self, options: Any, owner: Any = None) -> T:
-        value = options
-        for key in self.keys:
-            value = getattr(value, key)
-        return typing.cast(T, value)
+        return typing.cast(T, operator.attrgetter(self.path)(options))
 
 
 class BiLMOptions(_Section):
@@ -188,10 +187,7 @@ class BiLMOptions(_Section):
             value = data.get(name, flat.default)
             if value is not ...:
                 *sections, key = flat.keys
-                section = nested
-                for part in sections:
-                    section = section[part]
-                section[key] = value
+                functools.reduce(operator.getitem, sections, nested)[key] = value
         return {**nested, **{key: value for key, value in data.items() if key not in FLAT}}
 
     @model_validator(mode="after")
@@ -259,16 +255,12 @@ class BiLMOptions(_Section):
             raise OptionsError(f"{source}: not a valid JSON options file ({err})") from None
         return cls.from_dict(parsed, source=source)
 
-    def to_file(self, path: Union[str, Path]) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
-
 
 FLAT: dict[str, _Flat[Any]] = {name: value for name, value in vars(BiLMOptions).items() if isinstance(value, _Flat)}
 # where each option is in options.json
 FILE_KEYS = {**{name: flat.path for name, flat in FLAT.items()}, "n_tokens_vocab": "n_tokens_vocab"}
-_SKIP = list(FLAT).index("use_skip_connections") + 1
-# The options' names, in the schema's order: what a config may set.
-OPTION_NAMES: tuple[str, ...] = (*list(FLAT)[:_SKIP], "n_tokens_vocab", *list(FLAT)[_SKIP:])
+# The options' names: what a config may set.
+OPTION_NAMES: tuple[str, ...] = (*FLAT, "n_tokens_vocab")
 
 
 def _is_flat(data: Any) -> bool:
@@ -280,14 +272,8 @@ def _flat_error(error: Any) -> Any:
     loc = tuple(error["loc"])
     for name, flat in FLAT.items():
         if loc[: len(flat.keys)] == flat.keys:
-            loc = (name, *loc[len(flat.keys) :])
-            break
-    return {
-        "type": error["type"],
-        "loc": loc,
-        "input": error["input"],
-        **({"ctx": error["ctx"]} if "ctx" in error else {}),
-    }
+            return {**error, "loc": (name, *loc[len(flat.keys) :])}
+    return error
 
 
 def _problem(error: Any) -> str:

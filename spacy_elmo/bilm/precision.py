@@ -52,10 +52,6 @@ def slower_than_fp32_here(precision: str) -> Optional[str]:
     return None
 
 
-def gradient_flows(x: torch.Tensor, w: torch.Tensor) -> bool:
-    return torch.is_grad_enabled() and (w.requires_grad or x.requires_grad)
-
-
 class Strategy(Protocol):
     """How one precision multiplies: [bias +] x @ w, float32 out, for w (K, N), or w (D, K, N) and x (D, M, K)
     (one matrix a direction). `prepare` returns the form `multiply` takes, or None (the `Products` falls back
@@ -181,15 +177,6 @@ def pack_for_onednn(w: torch.Tensor, dtype: torch.dtype, block_rows: Optional[in
     return packed
 
 
-class OneDNNWeight:
-    """A weight packed for oneDNN, and the rows a call of it takes (None: any number)."""
-
-    def __init__(self, packed: torch.Tensor, block_rows: Optional[int]) -> None:
-        self.packed = packed
-        self.block_rows = block_rows
-        self.columns = packed.shape[0]
-
-
 class OneDNN(Strategy):
     """fp32 or bf16 CPU inference through oneDNN, each weight packed once (one matrix a direction)."""
 
@@ -202,37 +189,34 @@ class OneDNN(Strategy):
     def runs_on(self, x: torch.Tensor, w: torch.Tensor) -> bool:
         return x.device.type == "cpu" and w.dtype == torch.float32
 
-    def prepare(self, w: torch.Tensor) -> Union[None, OneDNNWeight, list[OneDNNWeight]]:
-        """`w` packed, or None where any matrix fails its probe."""
-        if w.dim() != 3:
-            return self.prepare_matrix(w)
-        matrices = [self.prepare_matrix(d) for d in w]
-        return None if any(m is None for m in matrices) else [m for m in matrices if m is not None]
-
-    def prepare_matrix(self, w: torch.Tensor) -> Optional[OneDNNWeight]:
-        packed = pack_for_onednn(w, self.dtype, self.block_rows)
-        return None if packed is None else OneDNNWeight(packed, self.block_rows)
+    def prepare(self, w: torch.Tensor) -> Union[None, torch.Tensor, list[torch.Tensor]]:
+        """`w` packed (w (D, K, N): a list of D), or None where any matrix fails its probe."""
+        matrices = [pack_for_onednn(m, self.dtype, self.block_rows) for m in (w if w.dim() == 3 else [w])]
+        packed = [m for m in matrices if m is not None]
+        if len(packed) < len(matrices):
+            return None
+        return packed if w.dim() == 3 else packed[0]
 
     def multiply(self, x: torch.Tensor, prepared: object, bias: Optional[torch.Tensor]) -> torch.Tensor:
         """x (D, M, K) by a list of D packed matrices, or x (..., K) by one."""
         x = x.to(self.dtype)  # cast once for every direction
         if isinstance(prepared, list):
-            out = x.new_empty(len(prepared), x.shape[1], prepared[0].columns, dtype=torch.float32)
+            out = x.new_empty(len(prepared), x.shape[1], prepared[0].shape[0], dtype=torch.float32)
             for d, matrix in enumerate(prepared):
                 # bias (D, M or 1, N), or one (1, ..., N) for every direction
                 self.multiply_matrix(x[d], matrix, None if bias is None else bias[min(d, bias.shape[0] - 1)], out[d])
             return out
-        assert isinstance(prepared, OneDNNWeight)
+        assert isinstance(prepared, torch.Tensor)
         flat = x.reshape(-1, x.shape[-1])
-        return self.multiply_matrix(flat, prepared, bias, None).view(*x.shape[:-1], prepared.columns)
+        return self.multiply_matrix(flat, prepared, bias, None).view(*x.shape[:-1], prepared.shape[0])
 
     def multiply_matrix(
-        self, x: torch.Tensor, matrix: OneDNNWeight, bias: Optional[torch.Tensor], out: Optional[torch.Tensor]
+        self, x: torch.Tensor, packed: torch.Tensor, bias: Optional[torch.Tensor], out: Optional[torch.Tensor]
     ) -> torch.Tensor:
-        """x (M, K) @ matrix -> float32 (M, N), into `out` if given; a bias per row is added in float32."""
-        one_row = bias is not None and bias.numel() == matrix.columns
+        """x (M, K) @ packed -> float32 (M, N), into `out` if given; a bias per row is added in float32."""
+        one_row = bias is not None and bias.numel() == packed.shape[0]
         fused = bias.reshape(-1).to(self.dtype).contiguous() if bias is not None and one_row else None
-        result = onednn_linear(x.to(self.dtype).contiguous(), matrix.packed, fused, matrix.block_rows)
+        result = onednn_linear(x.to(self.dtype).contiguous(), packed, fused, self.block_rows)
         if bias is not None and not one_row:
             return torch.add(bias, result, out=out) if out is not None else bias + result
         return out.copy_(result) if out is not None else result.float()
@@ -274,7 +258,7 @@ class Products:
         of the loop (its device); `grad`: whether gradients flow (default: through `like` or to `w`), and
         then the weight is prepared at every call, so that the gradient reaches `w`."""
         if grad is None:
-            grad = gradient_flows(like, w)
+            grad = torch.is_grad_enabled() and (w.requires_grad or like.requires_grad)
         for strategy in self.strategies:
             if strategy.differentiable and (grad or not strategy.keep):
                 if grad:

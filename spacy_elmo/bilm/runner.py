@@ -13,7 +13,7 @@ from typing import Callable, Optional
 import numpy
 import torch
 
-from .batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET, embed_windowed, token_slice
+from .batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET, SentenceRunner, token_slice
 from .bilm import BiLM
 from .lstm import BiLSTMStack, LSTMState
 from .precision import check_device, products_for, slower_than_fp32_here
@@ -93,7 +93,7 @@ class CarriedState:
         self._state.c[:, :, :n_rows] = final.c.detach()
 
 
-class BiLMRunner(torch.nn.Module):
+class BiLMRunner(torch.nn.Module, SentenceRunner):
     """Runs a BiLM: `run` for a batch of character ids (the pipe), `embed_sentences` for words (numpy).
     bilm: the model, or None with `load`, a function that returns it on first use."""
 
@@ -141,19 +141,15 @@ class BiLMRunner(torch.nn.Module):
     def load(self) -> BiLM:
         """The biLM, loaded now if it has not been."""
         if self._pid != os.getpid():
-            self._enter_new_process()
+            # First use in a forked process: one thread, as a forked child's first parallel product would wait
+            # forever for the OpenMP pool it inherits only as bookkeeping (and N processes want one each).
+            self._pid, self._forked = os.getpid(), True
+            torch.set_num_threads(1)
         if self.bilm is None:
             assert self._load is not None
             self.set_bilm(self._load())
         assert self.bilm is not None
         return self.bilm
-
-    def _enter_new_process(self) -> None:
-        """First use in a forked process: one thread, as a forked child's first parallel product would wait
-        forever for the OpenMP pool it inherits only as bookkeeping (and N processes want one each)."""
-        self._pid = os.getpid()
-        self._forked = True
-        torch.set_num_threads(1)
 
     def set_bilm(self, bilm: BiLM, device: Optional[torch.device] = None) -> None:
         if self.token_cache_size is not None:
@@ -228,11 +224,6 @@ class BiLMRunner(torch.nn.Module):
             bilm.train(was_training)
         return [numpy.ascontiguousarray(layers[:, row, token_slice(0, len(s))]) for row, s in enumerate(sentences)]
 
-    def embed_sentences(self, sentences: Sequence[Sequence[str]]) -> list[numpy.ndarray]:
-        """Any number of sentences, in length-sorted batches under the token budget (stateless only; long
-        sentences cut into the pipe's windows: `batching.embed_windowed`)."""
-        return embed_windowed(self, sentences, window_size=None)
-
     @torch.no_grad()
     def embed_tokens(self, tokens: Iterable[str], batch_size: int = 4096) -> numpy.ndarray:
         """Context-independent token vectors (n, P): what `elmo_token_embeddings.hdf5` holds."""
@@ -243,5 +234,4 @@ class BiLMRunner(torch.nn.Module):
             ids = bilm.tokens_to_ids(tokens[start : start + batch_size])
             vectors = bilm.token_encoder(torch.from_numpy(ids).to(bilm.device), self.products)
             out.append(vectors.float().cpu().numpy())
-        P = bilm.options.projection_dim
-        return numpy.concatenate(out) if out else numpy.zeros((0, P), dtype=numpy.float32)
+        return numpy.concatenate(out) if out else numpy.zeros((0, bilm.options.projection_dim), dtype=numpy.float32)

@@ -3,12 +3,12 @@ device tensor; cleared whenever a parameter of the encoder changes, so it never 
 """
 
 from collections import OrderedDict
-from typing import Callable
 
 import numpy
 import torch
 
 from ._torch_private import tensor_state
+from .precision import Products
 
 
 class TokenCache:
@@ -29,40 +29,26 @@ class TokenCache:
         self._slots.clear()
         self._store = torch.empty(0)
 
-    def _check_weights(self, module: torch.nn.Module, kernels: str) -> None:
-        key = (kernels, *(tensor_state(p) for p in module.parameters()))
-        if key != self._weights_key:
+    def encode(self, unique_ids: torch.Tensor, encoder: torch.nn.Module, products: Products) -> torch.Tensor:
+        """Vectors of distinct token rows (n, chars): cached ones gathered, the rest encoded (`encoder(ids,
+        products)`) and stored; the cache empties when the encoder's weights or the products' kernels change."""
+        weights_key = (products.kernels, *(tensor_state(p) for p in encoder.parameters()))
+        if weights_key != self._weights_key:
             self.clear()
-            self._weights_key = key
-
-    def encode(
-        self,
-        unique_ids: torch.Tensor,
-        module: torch.nn.Module,
-        encoder: Callable[[torch.Tensor], torch.Tensor],
-        kernels: str = "torch",
-    ) -> torch.Tensor:
-        """Vectors of distinct token rows (n, chars): cached ones gathered, the rest encoded and stored; the
-        cache empties when the module's weights or `kernels` (`Products.kernels`) change."""
-        self._check_weights(module, kernels)
+            self._weights_key = weights_key
         rows = unique_ids.detach().to("cpu").numpy()
         keys = [row.tobytes() for row in numpy.ascontiguousarray(rows, dtype=numpy.int32)]
-        hit_positions: list[int] = []
-        hit_slots: list[int] = []
-        miss_positions: list[int] = []
-        for position, key in enumerate(keys):
-            slot = self._slots.get(key)
-            if slot is None:
-                miss_positions.append(position)
-            else:
-                self._slots.move_to_end(key)
-                hit_positions.append(position)
-                hit_slots.append(slot)
+        slots = [self._slots.get(key) for key in keys]  # the rows are distinct: so are their keys
+        hit_positions = [position for position, slot in enumerate(slots) if slot is not None]
+        hit_slots = [slot for slot in slots if slot is not None]
+        miss_positions = [position for position, slot in enumerate(slots) if slot is None]
+        for position in hit_positions:
+            self._slots.move_to_end(keys[position])
         self.hits += len(hit_positions)
         self.misses += len(miss_positions)
         device = unique_ids.device
         misses = torch.tensor(miss_positions, dtype=torch.long, device=device)
-        fresh = encoder(unique_ids[misses]) if miss_positions else None
+        fresh = encoder(unique_ids[misses], products) if miss_positions else None
         template = fresh if fresh is not None else self._store
         out = template.new_empty(len(keys), template.shape[-1])
         if hit_positions:
@@ -80,10 +66,7 @@ class TokenCache:
         keys, vectors = keys[-self.max_size :], vectors[-self.max_size :]
         slots: list[int] = []
         for key in keys:
-            if len(self._slots) < self.max_size:
-                slots.append(len(self._slots))
-            else:
-                _, slot = self._slots.popitem(last=False)  # evict the least recently used
-                slots.append(slot)
+            full = len(self._slots) >= self.max_size  # then the least recently used is evicted
+            slots.append(self._slots.popitem(last=False)[1] if full else len(self._slots))
             self._slots[key] = slots[-1]
         self._store[torch.tensor(slots, device=vectors.device)] = vectors

@@ -122,7 +122,7 @@ def forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[list[Floats3
     segments = segment_docs(docs, settings.window_size, settings.window_context)
     # stateful: text order, no row limit (row i continues row i); stateless: length-sorted
     max_rows = None if runner.stateful else runner.max_batch_size
-    lengths = [s.words + 2 for s in segments]
+    lengths = [len(s.positions) + 2 for s in segments]
     batches = token_budget_batches(lengths, runner.token_budget, max_rows, sort=not runner.stateful)
     ids = [
         loaded.batch_to_ids([[docs[segments[i].doc][int(p)].text for p in segments[i].positions] for i in batch])

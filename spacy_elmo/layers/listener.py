@@ -115,12 +115,10 @@ def _layers_from_docs(model: ElmoListener, docs: list[Doc], is_train: bool) -> l
 
 
 def forward(model: ElmoListener, docs: list[Doc], is_train: bool) -> tuple[list[Floats3d], Callable]:
-    if is_train:
-        if model._batch_id is None:
-            return _layers_from_docs(model, docs, True), _no_backprop
+    if is_train and model._batch_id is not None:
         model.verify_inputs(docs)
         return model._outputs, model.backprop_and_clear  # type: ignore[return-value]
-    return _layers_from_docs(model, docs, False), _no_backprop
+    return _layers_from_docs(model, docs, is_train), _no_backprop
 
 
 def init(model: ElmoListener, X: Optional[list[Doc]] = None, Y: Any = None) -> None:

@@ -55,8 +55,7 @@ def graph_from_weights(data: bytes, source: str) -> bytes:
             f"exports them first, which needs torch and the [onnx] extra ({err}). Save the pipeline for "
             "serving where torch is installed (load it with runtime 'onnxruntime', then nlp.to_disk)"
         ) from None
-    bilm = bilm_from_bytes(native, source=source, remedy=SAVED_REMEDY)
-    return export_bytes(bilm)
+    return export_bytes(bilm_from_bytes(native, source=source, remedy=SAVED_REMEDY))
 
 
 class OnnxRuntimeShim(Shim):

@@ -82,18 +82,15 @@ def forward(model: Model, Xs: list[Floats3d], is_train: bool) -> tuple[list[Floa
 
 
 def init(model: Model, X: Optional[list[Floats3d]] = None, Y=None) -> None:
-    if X:
-        if not model.has_dim("nL"):
-            model.set_dim("nL", int(X[0].shape[0]))
-        if not model.has_dim("nO"):
-            model.set_dim("nO", int(X[0].shape[2]))
+    for dim, axis in (("nL", 0), ("nO", 2)):
+        if X and not model.has_dim(dim):
+            model.set_dim(dim, int(X[0].shape[axis]))
     if not model.has_dim("nL"):
         raise ValueError(
             "spacy-elmo.ScalarMix.v1: n_layers is 0 (infer) but no sample was given to infer it from; "
             "the mix learns it from its upstream elmo pipe at nlp.initialize()"
         )
-    n_layers = model.get_dim("nL")
-    model.set_param("weights", model.ops.alloc1f(n_layers))
+    model.set_param("weights", model.ops.alloc1f(model.get_dim("nL")))
     model.set_param("gamma", model.ops.asarray1f([1.0]))
 
 

@@ -22,10 +22,6 @@ class Segment:
     keep_start: int
     keep_end: int
 
-    @property
-    def words(self) -> int:
-        return len(self.positions)
-
 
 def segment_docs(docs: Sequence[Doc], window_size: int, window_context: int) -> list[Segment]:
     """All segments of all docs, in doc order then text order."""

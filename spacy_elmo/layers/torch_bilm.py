@@ -1,7 +1,6 @@
 """The biLM layer's torch runtime: `BiLMRunner` in thinc's PyTorch shim (CPU or GPU, trainable), saved in
 the native msgpack format (no pickle)."""
 
-import copy
 import functools
 from typing import Callable, Optional, cast
 
@@ -17,22 +16,15 @@ from ..io.resolve import load_model
 from .bilm_names import PATH_OPTION, SAVED_REMEDY, SHA256_OPTION, saved_weights_source
 
 
-def strip_lm_head(bilm: BiLM) -> BiLM:
-    """Drop the language-model softmax: a pipe never uses it, and it can be most of the weights."""
+def prepare_for_pipe(bilm: BiLM) -> BiLM:
+    """A biLM as the layer holds it: no language-model softmax (a pipe never uses it, and it can be most of the
+    weights), trainable (fine-tuning), on thinc's current device."""
     if bilm.softmax is not None or bilm.options.n_tokens_vocab:
         bilm.softmax = None
-        options = copy.copy(bilm.options)
-        options.n_tokens_vocab = 0
-        bilm.options = options
-        bilm.token_encoder.options = options
-        bilm.lstm.options = options
+        options = bilm.options.model_copy(update={"n_tokens_vocab": 0})
+        for module in (bilm, bilm.token_encoder, bilm.lstm):
+            module.options = options
     bilm.vocab = None
-    return bilm
-
-
-def prepare_for_pipe(bilm: BiLM) -> BiLM:
-    """A biLM as the layer holds it: no LM head, trainable (fine-tuning), on thinc's current device."""
-    bilm = strip_lm_head(bilm)
     for param in bilm.parameters():
         param.requires_grad_(True)
     return bilm.to(get_torch_default_device())

@@ -16,7 +16,7 @@ from torch import nn
 
 from ..bilm.bilm import BiLM
 from ..bilm.lstm import lstm_cell, reverse_within_lengths
-from ..bilm.precision import Products, Strategy
+from ..bilm.precision import Products, TorchFloat
 from ..io.atomic import atomic_write_bytes
 from ..io.onnx_graph import GRAPH_SHA256_KEY, INPUT_NAME, OUTPUT_NAME, GraphMetadata, graph_sha256
 
@@ -27,33 +27,27 @@ _EXPORTER_NOISE = "torchvision is not installed"
 _PYTREE_DEPRECATION = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
 
 
-class _DropExporterNoise(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(_EXPORTER_NOISE)
+def _not_exporter_noise(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith(_EXPORTER_NOISE)
 
 
 @contextlib.contextmanager
 def _quiet_exporter() -> Iterator[None]:
     """Silence only the exporter's messages about torch itself (above); any other warning still shows."""
-    logger, noise = logging.getLogger(_EXPORTER_LOGGER), _DropExporterNoise()
-    logger.addFilter(noise)
+    logger = logging.getLogger(_EXPORTER_LOGGER)
+    logger.addFilter(_not_exporter_noise)
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_PYTREE_DEPRECATION, category=FutureWarning)
             yield
     finally:
-        logger.removeFilter(noise)
+        logger.removeFilter(_not_exporter_noise)
 
 
-class _MatMulAdd(Strategy):
+class _MatMulAdd(TorchFloat):
     """fp32 products as the graph's MatMul and Add: the exporter's own ops, no fused or prepared weights."""
 
     kernels = "export"
-    differentiable = True
-    keep = False
-
-    def prepare(self, w: torch.Tensor) -> torch.Tensor:
-        return w
 
     def multiply(self, x: torch.Tensor, prepared: object, bias: Optional[torch.Tensor]) -> torch.Tensor:
         assert isinstance(prepared, torch.Tensor)
@@ -79,10 +73,7 @@ class ExportableBiLM(nn.Module):
             ids = ids[:, :-1]
         embedded = nn.functional.embedding(ids, enc.char_embedding).transpose(1, 2)  # (N, dim, chars)
         pooled = [nn.functional.conv1d(embedded, w).amax(dim=-1) for w in enc.conv_weights]
-        x = enc._highway(enc.activation(torch.cat(pooled, dim=1) + torch.cat(list(enc.conv_biases))), EXPORT_PRODUCTS)
-        if words is not None:
-            x = torch.cat([words, x], dim=1)
-        return x @ enc.projection_w + enc.projection_b
+        return enc.encode_pooled(torch.cat(pooled, dim=1) + torch.cat(list(enc.conv_biases)), words, EXPORT_PRODUCTS)
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
         from ..bilm._torch_private import scan
@@ -136,7 +127,6 @@ def export_bytes(bilm: BiLM, source_sha256: Optional[str] = None) -> bytes:
     width = bilm.lexicon.width if bilm.lexicon is not None else bilm.options.max_characters_per_token
     example = torch.from_numpy(bilm.batch_to_ids([["a", "b", "c"], ["d"]])).long()
     assert example.shape[-1] == width
-    batch, length = torch.export.Dim("batch"), torch.export.Dim("length")
     try:
         with torch.no_grad(), _quiet_exporter():
             program = torch.onnx.export(
@@ -144,7 +134,7 @@ def export_bytes(bilm: BiLM, source_sha256: Optional[str] = None) -> bytes:
                 (example,),
                 input_names=[INPUT_NAME],
                 output_names=[OUTPUT_NAME],
-                dynamic_shapes=({0: batch, 1: length},),
+                dynamic_shapes=({0: torch.export.Dim("batch"), 1: torch.export.Dim("length")},),
                 dynamo=True,
                 opset_version=OPSET,
                 verbose=False,

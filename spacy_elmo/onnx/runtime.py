@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional, Union
 
 import numpy
 
-from ..bilm.batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET, embed_windowed, token_slice
+from ..bilm.batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET, SentenceRunner, token_slice
 from ..bilm.lexicon import Lexicon, batch_to_ids
 from ..bilm.options import BiLMOptions
 from ..io.digest import check_pin
@@ -88,7 +88,7 @@ def load_graph(path: str, sha256: Optional[str], option: str, sha256_option: str
     return LoadedGraph(export_bytes(loaded.bilm, source_sha256=loaded.sha256), str(loaded.source.path), loaded)
 
 
-class OnnxRunner:
+class OnnxRunner(SentenceRunner):
     """Runs an exported biLM with ONNX Runtime.
 
     graph: the .onnx file's bytes, or None with `load`, which returns a `LoadedGraph` on first use;
@@ -231,14 +231,8 @@ class OnnxRunner:
         layers = self.run(self.batch_to_ids(sentences))
         return [numpy.ascontiguousarray(layers[:, row, token_slice(0, len(s))]) for row, s in enumerate(sentences)]
 
-    def embed_sentences(self, sentences: Sequence[Sequence[str]]) -> list[numpy.ndarray]:
-        """Any number of sentences, in length-sorted batches under the token budget."""
-        return embed_windowed(self, sentences, window_size=None)
-
     def __getstate__(self) -> dict[str, Any]:  # pickled without a session (spawn)
-        state = dict(self.__dict__)
-        del state["_key"]
-        return state
+        return {name: value for name, value in self.__dict__.items() if name != "_key"}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
