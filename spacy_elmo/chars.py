@@ -55,38 +55,33 @@ def batch_to_ids(
     rows = numpy.repeat(numpy.arange(n_rows), lengths)
     starts = numpy.cumsum(lengths) - lengths
     cols = numpy.arange(int(lengths.sum())) - numpy.repeat(starts, lengths) + offset
-    encoded = [tok.encode("utf-8", "ignore") for sent in sentences for tok in sent]  # lone surrogates dropped
-    if encoded:
-        byte_lengths = numpy.fromiter((len(b) for b in encoded), dtype=numpy.int64, count=len(encoded))
-        kept = numpy.minimum(byte_lengths, n_bytes_max)
-        token_chars = numpy.full((len(encoded), width), PAD_CHAR + ID_SHIFT, dtype=numpy.int32)
-        token_chars[:, 0] = BOW_CHAR + ID_SHIFT
-        token_chars[numpy.arange(len(encoded)), kept + 1] = EOW_CHAR + ID_SHIFT
-        all_bytes = numpy.frombuffer(b"".join(encoded), dtype=numpy.uint8).astype(numpy.int32)
-        # Which bytes survive truncation, and where they go.
-        byte_starts = numpy.cumsum(byte_lengths) - byte_lengths
-        byte_token = numpy.repeat(numpy.arange(len(encoded)), kept)
-        byte_pos = numpy.arange(int(kept.sum())) - numpy.repeat(numpy.cumsum(kept) - kept, kept)
-        src = numpy.repeat(byte_starts, kept) + byte_pos
-        token_chars[byte_token, byte_pos + 1] = all_bytes[src] + ID_SHIFT
-        # The literal tokens "<S>" and "</S>" are the boundary tokens, as in bilm-tf and AllenNLP.
-        flat = [tok for sent in sentences for tok in sent]
-        for marker, char in ((BOS_TOKEN, BOS_CHAR), (EOS_TOKEN, EOS_CHAR)):
-            where = [k for k, tok in enumerate(flat) if tok == marker]
-            if where:
-                token_chars[where] = _marker_token(char, width)
-        out[rows, cols] = token_chars
+    flat = [tok for sent in sentences for tok in sent]
+    encoded = [tok.encode("utf-8", "ignore") for tok in flat]  # lone surrogates dropped
+    byte_lengths = numpy.fromiter((len(b) for b in encoded), dtype=numpy.int64, count=len(encoded))
+    kept = numpy.minimum(byte_lengths, n_bytes_max)
+    token_chars = numpy.full((len(encoded), width), PAD_CHAR + ID_SHIFT, dtype=numpy.int32)
+    token_chars[:, 0] = BOW_CHAR + ID_SHIFT
+    token_chars[numpy.arange(len(encoded)), kept + 1] = EOW_CHAR + ID_SHIFT
+    all_bytes = numpy.frombuffer(b"".join(encoded), dtype=numpy.uint8).astype(numpy.int32)
+    # Which bytes survive truncation, and where they go.
+    byte_starts = numpy.cumsum(byte_lengths) - byte_lengths
+    byte_token = numpy.repeat(numpy.arange(len(encoded)), kept)
+    byte_pos = numpy.arange(int(kept.sum())) - numpy.repeat(numpy.cumsum(kept) - kept, kept)
+    src = numpy.repeat(byte_starts, kept) + byte_pos
+    token_chars[byte_token, byte_pos + 1] = all_bytes[src] + ID_SHIFT
+    # The literal tokens "<S>" and "</S>" are the boundary tokens, as in bilm-tf and AllenNLP.
+    for marker, char in ((BOS_TOKEN, BOS_CHAR), (EOS_TOKEN, EOS_CHAR)):
+        token_chars[[k for k, tok in enumerate(flat) if tok == marker]] = _marker_token(char, width)
+    out[rows, cols] = token_chars
     if add_boundaries:
-        nonempty = numpy.arange(n_rows)
-        out[nonempty, 0] = _marker_token(BOS_CHAR, width)
-        out[nonempty, lengths + 1] = _marker_token(EOS_CHAR, width)
+        out[:, 0] = _marker_token(BOS_CHAR, width)
+        out[numpy.arange(n_rows), lengths + 1] = _marker_token(EOS_CHAR, width)
     return out
 
 
 def tokens_to_ids(tokens: Sequence[str], max_characters_per_token: int = MAX_CHARACTERS_PER_TOKEN) -> numpy.ndarray:
     """Character ids of single tokens, shape (n_tokens, max_chars): for context-free token embeddings."""
-    ids = batch_to_ids([list(tokens)], add_boundaries=False, max_characters_per_token=max_characters_per_token)
-    return ids[0] if len(tokens) else ids.reshape(0, max_characters_per_token)
+    return batch_to_ids([list(tokens)], add_boundaries=False, max_characters_per_token=max_characters_per_token)[0]
 
 
 def ids_to_text(ids: numpy.ndarray) -> list[str]:

@@ -21,12 +21,7 @@ def same_value(a: Any, b: Any) -> bool:
     and msgpack give lists back)."""
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
-    if (
-        isinstance(a, (int, float))
-        and isinstance(b, (int, float))
-        and not isinstance(a, bool)
-        and not isinstance(b, bool)
-    ):
+    if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b)):
         return a == b
     return type(a) is type(b) and a == b
 

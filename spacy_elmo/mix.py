@@ -23,9 +23,7 @@ def named_mix_weights(mix: Union[str, Sequence[float]], n_layers: int, owner: st
     if mix == "average":
         return numpy.full((n_layers,), 1.0 / n_layers, dtype="float32")
     if mix == "top":
-        weights = numpy.zeros((n_layers,), dtype="float32")
-        weights[-1] = 1.0
-        return weights
+        return numpy.eye(n_layers, dtype="float32")[-1]
     weights = numpy.asarray(mix, dtype="float32")
     if weights.shape != (n_layers,):
         raise ValueError(

@@ -22,13 +22,6 @@ PathLike = Union[str, Path]
 UTF8 = "utf-8"
 NUL = "\x00"
 _BLOCK = 1 << 20
-# a UTF-32 mark before the UTF-16 one it starts with
-_BYTE_ORDER_MARKS = (
-    (codecs.BOM_UTF32_LE, "UTF-32", "little-endian"),
-    (codecs.BOM_UTF32_BE, "UTF-32", "big-endian"),
-    (codecs.BOM_UTF16_LE, "UTF-16", "little-endian"),
-    (codecs.BOM_UTF16_BE, "UTF-16", "big-endian"),
-)
 # their decoders read (and drop) a leading byte-order mark themselves: they need it for the byte order
 _SELF_MARKED = ("utf-16", "utf-32")
 # where ASCII text puts its NUL bytes (by file offset modulo 4) in each byte order without a mark
@@ -55,109 +48,97 @@ def check_encoding(encoding: str, option: str = "--encoding") -> str:
     return UTF8 if codec.name in (UTF8, "utf-8-sig") else codec.name
 
 
-def _open_bytes(path: Path) -> Union[gzip.GzipFile, io.BufferedReader]:
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
-
-
-def _mark(codec: str) -> bytes:
-    """U+FEFF as `codec` writes it, where a reader must skip it (b"" where its decoder reads it itself)."""
-    try:
-        return b"" if codec in _SELF_MARKED else "\ufeff".encode(codec)
-    except UnicodeError:  # a codec that cannot write U+FEFF cannot read one either
-        return b""
-
-
 def _decoded(path: Path, encoding: str, option: Optional[str], error: type[ValueError]) -> Iterator[str]:
     """The text of `path` in blocks, decoded strictly, newlines as `open()` reads them; bytes that do not
     decode, or a NUL, raise `error` naming the line and byte offset."""
     codec = check_encoding(encoding)
     where = _Where(path, codec, encoding, option)
-    decoder = codecs.getincrementaldecoder(codec)("strict")
-    newlines = io.IncrementalNewlineDecoder(None, translate=True)
-    mark = _mark(codec)
-    with _open_bytes(path) as raw:
+    try:  # U+FEFF as `codec` writes it, where a reader must skip it
+        mark = b"" if codec in _SELF_MARKED else "\ufeff".encode(codec)
+    except UnicodeError:  # a codec that cannot write U+FEFF cannot read one either
+        mark = b""
+    with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as raw:
         head = raw.read(max(len(mark), 4))
-        if codec == UTF8:
-            for wide, family, order in _BYTE_ORDER_MARKS:
-                if head.startswith(wide):
-                    given = f" or read it with {option} {family.lower()}" if option else ""
-                    raise error(
-                        f"{path}, line 1, byte 0: starts with a {family} ({order}) byte-order mark: it is {family} "
-                        f"text, not UTF-8; convert it to UTF-8 (e.g. iconv -f {family} -t UTF-8){given}"
-                    )
-        marked = bool(mark) and head.startswith(mark)
-        rest = head[len(mark) :] if marked else head
-        where.fed = len(mark) if marked else 0
-        blocks = itertools.chain([rest] if rest else [], iter(lambda: raw.read(_BLOCK), b""), [None])
-        for block in blocks:
-            final = block is None
-            data = b"" if block is None else block
-            state = decoder.getstate()
-            try:
-                text = decoder.decode(data, final=final)
-            except UnicodeError as err:  # a UnicodeDecodeError, or a codec's own complaint ("no BOM")
-                raise error(where.undecodable(decoder, state, data, err)) from None
-            nul = text.find(NUL)
-            if nul >= 0:
-                raise error(where.nul(decoder, state, data, text, nul)) from None
-            where.read(text, data)
-            translated = newlines.decode(text, final=final)
-            if translated:
-                yield translated
+        # a UTF-32 mark before the UTF-16 one it starts with
+        for family, order in itertools.product(("UTF-32", "UTF-16"), ("little", "big")):
+            if codec == UTF8 and head.startswith("\ufeff".encode(f"{family}-{order[0]}e")):
+                given = f" or read it with {option} {family.lower()}" if option else ""
+                raise error(
+                    f"{path}, line 1, byte 0: starts with a {family} ({order}-endian) byte-order mark: it is "
+                    f"{family} text, not UTF-8; convert it to UTF-8 (e.g. iconv -f {family} -t UTF-8){given}"
+                )
+        where.fed = len(mark) if head.startswith(mark) else 0
+        rest = head[where.fed :]
+        blocks = itertools.chain([rest] if rest else [], iter(lambda: raw.read(_BLOCK), b""), [b""])
+        yield from filter(None, (where.decode(data, error) for data in blocks))
 
 
 class _Where:
-    """Where reading a file has got to, to say where it stopped and why."""
+    """Decodes a file block by block, knowing where it has got to, to say where it stopped and why."""
 
     def __init__(self, path: Path, codec: str, encoding: str, option: Optional[str]) -> None:
         self.path, self.codec, self.encoding, self.option = path, codec, encoding, option
+        self.decoder = codecs.getincrementaldecoder(codec)("strict")
+        self.newlines = io.IncrementalNewlineDecoder(None, translate=True)  # LF, CR LF or a lone CR to LF
+        self.line = 1  # counted in the translated text (a CR held back, in case an LF follows, counts later)
         self.fed = 0  # the file offset of the block being decoded
-        self.lines = _LineCount()
         self.recent = b""  # the last bytes before that block
 
-    def read(self, text: str, data: bytes) -> None:
-        self.lines.add(text)
+    def decode(self, data: bytes, error: type[ValueError]) -> str:
+        """The next block (b"": the end) decoded, its newlines translated; what does not decode, or a NUL,
+        raises `error`."""
+        state = self.decoder.getstate()
+        try:
+            text = self.decoder.decode(data, final=not data)
+        except UnicodeError as err:  # a UnicodeDecodeError, or a codec's own complaint ("no BOM")
+            raise error(self._undecodable(state, data, err)) from None
+        nul = text.find(NUL)
+        if nul >= 0:
+            raise error(self._nul(state, data, text, nul)) from None
+        translated = self.newlines.decode(text, final=not data)
+        self.line += translated.count("\n")
         self.fed += len(data)
         self.recent = (self.recent + data[-_SAMPLE:])[-_SAMPLE:]
+        return translated
 
-    def undecodable(self, decoder: codecs.IncrementalDecoder, state: Any, data: bytes, err: UnicodeError) -> str:
+    def _line(self, text: str) -> int:
+        """The line where the file stops, `text` read after what was read."""
+        return self.line + self.newlines.decode(text, final=True).count("\n")
+
+    def _undecodable(self, state: Any, data: bytes, err: UnicodeError) -> str:
         buffered = _buffered(state)
         start, why = len(buffered), str(err)
         if isinstance(err, UnicodeDecodeError):
-            start, why = err.start, f"{err.reason}: {_bad_bytes(err)}"
+            bad = err.object[err.start : err.end].hex(" ")
+            if err.reason == "invalid continuation byte" and err.end < len(err.object):  # and the byte after it
+                bad = f"{err.object[err.end : err.end + 1].hex()} after {bad}"
+            start, why = err.start, f"{err.reason}: {bad}"
         good = data[: max(start - len(buffered), 0)]
-        decoder.setstate(state)  # decode up to the bad bytes again: the text before them may hold a NUL
-        text = decoder.decode(good)
+        self.decoder.setstate(state)  # decode up to the bad bytes again: the text before them may hold a NUL
+        text = self.decoder.decode(good)
         nul = text.find(NUL)
         if nul >= 0:
-            return self.nul(decoder, state, data, text, nul, len(good))
-        self.lines.add(text)
+            return self._nul(state, data, text, nul, len(good))
         offset = self.fed - len(buffered) + start
-        name = "UTF-8" if self.codec == UTF8 else self.codec
         wide = self._wide(offset, data)
         advice = self._advice() if wide is None else f"with NUL bytes around it, {wide}"
-        return f"{self.path}, line {self.lines.line}, byte {offset}: not valid {name} ({why}); {advice}"
+        return f"{self.path}, line {self._line(text)}, byte {offset}: not valid {self._name()} ({why}); {advice}"
 
-    def nul(
-        self,
-        decoder: codecs.IncrementalDecoder,
-        state: Any,
-        data: bytes,
-        text: str,
-        index: int,
-        decodable: Optional[int] = None,
-    ) -> str:
+    def _nul(self, state: Any, data: bytes, text: str, index: int, decodable: Optional[int] = None) -> str:
         """Character `index` of `text` (`data` decoded from `state`) is a NUL."""
-        self.lines.add(text[:index])
-        start = _char_start(decoder, state, data[:decodable], index)
+        start = _char_start(self.decoder, state, data[:decodable], index)
         offset = self.fed + start if start > 0 else self.fed - len(_buffered(state))
         wide = self._wide(offset, data)
         why = f"; {self._advice()}" if wide is None else f": {wide}"
-        return f"{self.path}, line {self.lines.line}, byte {offset}: a NUL (U+0000), which text never holds{why}"
+        line = self._line(text[:index])
+        return f"{self.path}, line {line}, byte {offset}: a NUL (U+0000), which text never holds{why}"
+
+    def _name(self) -> str:
+        return "UTF-8" if self.codec == UTF8 else self.codec
 
     def _advice(self) -> str:
         if self.option is None:
-            return f"convert it to {'UTF-8' if self.codec == UTF8 else self.codec}"
+            return f"convert it to {self._name()}"
         if self.codec == UTF8:
             return f"text is read as UTF-8: convert it, or name its encoding with {self.option}"
         return f"is {self.option} {self.encoding} its encoding?"
@@ -177,7 +158,8 @@ class _Where:
             named = "utf-16-le, utf-16-be, utf-32-le or utf-32-be"
             said, iconv = f"{said} (or it is not text)", ""
         else:
-            named, iconv = guess, f" (iconv -f {_iconv(guess)} -t UTF-8)"
+            family, order = guess.upper().rsplit("-", 1)
+            named, iconv = guess, f" (iconv -f {family}{order} -t UTF-8)"
             said = f"{said} (its NUL bytes fall where {guess.upper()} puts them)"
         if self.option is None:
             return f"{said}; convert it to UTF-8{iconv}"
@@ -186,21 +168,9 @@ class _Where:
         return f"{said}; name its encoding with {self.option} {named}"
 
 
-def _iconv(codec: str) -> str:
-    family, order = codec.upper().rsplit("-", 1)
-    return family + order
-
-
 def _buffered(state: Any) -> bytes:
     """The bytes an incremental decoder holds back (the start of a character not yet complete)."""
     return state[0] if isinstance(state[0], bytes) else b""
-
-
-def _bad_bytes(err: UnicodeDecodeError) -> str:
-    """The bytes a decoder refused (for a bad continuation byte, that byte after the character's start)."""
-    if err.reason == "invalid continuation byte" and err.end < len(err.object):
-        return f"{err.object[err.end : err.end + 1].hex()} after {err.object[err.start : err.end].hex(' ')}"
-    return err.object[err.start : err.end].hex(" ")
 
 
 def _char_start(decoder: codecs.IncrementalDecoder, state: Any, data: bytes, index: int) -> int:
@@ -223,17 +193,13 @@ def text_lines(
     (`option`: the setting that chooses the encoding)."""
     pending: list[str] = []  # the start of a line that goes on in the next block
     for text in _decoded(path, encoding, option, error):
-        if "\n" not in text:
-            pending.append(text)
-            continue
-        lines = text.split("\n")  # newlines are LF here already
-        lines[0] = "".join([*pending, lines[0]])
-        last = lines.pop()
-        pending = [last] if last else []
-        for line in lines:
-            yield line + "\n"
-    if pending:
-        yield "".join(pending)
+        *lines, last = text.split("\n")  # newlines are LF here already
+        if lines:
+            lines[0], pending = "".join([*pending, lines[0]]), []
+        pending.append(last)
+        yield from (line + "\n" for line in lines)
+    if tail := "".join(pending):
+        yield tail
 
 
 def check_rereadable(path: Path, what: str, why: str, error: type[ValueError] = ValueError) -> None:
@@ -250,22 +216,6 @@ def check_text(
     """Decode the whole file, so that a run refuses input that is not text before it writes anything."""
     for _ in _decoded(path, encoding, option, error):
         pass
-
-
-class _LineCount:
-    """The line number reached in decoded text (LF, CR LF and a lone CR; a CR LF across blocks once)."""
-
-    def __init__(self) -> None:
-        self.line = 1
-        self._after_cr = False
-
-    def add(self, text: str) -> None:
-        if not text:
-            return
-        self.line += text.count("\n") + text.count("\r") - text.count("\r\n")
-        if self._after_cr and text.startswith("\n"):
-            self.line -= 1
-        self._after_cr = text.endswith("\r")
 
 
 JSONL_SUFFIXES = (".jsonl", ".json")
