@@ -81,18 +81,10 @@ def _vector(obj: Union[Doc, Span, Token]) -> numpy.ndarray:
     """The hooks' .vector: the mean of the tokens' ELMo vectors (a token's own); zeros without any."""
     doc, start, end = _tokens(obj)
     rows = _slice(doc, start, end)
-    if rows is None or not len(rows):
-        return numpy.zeros((_width(doc),), dtype="float32")
+    if rows is None or not len(rows):  # an empty span's rows are (0, width)
+        return numpy.zeros((0 if rows is None else rows.shape[-1],), dtype="float32")
     mean = rows.astype("float32").mean(axis=0)
     return mean.get() if hasattr(mean, "get") else mean
-
-
-def _width(doc: Doc) -> int:
-    layers = doc._.get(LAYERS)
-    if layers is not None:
-        return int(layers.shape[-1])
-    stored = doc._.get(STORED_VECTORS)
-    return int(stored.shape[-1]) if stored is not None else 0
 
 
 def _norm(vector: numpy.ndarray) -> float:

@@ -12,17 +12,15 @@ its model, a `spacy-elmo.BiLM.v1` layer, owns the weights and how they run.
 """
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
-import numpy
 from spacy.language import Language
 from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples, validate_get_examples
-from spacy.vocab import Vocab
-from thinc.api import Model, Optimizer
+from thinc.api import Model, Optimizer, get_array_module
 from thinc.types import Floats3d
 
 from . import extensions
@@ -48,18 +46,8 @@ STORE_DTYPES = ("float32", "float16")
         "cache_size_mb": 1024,
     },
 )
-def make_elmo(
-    nlp: Language,
-    name: str,
-    model: Model[list[Doc], list[Floats3d]],
-    default_mix: Union[str, list[float]],
-    store: str,
-    store_dtype: str,
-    set_vector_hooks: Union[bool, str],
-    to_cpu: bool,
-    cache_size_mb: int,
-) -> "Elmo":
-    """The `elmo` component. Settings (see `Elmo` for each):
+class Elmo(TrainablePipe):
+    """The `elmo` component, built by `nlp.add_pipe("elmo", config=...)`; its settings:
 
     model: the biLM layer, spacy-elmo.BiLM.v1: the weights (`path`; "" = shipped default) and how they
         run (token_budget, stateful, fine_tune, n_threads, precision, windows).
@@ -75,34 +63,18 @@ def make_elmo(
     to_cpu: store numpy arrays on the CPU; false keeps cupy arrays on the GPU when running there.
     cache_size_mb: bound of the layer cache used while training with a frozen biLM (0 = no cache).
     """
-    return Elmo(
-        nlp.vocab,
-        model,
-        name,
-        default_mix=default_mix,
-        store=store,
-        store_dtype=store_dtype,
-        set_vector_hooks=set_vector_hooks,
-        to_cpu=to_cpu,
-        cache_size_mb=cache_size_mb,
-    )
-
-
-class Elmo(TrainablePipe):
-    """Embeds docs with a biLM; see the module docstring and `make_elmo` for the settings."""
 
     def __init__(
         self,
-        vocab: Vocab,
+        nlp: Language,
+        name: str,
         model: Model[list[Doc], list[Floats3d]],
-        name: str = "elmo",
-        *,
-        default_mix: Union[str, Sequence[float]] = "average",
-        store: str = "layers",
-        store_dtype: str = "float32",
-        set_vector_hooks: Union[bool, str] = "auto",
-        to_cpu: bool = True,
-        cache_size_mb: int = 1024,
+        default_mix: Union[str, list[float]],
+        store: str,
+        store_dtype: str,
+        set_vector_hooks: Union[bool, str],
+        to_cpu: bool,
+        cache_size_mb: int,
     ) -> None:
         if store not in STORE_OPTIONS:
             raise ValueError(f"elmo: store={store!r}; expected one of {STORE_OPTIONS}")
@@ -118,7 +90,7 @@ class Elmo(TrainablePipe):
             raise ValueError("elmo: set_vector_hooks needs vectors on the doc; use store='layers', 'vectors' or 'both'")
         if model.name != bilm_model.BILM_LAYER_NAME:
             raise ValueError(f"elmo: model must be a spacy-elmo.BiLM.v1 layer, got {model.name!r}")
-        self.vocab = vocab
+        self.vocab = nlp.vocab
         self.model = model
         self.name = name
         self.default_mix = default_mix if isinstance(default_mix, str) else [float(w) for w in default_mix]
@@ -202,19 +174,15 @@ class Elmo(TrainablePipe):
 
     def find_listeners(self, component: Any) -> None:
         """Register every ElmoListener in `component`'s model whose upstream is this pipe (or "*")."""
-        names = ("*", self.name)
         model = getattr(component, "model", None)
         if isinstance(model, Model):
             for node in model.walk():
-                if isinstance(node, ElmoListener) and node.upstream_name in names:
+                if isinstance(node, ElmoListener) and node.upstream_name in ("*", self.name):
                     self.add_listener(node, component.name)
 
     def reset_state(self) -> None:
         """Stateful mode: forget the carried LSTM state."""
         bilm_model.runner_of(self.model).reset_state()
-
-    def clear_cache(self) -> None:
-        self.cache.clear()
 
     @property
     def caching(self) -> bool:
@@ -227,9 +195,6 @@ class Elmo(TrainablePipe):
         docs = list(docs)
         if not self.caching:
             return self.model.predict(docs) if docs else []
-        return self._cached_layers(docs)
-
-    def _cached_layers(self, docs: list[Doc]) -> list[Floats3d]:
         keys = [doc_key(doc) for doc in docs]
         found: list[Optional[Floats3d]] = [self.cache.get(key) for key in keys]
         missing = [i for i, value in enumerate(found) if value is None]
@@ -243,18 +208,15 @@ class Elmo(TrainablePipe):
     def set_annotations(self, docs: Iterable[Doc], layers: list[Floats3d]) -> None:
         keep_layers = self.store in ("layers", "both") or bool(self.listener_map)
         keep_vectors = self.store in ("vectors", "both")
-        weights: Optional[numpy.ndarray] = None
         for doc, doc_layers in zip(docs, layers):
-            if weights is None:
-                weights = named_mix_weights(self.default_mix, int(doc_layers.shape[0]))
-            stored = self._storable(doc_layers)
+            weights = named_mix_weights(self.default_mix, int(doc_layers.shape[0]))
+            if self.to_cpu:
+                doc_layers = self.model.ops.to_numpy(doc_layers)
+            stored = get_array_module(doc_layers).array(doc_layers, dtype=self.store_dtype, copy=True)
             doc._.set(extensions.MIX, weights)
             doc._.set(extensions.LAYERS, stored if keep_layers else None)
-            if keep_vectors:
-                vectors = mix_layers(stored.astype("float32", copy=False), weights).astype(self.store_dtype)
-                doc._.set(extensions.STORED_VECTORS, vectors)
-            else:
-                doc._.set(extensions.STORED_VECTORS, None)
+            # mixed in float32, kept in the stored layers' dtype
+            doc._.set(extensions.STORED_VECTORS, mix_layers(stored, weights) if keep_vectors else None)
             if self._vector_hooks_on():
                 extensions.set_vector_hooks(doc)
 
@@ -263,12 +225,6 @@ class Elmo(TrainablePipe):
         if self.set_vector_hooks == "auto":
             return self.store != "none" and self.vocab.vectors.size == 0
         return bool(self.set_vector_hooks)
-
-    def _storable(self, layers: Floats3d) -> Any:
-        if self.to_cpu:
-            layers = self.model.ops.to_numpy(layers)
-        xp = numpy if isinstance(layers, numpy.ndarray) else self.model.ops.xp
-        return xp.array(layers, dtype=self.store_dtype, copy=True)
 
     # --- training -----------------------------------------------------------------------------
 
@@ -305,13 +261,9 @@ class Elmo(TrainablePipe):
         batch_id = ElmoListener.get_batch_id(docs)
         if not self.fine_tune:
             self._cache_active = True
-            layers = self._cached_layers(docs) if self.caching else self.model.predict(docs)
-
-            def stop_gradient(d_layers: list[Floats3d]) -> list[Doc]:
-                return []
-
-            for listener in self.listeners:
-                listener.receive(batch_id, layers, stop_gradient)
+            layers = self.predict(docs)
+            for listener in self.listeners:  # the biLM is frozen: no gradient goes back to it
+                listener.receive(batch_id, layers, lambda d_layers: [])
             return losses
         ops = self.model.ops
         layers, bp_layers = self.model.begin_update(docs)
@@ -341,3 +293,6 @@ class Elmo(TrainablePipe):
 
     def add_label(self, label: str) -> int:
         raise NotImplementedError("elmo: this component has no labels")
+
+
+make_elmo = Elmo  # the `elmo` factory is the class itself; the factory's public name stays
