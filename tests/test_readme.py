@@ -89,6 +89,17 @@ RUN_ELSEWHERE = [
         "tests/embed/test_shards.py::test_three_shard_processes_merged_equal_one_run_bit_for_bit",
         '"--shard", f"{i}/3"',
     ),
+    # a download needs the network: run against a local server by the tests of the commands
+    (
+        "python -m spacy_elmo download",
+        "tests/cli/test_models.py::test_download_fetches_into_the_cache_and_models_marks_it",
+        '["download", "test/ru", "--cache", str(cache)]',
+    ),
+    (
+        "python -m spacy_elmo info",
+        "tests/cli/test_verify.py::test_info_of_a_published_model_says_where_it_comes_from",
+        '["info", "test/tiny"]',
+    ),
     (
         "python -m spacy_elmo embed-merge",
         "tests/embed/test_shards.py::test_three_shard_processes_merged_equal_one_run_bit_for_bit",
@@ -99,6 +110,7 @@ RUN_ELSEWHERE = [
 RUN_HERE = [
     "bash run.sh demo",
     "python -m spacy_elmo config",
+    "python -m spacy_elmo models",
     "python -m spacy init fill-config",
     "python -m spacy_elmo pretrain",
     "python -m spacy_elmo evaluate",
@@ -296,3 +308,9 @@ def test_pinning_a_digest_as_written(scratch):
     assert (scratch / "pinned.hdf5").exists()
     with pytest.raises(AssertionError, match="differs from the digest pinned by --sha256"):
         run(pinned.replace("DIGEST", "0" * 64), scratch)
+
+
+@pytest.mark.slow
+def test_the_catalog_listing_as_written(tmp_path):
+    listed = run(the("python -m spacy_elmo models"), tmp_path)  # the catalog only: no network
+    assert [line.split()[0] for line in listed.splitlines()][:1] == ["efml/ru"] and "nlpl/212" in listed

@@ -31,7 +31,7 @@ def one_line_errors() -> Iterator[None]:
 
 # Each subcommand registers itself on `elmo_cli` when imported. The modules import torch inside their
 # commands, not at import: `spacy elmo embed --runtime onnxruntime` with an .onnx model runs without torch.
-from . import config, convert, embed, evaluate, export, pretrain, verify  # noqa: E402,F401
+from . import config, convert, embed, evaluate, export, models, pretrain, verify  # noqa: E402,F401
 
 
 def _upper_case_placeholders() -> None:

@@ -23,6 +23,36 @@ def verify_cli(
     """Check a model (every array against its options and for damaged values; a native model against its
     recorded digest; the digest against --sha256) and print its digest (the one to pin: it covers every
     file of the model), each file's own digest, its options and shapes. Exit status 1 if it does not load."""
+    show(model_report(model, options, sha256), as_json)
+
+
+@elmo_cli.command("info")
+def info_cli(
+    model: str = typer.Argument(..., help="A published model's name (spacy elmo models), a URL or a local model"),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of text"),
+) -> None:
+    """What a model is: format, language, layers and dimensions, vocabularies, parameters, digests and where
+    it comes from (a published model: its page and licence); loaded with every check, as `verify` does."""
+    from ..hub.catalog import find_entry
+
+    entry = None if Path(model).exists() else find_entry(model)
+    report = model_report(model, None, None)
+    if entry is not None:
+        report["published"] = {
+            "name": entry.name,
+            "language": entry.language,
+            "description": entry.description,
+            "page": entry.page,
+            "licence": entry.licence,
+        }
+        if not as_json:
+            typer.echo(f"name     {entry.name} ({entry.language}): {entry.description}")
+            typer.echo(f"source   {entry.page}; licence: {entry.licence}")
+    show(report, as_json)
+
+
+def model_report(model: str, options: Optional[Path], sha256: Optional[str]) -> dict[str, Any]:
+    """Everything `verify` and `info` say of a model, loaded with every check (and the pin)."""
     from ..io.arrays import MAX_ABS_WEIGHT, bilm_arrays, weight_range  # torch: see cli/__init__
     from ..io.resolve import load_model
 
@@ -73,17 +103,22 @@ def verify_cli(
         "vocab_size": len(loaded.bilm.vocab) if loaded.bilm.vocab is not None else None,
         "n_arrays": len(arrays),
         "parameters": params,
+        "pinned": bool(sha256),
     }
+    return report
+
+
+def show(report: dict[str, Any], as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         return
-    lstm, cnn = report["lstm"], report["char_cnn"]
+    lstm, cnn, params = report["lstm"], report["char_cnn"], report["parameters"]
     typer.echo(f"model    {report['model']} ({report['format']})")
-    typer.echo(f"sha256   {loaded.sha256} ({loaded.sha256_of}): the digest to pin (--sha256, model.sha256)")
-    for file in loaded.files:
-        typer.echo(f"file     {file.sha256} {file.role}: {file.path}")
-    if loaded.converted_from:
-        source = loaded.converted_from
+    typer.echo(f"sha256   {report['sha256']} ({report['sha256_of']}): the digest to pin (--sha256, model.sha256)")
+    for file in report["files"]:
+        typer.echo(f"file     {file['sha256']} {file['role']}: {file['path']}")
+    if report["converted_from"]:
+        source = report["converted_from"]
         typer.echo(
             f"source   converted from {source.get('format')} {source.get('file')}, sha256 {source.get('sha256')}"
         )
@@ -101,9 +136,10 @@ def verify_cli(
         f"params   {params['total']:,} (token encoder {params['token_encoder']:,}, lstm {params['lstm']:,}, "
         f"softmax {params['softmax']:,}{f' over {vocab:,} words' if vocab else ''}) in {report['n_arrays']} arrays"
     )
-    typer.echo(f"weights  largest |w| {largest:.4g} (in {holder})")
-    typer.echo("checked  " + "; ".join(checked))
-    if loaded.source.kind != "native" and not sha256:  # no checksum of its own: unnoticed unless pinned
+    largest = report["max_abs_weight"]
+    typer.echo(f"weights  largest |w| {largest['value']:.4g} (in {largest['array']})")
+    typer.echo("checked  " + "; ".join(report["checked"]))
+    if report["format"] != "native" and not report["pinned"]:  # no checksum of its own: unnoticed unless pinned
         typer.echo(
             f"note     {report['format']} files carry no checksum: a weight changed within range (one flipped low "
             "exponent bit doubles or halves it) loads unnoticed unless the model digest above is pinned"

@@ -25,6 +25,7 @@ from typing import Any, Optional
 
 from ..bilm.bilm import BiLM
 from ..bilm.options import BiLMOptions
+from ..hub.download import resolve_model_source
 from ..text import PathLike
 from .archive import OPTIONS_MEMBER, VOCAB_MEMBER, WEIGHT_MEMBERS, bilm_tf_weights, is_archive, member_names
 from .atomic import same_file
@@ -40,7 +41,8 @@ DEFAULT_MODEL = "en_elmo_small"
 EXPECTED = (
     "a native model directory, a bilm-tf/AllenNLP directory (options.json + one .hdf5 [+ vocab.txt]), an "
     ".hdf5 weight file with options.json beside it, a .zip archive of such a model (the NLPL repository's), "
-    "or an ELMoForManyLangs directory (config.json, char.dic, token_embedder.pkl, encoder.pkl)"
+    "an ELMoForManyLangs directory (config.json, char.dic, token_embedder.pkl, encoder.pkl), a published "
+    "model's name (spacy elmo models lists them: allennlp/original, efml/ru) or an http(s) URL of a model"
 )
 
 
@@ -85,7 +87,7 @@ def resolve_model(path: PathLike, options_file: Optional[PathLike] = None, optio
                 f"{target}){where}. Give a model explicitly: {EXPECTED}"
             )
     else:
-        target = Path(path)
+        target = resolve_model_source(path)  # a name or URL: its local copy, downloaded once into the cache
         if not target.exists() and (SHIPPED_MODELS_DIR / str(path)).exists():
             target = SHIPPED_MODELS_DIR / str(path)
         if not target.exists():

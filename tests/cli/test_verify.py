@@ -36,3 +36,35 @@ def test_convert_records_a_digest_that_verify_checks(fixture_dir, tmp_path):
     damaged = runner.invoke(elmo_cli, ["verify", str(tmp_path / "native")])
     assert damaged.exit_code == 1
     assert f"{path}: the model file is corrupt" in damaged.output
+
+
+def test_info_of_a_published_model_says_where_it_comes_from(tmp_path, monkeypatch):
+    from fixture_paths import ELMO_FIXTURE
+    from http_files import serving, write_catalog
+    from spacy_elmo.hub import download
+
+    monkeypatch.delenv(download.OFFLINE_ENV, raising=False)
+    monkeypatch.setenv(download.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(download, "TIMEOUT_S", 10.0)
+    with serving() as server:
+        for name in ("options.json", "lm_weights.hdf5"):
+            server.files[f"m/{name}"] = (ELMO_FIXTURE / name).read_bytes()
+        entry = {
+            "name": "test/tiny",
+            "language": "en",
+            "format": "bilm-tf",
+            "description": "the bilm-tf test model",
+            "urls": {"options": server.url("m/options.json"), "weights": server.url("m/lm_weights.hdf5")},
+        }
+        monkeypatch.setenv("SPACY_ELMO_CATALOG", str(write_catalog(tmp_path / "catalog.json", [entry])))
+        text = runner.invoke(elmo_cli, ["info", "test/tiny"])
+        report = json.loads(runner.invoke(elmo_cli, ["info", "test/tiny", "--json"]).stdout)
+    assert text.exit_code == 0, text.output
+    assert text.stdout.startswith("name     test/tiny (en): the bilm-tf test model\nsource   ")
+    assert "layers   3 x 32 (token layer + 2 LSTM layers)" in text.stdout and text.stdout.endswith("ok\n")
+    assert report["published"]["name"] == "test/tiny" and report["published"]["language"] == "en"
+    assert (
+        report["sha256"]
+        == json.loads(runner.invoke(elmo_cli, ["verify", str(ELMO_FIXTURE), "--json"]).stdout)["sha256"]
+    )
+    assert runner.invoke(elmo_cli, ["info", "--help"]).exit_code == 0

@@ -1,0 +1,128 @@
+"""The catalog of published ELMo models (`catalog.json`, shipped as package data): names users can give
+wherever a model is asked for, each with its format, language, URLs and the public source it was taken from.
+
+Names are `publisher/model`: `allennlp/original`, `efml/ru` (ELMoForManyLangs by ISO 639 code), `nlpl/212`
+(an NLPL Vectors Repository ID). `SPACY_ELMO_CATALOG` names a catalog file of one's own (the same layout) that
+replaces the shipped one: a mirror inside a network without internet access, or a test server.
+"""
+
+import difflib
+import json
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Optional
+
+CATALOG_FILE = Path(__file__).with_name("catalog.json")
+CATALOG_ENV = "SPACY_ELMO_CATALOG"
+FORMATS = ("bilm-tf", "efml")
+# the URL roles of an entry: a bilm-tf model published as two files, or one archive (NLPL zips)
+PAIR_ROLES = ("options", "weights")
+ARCHIVE_ROLE = "archive"
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    """One published model. `urls` holds either `options` and `weights` (a bilm-tf model as two files) or
+    `archive` (one zip); `sha256` the digests a public source states, by the same roles."""
+
+    name: str
+    language: str
+    format: str
+    description: str
+    urls: dict[str, str]
+    source: dict[str, Any]
+    size: Optional[str] = None
+    parameters: Optional[str] = None
+    nlpl_id: Optional[int] = None
+    sha256: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_pair(self) -> bool:
+        return ARCHIVE_ROLE not in self.urls
+
+    @property
+    def licence(self) -> str:
+        return str(self.source.get("licence", "not stated"))
+
+    @property
+    def page(self) -> str:
+        return str(self.source.get("page", ""))
+
+
+def catalog_path() -> Path:
+    return Path(os.environ.get(CATALOG_ENV) or CATALOG_FILE)
+
+
+def load_catalog(path: Optional[Path] = None) -> dict[str, CatalogEntry]:
+    """The catalog's entries by name: `path`, else `SPACY_ELMO_CATALOG`, else the shipped catalog."""
+    return dict(_read_catalog(path or catalog_path())[0])
+
+
+def canonical_url(url: str, path: Optional[Path] = None) -> str:
+    """`url` at the address the catalog lists it by: its `url_aliases` map older prefixes of the same files
+    (AllenNLP's bucket addressed path-style) to the current ones."""
+    for old, new in _read_catalog(path or catalog_path())[1]:
+        if url.startswith(old):
+            return new + url[len(old) :]
+    return url
+
+
+@lru_cache(maxsize=4)
+def _read_catalog(path: Path) -> tuple[tuple[tuple[str, CatalogEntry], ...], tuple[tuple[str, str], ...]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        sources = data.get("sources", {})
+        entries = []
+        for model in data["models"]:
+            source = sources[model["source"]] if isinstance(model["source"], str) else model["source"]
+            entries.append((model["name"], CatalogEntry(**{**model, "source": source})))
+        aliases = tuple((str(old), str(new)) for old, new in data.get("url_aliases", {}).items())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise ValueError(f"{path} ({CATALOG_ENV}, or the shipped catalog) is not a model catalog: {err}") from err
+    return tuple(entries), aliases
+
+
+def find_entry(name: str, catalog: Optional[dict[str, CatalogEntry]] = None) -> Optional[CatalogEntry]:
+    """The entry named `name` (case-insensitive), or None."""
+    entries = load_catalog() if catalog is None else catalog
+    return entries.get(name) or next((e for n, e in entries.items() if n.lower() == name.lower()), None)
+
+
+def looks_like_name(spec: str, catalog: Optional[dict[str, CatalogEntry]] = None) -> bool:
+    """Whether `spec` is written as a catalog name: `publisher/model` with a publisher the catalog knows."""
+    entries = load_catalog() if catalog is None else catalog
+    publisher, slash, rest = spec.partition("/")
+    return bool(slash and rest and "/" not in rest) and publisher.lower() in {n.split("/")[0] for n in entries}
+
+
+def close_names(name: str, catalog: Optional[dict[str, CatalogEntry]] = None, n: int = 5) -> list[str]:
+    """Catalog names close to `name`, best first (a typo, another language code of the same publisher)."""
+    entries = load_catalog() if catalog is None else catalog
+    lowered = {known.lower(): known for known in entries}
+    close = difflib.get_close_matches(name.lower(), list(lowered), n=n, cutoff=0.6)
+    return [lowered[match] for match in close]
+
+
+def unknown_name_message(name: str, catalog: Optional[dict[str, CatalogEntry]] = None) -> str:
+    close = close_names(name, catalog)
+    hint = f"close names: {', '.join(close)}" if close else "`spacy elmo models` lists the names"
+    return f"no model {name!r} in the catalog ({catalog_path()}); {hint}"
+
+
+def entries_for(
+    language: Optional[str] = None, catalog: Optional[dict[str, CatalogEntry]] = None
+) -> list[CatalogEntry]:
+    """The entries, by name, of one language (an ISO 639 code, case-insensitive) or of all."""
+    entries = load_catalog() if catalog is None else catalog
+    wanted = language.lower() if language else None
+    return [entries[n] for n in sorted(entries) if wanted is None or entries[n].language.lower() == wanted]
+
+
+def entry_for_url(url: str, catalog: Optional[dict[str, CatalogEntry]] = None) -> Optional[CatalogEntry]:
+    """The entry one of whose URLs is `url` (or an older address of it): a weights URL given alone is then
+    fetched with the catalog's options, whatever their file name."""
+    entries = load_catalog() if catalog is None else catalog
+    url = canonical_url(url)
+    return next((e for e in entries.values() if url in e.urls.values()), None)
