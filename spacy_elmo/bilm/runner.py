@@ -13,6 +13,7 @@ from typing import Callable, Optional
 import numpy
 import torch
 
+from ..cpus import usable_cpus
 from .batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET, SentenceRunner, token_slice
 from .bilm import BiLM
 from .lstm import BiLSTMStack, LSTMState
@@ -51,12 +52,17 @@ def check_threads(n_threads: int, option: str = "--threads") -> int:
 
 @contextlib.contextmanager
 def torch_threads(n_threads: int) -> Iterator[None]:
-    """Run with `n_threads` intra-op threads (0: torch's setting), then restore the caller's."""
-    if n_threads <= 0:
+    """Run with `n_threads` intra-op threads, then restore the caller's. 0: torch's setting, but no more
+    threads than the CPUs this process may use (torch reads neither affinity nor cgroup quota); a count
+    above 0 is the user's choice, used as given."""
+    before = torch.get_num_threads()
+    during = n_threads
+    if n_threads <= 0:  # the limits are read only where they could lower torch's count
+        during = min(before, usable_cpus()) if before > 1 else before
+    if during == before:
         yield
         return
-    before = torch.get_num_threads()
-    torch.set_num_threads(n_threads)
+    torch.set_num_threads(during)
     try:
         yield
     finally:
@@ -119,7 +125,7 @@ class BiLMRunner(torch.nn.Module, SentenceRunner):
         self.token_budget = token_budget
         self.stateful = stateful
         self.max_batch_size = max_batch_size
-        self.n_threads = n_threads  # torch threads while running (0: torch's own setting)
+        self.n_threads = n_threads  # torch threads while running (0: torch's, at most the usable CPUs)
         self.n_splits = 0  # batches split after running out of memory
         self._pid = os.getpid()
         self._forked = False

@@ -39,7 +39,11 @@ def embed_cli(
         "fp32", "--precision", help="matrix products in fp32, bf16, int8 (CPU only) or fp16 (GPU); outputs are float32"
     ),
     workers: int = typer.Option(1, "--workers", help="worker processes (CPU)"),
-    threads: int = typer.Option(0, "--threads", help="threads (0: the runtime's default); each worker uses 1"),
+    threads: int = typer.Option(
+        0,
+        "--threads",
+        help="threads (0: the runtime's default, at most the CPUs this process may use); each worker uses 1",
+    ),
     runtime: str = typer.Option(
         "torch",
         "--runtime",

@@ -27,7 +27,9 @@ def evaluate_cli(
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Evaluate the first N words only"),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda[:N]"),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Keep the tokenized text here for reuse"),
-    threads: int = typer.Option(0, "--threads", help="torch threads (0: torch's default)"),
+    threads: int = typer.Option(
+        0, "--threads", help="torch threads (0: torch's default, at most the CPUs this process may use)"
+    ),
 ) -> None:
     """Perplexity (full softmax) of each direction and their average, over whole sentences."""
     from ..bilm.runner import check_threads, parse_device, torch_threads

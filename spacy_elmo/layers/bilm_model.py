@@ -203,7 +203,8 @@ def BiLM_v1(
     stateful: carry the LSTM state from batch to batch as bilm-tf/AllenNLP do (results then depend on
         what was embedded before; no sorting, no cache). Default: every sentence starts from zero.
     fine_tune: train the biLM's weights with the listening components (default: frozen biLM).
-    n_threads: threads while the biLM runs (0 = the runtime's own setting); torch's setting is restored
+    n_threads: threads while the biLM runs (0 = the runtime's own setting, at most the CPUs this process may
+        use); torch's setting is restored
         after each batch, ONNX Runtime's is its session's.
     precision: the biLM's matrix products, on CPU and GPU alike: "fp32" (default), "bf16", "int8" (CPU
         only, inference only: dynamic quantization, weights quantized once when loaded, never saved so)

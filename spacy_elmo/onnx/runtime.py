@@ -20,6 +20,7 @@ import numpy
 from ..bilm.batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET, SentenceRunner, token_slice
 from ..bilm.lexicon import Lexicon, batch_to_ids
 from ..bilm.options import BiLMOptions
+from ..cpus import usable_cpus
 from ..io.digest import check_pin
 from ..io.onnx_graph import (
     EXPORT_AGAIN,
@@ -93,7 +94,7 @@ class OnnxRunner(SentenceRunner):
 
     graph: the .onnx file's bytes, or None with `load`, which returns a `LoadedGraph` on first use;
     source, remedy: how errors name `graph`, and what they advise about a damaged one;
-    n_threads: ONNX Runtime's intra-op threads (0: its default);
+    n_threads: ONNX Runtime's intra-op threads (0: its default, at most the CPUs this process may use);
     token_budget, max_batch_size: as for `BiLMRunner`.
     """
 
@@ -189,7 +190,7 @@ class OnnxRunner(SentenceRunner):
             except ImportError as err:
                 raise ImportError(f"{MISSING_RUNTIME} ({err})") from None
             settings = ort.SessionOptions()
-            settings.intra_op_num_threads = self.n_threads if os.getpid() == self._origin_pid else 1
+            settings.intra_op_num_threads = self._threads() if os.getpid() == self._origin_pid else 1
             settings.log_severity_level = 3  # errors only: its warnings are about graph rewrites
             try:
                 session = ort.InferenceSession(self._graph, settings, providers=["CPUExecutionProvider"])
@@ -199,6 +200,12 @@ class OnnxRunner(SentenceRunner):
                 ) from None
             _sessions[self._key] = session
         return session
+
+    def _threads(self) -> int:
+        """`n_threads`; for 0, ONNX Runtime's default (a thread per physical core, affinity and quota unread)
+        where this process may use every CPU, else a thread per CPU it may use."""
+        usable = usable_cpus()
+        return self.n_threads or (usable if usable < (os.cpu_count() or 1) else 0)
 
     def _read_metadata(self) -> GraphMetadata:
         """The graph's metadata, checked against its inputs, outputs and the digest it records of itself."""

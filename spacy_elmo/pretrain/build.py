@@ -22,7 +22,7 @@ from thinc.api import Config
 
 from ..bilm.bilm import BiLM
 from ..bilm.options import BiLMOptions
-from ..bilm.runner import parse_device
+from ..bilm.runner import parse_device, torch_threads
 from ..io.arrays import bilm_arrays, build_bilm
 from ..io.native import bilm_from_bytes
 from ..io.resolve import load_model
@@ -63,14 +63,11 @@ def pretrain(
     `source` names the config in its errors (the CLI gives the config file). `accept_changed_data`: resume
     although the training or dev data differ from the checkpoint's (logged and recorded)."""
     settings = PretrainSettings.from_config(config, source)
-    threads = torch.get_num_threads()
     owns_process_group = launch_env().distributed and not process_group_exists()
     try:
-        if settings.training.n_threads:
-            torch.set_num_threads(settings.training.n_threads)
-        return build_loop(config, settings, Path(output_dir), resume, init_from, log, accept_changed_data).run()
+        with torch_threads(settings.training.n_threads):
+            return build_loop(config, settings, Path(output_dir), resume, init_from, log, accept_changed_data).run()
     finally:
-        torch.set_num_threads(threads)
         if owns_process_group:
             end_distributed()
 

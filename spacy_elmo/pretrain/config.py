@@ -133,7 +133,7 @@ class TrainingSection(_Section):
 
     seed: Count
     device: str
-    n_threads: Count  # 0: torch's default
+    n_threads: Count  # 0: torch's default, at most the usable CPUs
     window: Positive
     batch_size: Positive
     # when to stop: the first limit reached (0: no such limit)
