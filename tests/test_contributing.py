@@ -72,3 +72,11 @@ def test_importing_the_package_does_not_need_h5py() -> None:
         f"importing spacy_elmo's modules needs h5py (import it where a file is read or written):\n"
         f"{result.stderr[-3000:]}"
     )
+
+
+def test_test_files_have_unique_basenames() -> None:
+    """tests/ has no __init__.py (pytest's rootdir imports): two test files of one name cannot both be collected."""
+    from collections import Counter
+
+    names = Counter(path.name for path in (ROOT / "tests").rglob("test_*.py"))
+    assert not [name for name, count in names.items() if count > 1]
