@@ -25,6 +25,7 @@ import pytest
 import spacy
 
 from fixture_paths import ELMO_FIXTURE, ROOT
+from packaging_support import load_pyproject
 from spacy_elmo.io.resolve import load_model
 from spacy_elmo.onnx.export import export_onnx
 
@@ -188,8 +189,10 @@ def test_a_wheel_serves_in_a_fresh_virtualenv_without_torch(tmp_path, monkeypatc
         f"{link_distributions(serving, tmp_path / 'serving-dependencies')}\n", encoding="utf-8"
     )
 
-    # where torch is, pip finds the pipeline's spacy-elmo requirement in dist/ (torch made visible)
-    with_torch = link_distributions(requirement_closure(["torch"]) - serving, tmp_path / "torch-dependencies")
+    # where torch is, pip finds the pipeline's spacy-elmo requirement in dist/ (the package's own
+    # requirements, torch among them, made visible)
+    own = load_pyproject()["project"]["dependencies"]
+    with_torch = link_distributions(requirement_closure(own) - serving, tmp_path / "torch-dependencies")
     env = {**os.environ, "PYTHONPATH": str(with_torch)}
     dry_run = INSTALL_PIPELINE_WITH_TORCH.replace("install", "install --dry-run --report -", 1)
     report = json.loads(pip(dry_run, work, python, env))
