@@ -26,8 +26,9 @@ def test_every_entry_is_well_formed_and_cites_its_source():
         assert entry.name == name and re.fullmatch(r"[a-z]+/[a-z0-9.-]+", name), name
         assert entry.format in FORMATS and entry.language and entry.description, name
         assert set(entry.urls) in ({"archive"}, {"options", "weights"}), name
-        # as the sources state them: AllenNLP's over https, the NLPL repository's over http
-        assert all(re.fullmatch(r"https?://[^\s/]+/\S+", url) for url in entry.urls.values()), name
+        # https only: the NLPL repository serves https too (its http addresses, as the ELMoForManyLangs
+        # README gives them, are aliases)
+        assert all(re.fullmatch(r"https://[^\s/]+/\S+", url) for url in entry.urls.values()), name
         assert entry.page.startswith("https://") and entry.licence, name
         assert set(entry.sha256) <= set(entry.urls), name
     urls = [url for entry in CATALOG.values() for url in entry.urls.values()]
@@ -49,7 +50,7 @@ def test_the_44_elmoformanylangs_languages_with_their_nlpl_ids():
     assert sorted(entry.nlpl_id for entry in efml) == list(range(136, 180))
     for entry in efml:
         assert entry.name == f"efml/{entry.language}"
-        assert entry.urls == {"archive": f"http://vectors.nlpl.eu/repository/11/{entry.nlpl_id}.zip"}
+        assert entry.urls == {"archive": f"https://vectors.nlpl.eu/repository/11/{entry.nlpl_id}.zip"}
     assert CATALOG["efml/ru"].nlpl_id == 170 and CATALOG["efml/nb"].nlpl_id == 165 and CATALOG["efml/nl"].nlpl_id == 164
 
 
@@ -83,3 +84,11 @@ def test_a_catalog_of_ones_own_replaces_the_shipped_one(tmp_path, monkeypatch):
     monkeypatch.setenv("SPACY_ELMO_CATALOG", str(mine.with_name("broken.json")))
     with pytest.raises(ValueError, match=r"broken\.json \(SPACY_ELMO_CATALOG, or the shipped catalog\) is not a model"):
         load_catalog()
+
+
+def test_the_http_addresses_the_elmoformanylangs_readme_gives_find_their_https_entries():
+    from spacy_elmo.hub.catalog import canonical_url, entry_for_url
+
+    given = "http://vectors.nlpl.eu/repository/11/170.zip"  # as the ELMoForManyLangs README lists Russian
+    assert canonical_url(given) == "https://vectors.nlpl.eu/repository/11/170.zip"
+    assert entry_for_url(given).name == "efml/ru"
