@@ -1,7 +1,7 @@
 """A local HTTP server for the download tests (127.0.0.1, a free port, in a thread): no test touches the
 network. It serves byte strings by path, answers Range requests (unless told not to), can cut a body short
-once, and records every request with its Range header. `write_catalog` writes a test catalog of entries
-pointing at it."""
+(once, or every time), and records every request with its Range header. `write_catalog` writes a test
+catalog of entries pointing at it."""
 
 import contextlib
 import json
@@ -16,6 +16,7 @@ class FileServer:
         self.files: dict[str, bytes] = {}
         self.content_types: dict[str, str] = {}
         self.cut_once: set[str] = set()
+        self.cut_always: set[str] = set()
         self.ranges = True
         self.requests: list[tuple[str, object]] = []
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
@@ -48,7 +49,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
         self.end_headers()
         payload = body[start:]
-        if path in server.cut_once:  # the connection drops half way
+        if path in server.cut_once or path in server.cut_always:  # the connection drops half way
             server.cut_once.discard(path)
             payload = payload[: len(payload) // 2]
         self.wfile.write(payload)

@@ -226,3 +226,13 @@ def test_a_url_and_a_catalog_name_give_the_pipe_the_layers_of_the_model_on_disk(
     monkeypatch.setenv(download.OFFLINE_ENV, "1")
     monkeypatch.setenv(download.CACHE_ENV, str(tmp_path / "empty-cache"))
     assert numpy.array_equal(layers(spacy.load(tmp_path / "saved")), from_disk)
+
+
+def test_a_body_always_cut_short_is_refused_naming_the_url(server, cache, use_catalog):
+    url = serve_archive(server, use_catalog)
+    server.cut_always.add("models/m.zip")
+    with pytest.raises(DownloadError, match=rf"{url}") as refused:
+        resolve_model_source("test/zip", progress=False)
+    assert "\n" not in str(refused.value)
+    assert not download.local_files({"archive": url})["archive"].exists()  # nothing that looks complete
+    assert len(server.hits("models/m.zip")) == 1 + download.RETRIES
