@@ -208,8 +208,9 @@ class Elmo(TrainablePipe):
     def set_annotations(self, docs: Iterable[Doc], layers: list[Floats3d]) -> None:
         keep_layers = self.store in ("layers", "both") or bool(self.listener_map)
         keep_vectors = self.store in ("vectors", "both")
+        hooks = self._vector_hooks_on()  # once a batch, as the mix weights: every doc has the model's layers
+        weights = named_mix_weights(self.default_mix, int(layers[0].shape[0])) if len(layers) else None
         for doc, doc_layers in zip(docs, layers):
-            weights = named_mix_weights(self.default_mix, int(doc_layers.shape[0]))
             if self.to_cpu:
                 doc_layers = self.model.ops.to_numpy(doc_layers)
             stored = get_array_module(doc_layers).array(doc_layers, dtype=self.store_dtype, copy=True)
@@ -217,7 +218,7 @@ class Elmo(TrainablePipe):
             doc._.set(extensions.LAYERS, stored if keep_layers else None)
             # mixed in float32, kept in the stored layers' dtype
             doc._.set(extensions.STORED_VECTORS, mix_layers(stored, weights) if keep_vectors else None)
-            if self._vector_hooks_on():
+            if hooks:
                 extensions.set_vector_hooks(doc)
 
     def _vector_hooks_on(self) -> bool:

@@ -14,19 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ..hub.download import sha256_of_file
 from ..text import PathLike
 
-_BLOCK = 1 << 20
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def file_sha256(path: PathLike) -> str:
-    """The SHA-256 of a file's bytes, as `sha256sum` prints it."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(_BLOCK), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """The SHA-256 of a file's bytes, as `sha256sum` prints it (streamed: the download cache's function)."""
+    return str(sha256_of_file(Path(path)))
 
 
 @dataclass(frozen=True)
