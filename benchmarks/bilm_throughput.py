@@ -4,6 +4,7 @@
     python benchmarks/bilm_throughput.py --precision fp32,bf16,int8
     python benchmarks/bilm_throughput.py --entry runner    # through BiLMRunner.embed_sentences (words in)
     python benchmarks/bilm_throughput.py --device cuda --configs full --batch-sizes 1024 --profile
+    python benchmarks/bilm_throughput.py --device cuda --no-cuda-graphs    # the GPU's LSTM loop launched eagerly
 
 Random weights, sentences of `--length` tokens (+ <S>, </S>), fp32 by default. For every
 (configuration, batch size, precision) one JSON line: tokens/s, achieved GFLOP/s (2 FLOPs per
@@ -66,6 +67,7 @@ def main() -> None:
     parser.add_argument("--output", default="", help="append JSON lines to this file too")
     parser.add_argument("--precision", default="fp32", help="comma-separated: fp32, bf16, fp16, int8")
     parser.add_argument("--compile", action="store_true", help="torch.compile the LSTM cell")
+    parser.add_argument("--no-cuda-graphs", action="store_true", help="run the GPU's LSTM loop without CUDA graphs")
     parser.add_argument("--entry", default="bilm", choices=["bilm", "runner"], help="what is timed (see above)")
     parser.add_argument(
         "--dedupe",
@@ -96,6 +98,7 @@ def main() -> None:
         bilm.to(device)
         if args.compile:
             bilm.lstm.compile_cell()
+        bilm.lstm.cuda_graphs.enabled = not args.no_cuda_graphs
         bilm.dedupe_tokens = args.dedupe
         flops = bilm_flops_per_token(options)
         for batch_size in [int(b) for b in args.batch_sizes.split(",")]:
@@ -123,6 +126,7 @@ def main() -> None:
                         "config": name,
                         "precision": precision,
                         "compiled": args.compile,
+                        "cuda_graphs": device.startswith("cuda") and not args.no_cuda_graphs,
                         "dedupe": args.dedupe,
                         "batch_size": batch_size,
                         "length": args.length,

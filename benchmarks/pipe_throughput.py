@@ -59,10 +59,12 @@ def save_full_model(directory: Path) -> Path:
     return directory
 
 
-def build(path: str, precision: str = "fp32") -> spacy.Language:
+def build(path: str, precision: str = "fp32", token_budget: int = 0) -> spacy.Language:
     nlp = spacy.blank("en")
     nlp.add_pipe("sentencizer")
     config = {"@architectures": "spacy-elmo.BiLM.v1", "path": path, "precision": precision}
+    if token_budget:
+        config["token_budget"] = token_budget
     nlp.add_pipe("elmo", config={"model": config})
     return nlp
 
@@ -104,6 +106,7 @@ def main() -> None:
         "docs / n_process, or one worker gets all the work)",
     )
     parser.add_argument("--precision", default="fp32", help="comma-separated: fp32, bf16, int8 (the model's setting)")
+    parser.add_argument("--token-budget", type=int, default=0, help="the model's token_budget (0: its default)")
     parser.add_argument("--output", default="", help="append JSON lines to this file too")
     parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = parser.parse_args()
@@ -128,7 +131,7 @@ def main() -> None:
             texts = load_texts(n_words)
             for precision in args.precision.split(","):
                 for n_process in [int(n) for n in args.n_process.split(",")]:
-                    nlp = build(paths[model], precision)
+                    nlp = build(paths[model], precision, args.token_budget)
                     words_per_s, counted = measure(nlp, texts, args.repeats, sync, n_process, args.batch_size)
                     options = nlp.get_pipe("elmo").bilm.options
                     emit(
@@ -137,6 +140,7 @@ def main() -> None:
                             "precision": precision,
                             "n_process": n_process,
                             "pipe_batch_size": args.batch_size,
+                            "token_budget": args.token_budget or "default",
                             "threads_per_process": torch.get_num_threads() if n_process == 1 else 1,
                             "words_per_s": round(words_per_s, 1),
                             "words": counted,

@@ -46,30 +46,37 @@ print('corpus cached', len(s))") > "$out/corpus.log" 2>&1 &
 fi
 
 if [ "${SPEED_ONLY:-0}" = 1 ]; then corpus=""; fi
-# 1. correctness: the GPU tests (fp32/bf16/fp16 pipe vs CPU, to_cpu, spacy train --gpu-id 0, OOM split)
-[ "${SPEED_ONLY:-0}" = 1 ] || step gpu-tests 200 $PY -m pytest -p no:cacheprovider -q -rA -m gpu tests/pipeline/test_gpu.py tests/bilm/test_runner.py
+# 1. correctness: the GPU tests (fp32/bf16/fp16 pipe vs CPU, to_cpu, spacy train --gpu-id 0, OOM split, the GPU's
+#    LSTM loop and its CUDA graphs against the CPU)
+[ "${SPEED_ONLY:-0}" = 1 ] || step gpu-tests 200 $PY -m pytest -p no:cacheprovider -q -rA -m gpu tests/pipeline/test_gpu.py \
+  tests/bilm/test_runner.py tests/bilm/test_gpu_bilm.py
 
-# 2. speed: the full configuration at big batches (fp32, bf16, bf16 with the compiled cell), where a forward's
-#    time goes, end to end, training
+# 2. speed: the full configuration at big batches (CUDA graphs on, then off; bf16 with the compiled cell), where a
+#    forward's time goes, end to end (with a profile of the pipe's Python side), training
 cd benchmarks
-step bilm-fp32 50 $PY bilm_throughput.py --device cuda --configs full,small --batch-sizes 256,1024 --precision fp32 \
-  --min-seconds 2 --output "$results"
-step bilm-bf16 50 $PY bilm_throughput.py --device cuda --configs full --batch-sizes 256,1024,4096 --precision bf16 \
-  --min-seconds 2 --output "$results"
-step bilm-bf16-compiled 90 $PY bilm_throughput.py --device cuda --configs full --batch-sizes 1024 --precision bf16 \
-  --compile --min-seconds 2 --output "$results"
-step profile 40 $PY bilm_throughput.py --device cuda --configs full --batch-sizes 1024 --precision fp32,bf16 \
+step bilm 80 $PY bilm_throughput.py --device cuda --configs full,small --batch-sizes 256,1024 --precision fp32,bf16 \
+  --min-seconds 1 --output "$results"
+step bilm-eager 40 $PY bilm_throughput.py --device cuda --configs full --batch-sizes 1024 --precision fp32,bf16 \
+  --no-cuda-graphs --min-seconds 1 --output "$results"
+step bilm-compiled 80 $PY bilm_throughput.py --device cuda --configs full --batch-sizes 1024,4096 --precision bf16 \
+  --compile --min-seconds 1 --output "$results"
+step profile 40 $PY bilm_throughput.py --device cuda --configs full --batch-sizes 1024 --precision bf16 \
   --min-seconds 0 --profile
-step pipe 60 $PY pipe_throughput.py --gpu --models shipped,full --words 100000 --full-words 50000 --repeats 2 \
+step pipe 60 $PY pipe_throughput.py --gpu --models shipped,full --words 100000 --repeats 2 --precision fp32,bf16 \
   --output "$results"
-step pipe-bf16 40 $PY pipe_throughput.py --gpu --models full --full-words 50000 --repeats 2 --precision bf16 \
-  --output "$results"
-step train-full 40 bash -c "$PY train_throughput.py --device cuda --configs full --steps 10 --warmup 3 | tee -a $results"
-step train-full-amp 40 bash -c "$PY train_throughput.py --device cuda --configs full --steps 10 --warmup 3 --amp \
-  | tee -a $results"
+step pipe-budget 40 $PY pipe_throughput.py --gpu --models shipped --words 100000 --repeats 2 --token-budget 32768 \
+  --batch-size 512 --output "$results"
+step pipe-profile 40 bash -c "$PY -m cProfile -o /tmp/pipe.prof pipe_throughput.py --gpu --models shipped \
+  --words 50000 --repeats 1 && $PY -c \"import pstats; pstats.Stats('/tmp/pipe.prof').sort_stats('tottime').print_stats(22)\""
+for batch in 32 256; do
+  for amp in "" --amp; do
+    step "train-full-$batch$amp" 40 bash -c "$PY train_throughput.py --device cuda --configs full --batch-size $batch \
+      --steps 8 --warmup 3 $amp | tee -a $results"
+  done
+done
 small="$(cat ../spacy_elmo/models/en_elmo_small/options.json)"  # the shipped model's shape, as pretrained below
-for amp in "" --amp; do
-  step "train-small$amp" 40 bash -c "$PY train_throughput.py --device cuda --options-json '$small' --vocab 30000 \
+for amp in "" --amp; do  # (only where a pretraining follows: it sizes the run)
+  [ -n "$corpus" ] && step "train-small$amp" 40 bash -c "$PY train_throughput.py --device cuda --options-json '$small' --vocab 30000 \
     --batch-size ${PRETRAIN_BATCH:-512} --window 32 --negatives 4096 --steps 20 --warmup 5 $amp | tee -a $results \
     > /tmp/train_small$amp.json"
 done

@@ -6,8 +6,10 @@ AllenNLP-parametrised weights, whose bias already holds it) added at run time; t
 the projected output clipped; a residual connection around every layer but the first.
 
 The input products of all steps and both directions run ahead of the loop; the loop does the recurrent
-product, the cell and the projection on a batch that shrinks as rows (longest first) end. The backward
-direction reads each row reversed within its length, so both directions share one loop.
+product, the cell and the projection. The backward direction reads each row reversed within its length, so
+both directions share one loop. On the CPU the loop's batch shrinks as rows (longest first) end; on a GPU
+(`forward_static`) every row runs every step, so the loop's kernels are the same for any lengths and are
+captured once as a CUDA graph (`cuda_graphs.py`), with operands kept in the products' precision.
 """
 
 from collections.abc import Iterator
@@ -17,8 +19,10 @@ from typing import Optional
 import torch
 from torch import nn
 
+from . import _torch_private
+from .cuda_graphs import GraphCache
 from .options import BiLMOptions
-from .precision import FP32, Products
+from .precision import FP32, HALF_DTYPES, Products
 
 FORWARD, BACKWARD = 0, 1
 
@@ -75,6 +79,10 @@ class BiLSTMStack(nn.Module):
         forget[2 * C : 3 * C] = options.forget_bias  # bilm-tf: 1.0; AllenNLP's parametrisation: 0
         self.register_buffer("forget_bias", forget, persistent=False)
         self.cell = lstm_cell
+        self.cuda_graphs = GraphCache()  # `forward_static` at inference; `.enabled = False` turns graphs off
+        # the weights in a precision's dtype for `forward_static` at inference: (dtype, the parameters' states,
+        # one (w_in, w_rec, w_proj, bias) a layer), refreshed in place so captured graphs stay valid
+        self._static_weights: dict[torch.dtype, tuple[tuple, list[tuple[torch.Tensor, ...]]]] = {}
 
     def compile_cell(self, enable: bool = True) -> None:
         """Fuse the cell's elementwise work with torch.compile (for long GPU runs; equal up to rounding)."""
@@ -107,6 +115,20 @@ class BiLSTMStack(nn.Module):
     ) -> tuple[list[torch.Tensor], Optional[LSTMState]]:
         """tokens (B, T, P), lengths (B,) -> one (B, T, 2P) tensor a layer ([forward; backward]), zero at and past
         each row's length; and if asked, the final state (at each row's length; the initial one for empty rows)."""
+        if tokens.device.type == "cuda" and tokens.shape[0] and int(lengths.max()) > 0:
+            return self.forward_static(tokens, lengths, initial_state, return_final_state, dropout, products)
+        return self._forward_shrinking(tokens, lengths, initial_state, return_final_state, dropout, products)
+
+    def _forward_shrinking(
+        self,
+        tokens: torch.Tensor,
+        lengths: torch.Tensor,
+        initial_state: Optional[LSTMState],
+        return_final_state: bool,
+        dropout: float,
+        products: Products,
+    ) -> tuple[list[torch.Tensor], Optional[LSTMState]]:
+        """`forward` on a batch that shrinks as rows end (the CPU's loop)."""
         n_rows, n_steps, _ = tokens.shape
         lengths_cpu = lengths.detach().to("cpu", torch.long)
         order = torch.argsort(lengths_cpu, descending=True, stable=True)
@@ -137,18 +159,121 @@ class BiLSTMStack(nn.Module):
                 final_h.append(h_last)
                 final_c.append(c_last)
         unsort = torch.argsort(order_dev)
-        results = []
-        for out in layer_outputs:
-            out = out.transpose(1, 2)  # (2, B, T, P)
-            backward = reverse_within_lengths(out[BACKWARD], lengths_dev)
-            merged = torch.cat([out[FORWARD], backward], dim=-1).index_select(0, unsort)
-            if merged.shape[1] < tokens.shape[1]:
-                merged = nn.functional.pad(merged, (0, 0, 0, tokens.shape[1] - merged.shape[1]))
-            results.append(merged)
+        results = [merge_directions(out, lengths_dev, tokens, unsort) for out in layer_outputs]
         final = None
         if return_final_state:
             final = LSTMState(torch.stack(final_h)[:, :, unsort], torch.stack(final_c)[:, :, unsort])
         return results, final
+
+    def forward_static(
+        self,
+        tokens: torch.Tensor,
+        lengths: torch.Tensor,
+        initial_state: Optional[LSTMState] = None,
+        return_final_state: bool = False,
+        dropout: float = 0.0,
+        products: Products = FP32,
+    ) -> tuple[list[torch.Tensor], Optional[LSTMState]]:
+        """`forward` with every row running every step (the GPU's loop): no sorting, no per-step slicing; a row's
+        state stops at its length and its outputs past it are zero. Operands stay in the products' dtype (or the
+        autocast dtype) from the first product to the last, the cell's state in float32. At inference without
+        dropout the loop runs through `cuda_graphs` on a GPU."""
+        n_rows = tokens.shape[0]
+        lengths = lengths.to(tokens.device, torch.long)
+        n_steps = int(lengths.max())  # at least 1: `forward` takes batches without tokens
+        dtype = static_dtype(products, tokens)
+        x = tokens[:, :n_steps]
+        frames = torch.stack([x, reverse_within_lengths(x, lengths)]).transpose(1, 2).to(dtype).contiguous()
+        running = (torch.arange(n_steps, device=tokens.device).unsqueeze(1) < lengths.unsqueeze(0)).unsqueeze(-1)
+        state = initial_state or self.zero_state(n_rows, tokens.device)
+        h0, c0 = state.h.to(dtype), state.c.to(torch.promote_types(dtype, torch.float32))
+        grad = torch.is_grad_enabled() and (tokens.requires_grad or any(p.requires_grad for p in self.parameters()))
+        weights = self._weights_in(dtype, grad)
+        dropout = dropout if self.training else 0.0
+
+        def layers(frames: torch.Tensor, running: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor) -> tuple:
+            return self._static_layers(frames, running, h0, c0, weights, return_final_state, dropout)
+
+        if grad or dropout > 0.0:
+            outputs, final_h, final_c = layers(frames, running, h0, c0)
+        else:
+            key = (n_rows, n_steps, dtype, return_final_state)
+            outputs, final_h, final_c = self.cuda_graphs(key, layers, (frames, running, h0, c0))
+        results = [merge_directions(out, lengths, tokens) for out in outputs]
+        final = None
+        if return_final_state:  # copies: a graph's outputs are overwritten by its next replay
+            final = LSTMState(final_h.to(tokens.dtype, copy=True), final_c.to(tokens.dtype, copy=True))
+        return results, final
+
+    def _weights_in(self, dtype: torch.dtype, grad: bool) -> list[tuple[torch.Tensor, ...]]:
+        """(w_in, w_rec, w_proj, bias + forget bias) a layer in `dtype`: cast in the graph where gradients flow,
+        else kept (and refreshed in place when a parameter changes, so graphs captured on them stay valid)."""
+        if grad:
+            return [self._layer_weights(layer, dtype) for layer in range(self.options.n_layers)]
+        states = tuple(_torch_private.tensor_state(p) for p in self.parameters())
+        kept = self._static_weights.get(dtype)
+        if kept is None or kept[0] != states:
+            with torch.no_grad():
+                fresh = [self._layer_weights(layer, dtype) for layer in range(self.options.n_layers)]
+                if kept is not None and kept[1][0][0].device == fresh[0][0].device:
+                    for old, new in zip(kept[1], fresh):  # a stack's shapes never change
+                        for a, b in zip(old, new):
+                            a.copy_(b)
+                    fresh = kept[1]
+                else:
+                    self.cuda_graphs.clear()  # graphs read the kept weights where they were
+                self._static_weights[dtype] = (states, fresh)
+            kept = self._static_weights[dtype]
+        return kept[1]
+
+    def _layer_weights(self, layer: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+        bias = (self.bias[layer] + self.forget_bias.to(self.bias[layer].dtype)).unsqueeze(1)  # (2, 1, 4C)
+        weights = (self.input_w[layer], self.recurrent_w[layer], self.proj_w[layer], bias)
+        # fresh tensors even where the dtype is the parameter's, so that refreshing in place never writes a weight
+        return tuple(w.to(dtype, copy=not torch.is_grad_enabled()) for w in weights)
+
+    def _static_layers(
+        self,
+        frames: torch.Tensor,
+        running: torch.Tensor,
+        h0: torch.Tensor,
+        c0: torch.Tensor,
+        weights: list[tuple[torch.Tensor, ...]],
+        track_final: bool,
+        dropout: float,
+    ) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+        """Every layer on time-major frames (2, T, B, P) with `running` (T, B, 1) true while a row has tokens:
+        the layers' outputs (2, T, B, P), zero past each length, and the final h (L, 2, B, P) and c."""
+        o = self.options
+        n_steps = frames.shape[1]
+        outputs: list[torch.Tensor] = []
+        final_h: list[torch.Tensor] = []
+        final_c: list[torch.Tensor] = []
+        stopped = ~running
+        for layer, (w_in, w_rec, w_proj, bias) in enumerate(weights):
+            inputs = nn.functional.dropout(frames, dropout, training=True) if dropout > 0.0 else frames
+            _, _, n_rows, P = inputs.shape
+            pre = torch.baddbmm(bias, inputs.reshape(2, n_steps * n_rows, P), w_in).view(2, n_steps, n_rows, -1)
+            h, c = h0[layer], c0[layer]
+            steps = []
+            for t in range(n_steps):
+                m, c_next = self.cell(torch.baddbmm(pre[:, t], h, w_rec), c, o.cell_clip)
+                h_next = torch.bmm(m.to(w_proj.dtype), w_proj)
+                if o.proj_clip is not None:
+                    h_next = h_next.clamp(-o.proj_clip, o.proj_clip)
+                steps.append(h_next)
+                if track_final:  # a row's state stops at its length
+                    h, c = torch.where(running[t], h_next, h), torch.where(running[t], c_next, c)
+                else:
+                    h, c = h_next, c_next
+            out = torch.stack(steps, dim=1).masked_fill(stopped, 0.0)
+            if o.use_skip_connections and layer > 0:
+                out = out + frames
+            frames = out
+            outputs.append(out)
+            final_h.append(h)
+            final_c.append(c)
+        return outputs, torch.stack(final_h), torch.stack(final_c)
 
     def _run_layer(
         self,
@@ -228,6 +353,28 @@ class BiLSTMStack(nn.Module):
             # One view a step: the backward of `unbind` stacks the steps' gradients once, where indexing
             # the result in the loop would allocate and add a gradient the size of all of it every step.
             yield from product(x, bias).view(2, stop - start, kept, four_c).unbind(1)
+
+
+def static_dtype(products: Products, tokens: torch.Tensor) -> torch.dtype:
+    """The dtype of `forward_static`'s operands: autocast's where it is on, else the products' precision."""
+    if torch.is_autocast_enabled(tokens.device.type):
+        return torch.get_autocast_dtype(tokens.device.type)
+    return HALF_DTYPES.get(products.precision, tokens.dtype)
+
+
+def merge_directions(
+    out: torch.Tensor, lengths: torch.Tensor, tokens: torch.Tensor, unsort: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """A layer's time-major output (2, T, B, P) -> (B, T_tokens, 2P) in the tokens' dtype, the backward half
+    read back into text order, rows back in their input order (`unsort`), padded to the tokens' length."""
+    out = out.transpose(1, 2)  # (2, B, T, P)
+    backward = reverse_within_lengths(out[BACKWARD], lengths)
+    merged = torch.cat([out[FORWARD], backward], dim=-1).to(tokens.dtype)
+    if unsort is not None:
+        merged = merged.index_select(0, unsort)
+    if merged.shape[1] < tokens.shape[1]:
+        merged = nn.functional.pad(merged, (0, 0, 0, tokens.shape[1] - merged.shape[1]))
+    return merged
 
 
 # The most bytes of input products computed at once at CPU inference: glibc serves larger blocks with
