@@ -54,25 +54,21 @@ if [ "${SPEED_ONLY:-0}" = 1 ]; then corpus=""; fi
 # 2. speed: the full configuration at big batches (CUDA graphs on, then off; bf16 with the compiled cell), where a
 #    forward's time goes, end to end (with a profile of the pipe's Python side), training
 cd benchmarks
-step bilm 80 $PY bilm_throughput.py --device cuda --configs full,small --batch-sizes 256,1024 --precision fp32,bf16 \
-  --min-seconds 1 --output "$results"
+step bilm 80 $PY bilm_throughput.py --device cuda --configs full,small --batch-sizes 256,1024,4096 \
+  --precision fp32,bf16 --min-seconds 1 --output "$results"
 step bilm-eager 40 $PY bilm_throughput.py --device cuda --configs full --batch-sizes 1024 --precision fp32,bf16 \
   --no-cuda-graphs --min-seconds 1 --output "$results"
 step bilm-compiled 80 $PY bilm_throughput.py --device cuda --configs full --batch-sizes 1024,4096 --precision bf16 \
   --compile --min-seconds 1 --output "$results"
 step profile 40 $PY bilm_throughput.py --device cuda --configs full --batch-sizes 1024 --precision bf16 \
   --min-seconds 0 --profile
-step pipe 60 $PY pipe_throughput.py --gpu --models shipped,full --words 100000 --repeats 2 --precision fp32,bf16 \
-  --output "$results"
-step pipe-budget 40 $PY pipe_throughput.py --gpu --models shipped --words 100000 --repeats 2 --token-budget 32768 \
-  --batch-size 512 --output "$results"
-step pipe-profile 40 bash -c "$PY -m cProfile -o /tmp/pipe.prof pipe_throughput.py --gpu --models shipped \
-  --words 50000 --repeats 1 && $PY -c \"import pstats; pstats.Stats('/tmp/pipe.prof').sort_stats('tottime').print_stats(22)\""
-for batch in 32 256; do
-  for amp in "" --amp; do
-    step "train-full-$batch$amp" 40 bash -c "$PY train_throughput.py --device cuda --configs full --batch-size $batch \
-      --steps 8 --warmup 3 $amp | tee -a $results"
-  done
+step pipe 60 $PY pipe_throughput.py --gpu --models shipped,full --words 100000 --repeats 2 --output "$results"
+step pipe-budget 60 $PY pipe_throughput.py --gpu --models shipped,full --words 100000 --repeats 2 --precision fp32,bf16 \
+  --token-budget 32768 --batch-size 512 --output "$results"
+for run in "32 fp32" "256 --amp" "512 --amp"; do
+  set -- $run
+  step "train-full-$1-$2" 40 bash -c "$PY train_throughput.py --device cuda --configs full --batch-size $1 \
+    --steps 8 --warmup 3 ${2#fp32} | tee -a $results"
 done
 small="$(cat ../spacy_elmo/models/en_elmo_small/options.json)"  # the shipped model's shape, as pretrained below
 for amp in "" --amp; do  # (only where a pretraining follows: it sizes the run)

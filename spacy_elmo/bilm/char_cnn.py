@@ -15,20 +15,23 @@ from .precision import FP32, Products
 
 ROW_CHUNK = 64
 ROW_QUANTUM = 8
+# A GPU's chunk: few launches for a whole batch, and a bounded product (rows x positions x filters of one width).
+GPU_ROW_CHUNK = 4096
 
 
-def chunk_rows(n_rows: int) -> list[int]:
-    """Row counts of the chunks `n_rows` tokens are encoded in: ROW_CHUNK rows each, the last one
+def chunk_rows(n_rows: int, chunk: int = ROW_CHUNK) -> list[int]:
+    """Row counts of the chunks `n_rows` tokens are encoded in: `chunk` rows each, the last one
     rounded up to a multiple of ROW_QUANTUM (zero rows, cut off again).
 
     A row's result of a BLAS product depends on the kernel, and the kernel on the shape: products of
     fewer than 4 rows take another path and round differently. With at least 8 rows a chunk, a token's
     vector does not depend on which other tokens share its batch (bit for bit: tests/bilm/test_runner.py),
     a short sentence is not padded to ROW_CHUNK rows (work for rows that hold no token), and there are
-    at most 8 chunk shapes over a long stream (libraries that cache a kernel per shape stay small).
+    at most 8 chunk shapes over a long stream (libraries that cache a kernel per shape stay small). A GPU
+    launches a kernel per product, so there it takes GPU_ROW_CHUNK rows at a time.
     """
-    full, rest = divmod(n_rows, ROW_CHUNK)
-    return [ROW_CHUNK] * full + ([-(-rest // ROW_QUANTUM) * ROW_QUANTUM] if rest else [])
+    full, rest = divmod(n_rows, chunk)
+    return [chunk] * full + ([-(-rest // ROW_QUANTUM) * ROW_QUANTUM] if rest else [])
 
 
 class CharacterEncoder(nn.Module):
@@ -81,9 +84,10 @@ class CharacterEncoder(nn.Module):
             self.projection_b.zero_()
 
     def forward(self, char_ids: torch.Tensor, products: Products = FP32) -> torch.Tensor:
-        """char_ids (n_tokens, max_chars) int -> (n_tokens, P), in chunks of at most ROW_CHUNK tokens."""
+        """char_ids (n_tokens, max_chars) int -> (n_tokens, P), in chunks of at most ROW_CHUNK tokens (a GPU's:
+        GPU_ROW_CHUNK)."""
         n_rows = char_ids.shape[0]
-        sizes = chunk_rows(n_rows)
+        sizes = chunk_rows(n_rows, ROW_CHUNK if char_ids.device.type == "cpu" else GPU_ROW_CHUNK)
         if not sizes:
             return self.projection_w.new_zeros(0, self.options.projection_dim)
         padded = sum(sizes)
