@@ -8,6 +8,9 @@ from typing import Optional
 import numpy
 
 DEFAULT_TOKEN_BUDGET = 4096
+# A GPU's default: a batch large enough to keep it busy (benchmarks/RESULTS.md, "GPU"). A token budget of 0
+# means the device's default, one of these two.
+GPU_TOKEN_BUDGET = 32768
 DEFAULT_MAX_BATCH_SIZE = 1024
 DEFAULT_WINDOW_SIZE = 128
 DEFAULT_WINDOW_CONTEXT = 16

@@ -14,7 +14,7 @@ import numpy
 import torch
 
 from ..cpus import usable_cpus
-from .batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET, SentenceRunner, token_slice
+from .batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET, GPU_TOKEN_BUDGET, SentenceRunner, token_slice
 from .bilm import BiLM
 from .lstm import BiLSTMStack, LSTMState
 from .precision import check_device, products_for, slower_than_fp32_here
@@ -108,7 +108,7 @@ class BiLMRunner(torch.nn.Module, SentenceRunner):
         bilm: Optional[BiLM] = None,
         *,
         load: Optional[Callable[[], BiLM]] = None,
-        token_budget: int = DEFAULT_TOKEN_BUDGET,
+        token_budget: int = 0,
         stateful: bool = False,
         max_batch_size: Optional[int] = DEFAULT_MAX_BATCH_SIZE,
         token_cache_size: Optional[int] = None,
@@ -137,6 +137,18 @@ class BiLMRunner(torch.nn.Module, SentenceRunner):
     @property
     def precision(self) -> str:
         return self.products.precision
+
+    @property
+    def token_budget(self) -> int:
+        """Padded tokens a batch: as set, or where 0 the device's default (a GPU's is larger)."""
+        if self._token_budget:
+            return self._token_budget
+        on_gpu = self.bilm is not None and self.bilm.device.type == "cuda"
+        return GPU_TOKEN_BUDGET if on_gpu else DEFAULT_TOKEN_BUDGET
+
+    @token_budget.setter
+    def token_budget(self, value: int) -> None:
+        self._token_budget = value
 
     # --- the model ----------------------------------------------------------------------------
 

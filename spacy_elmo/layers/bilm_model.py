@@ -17,7 +17,6 @@ from thinc.api import Model, Ops, Shim
 from thinc.types import Floats3d, Floats4d
 
 from ..bilm.batching import (
-    DEFAULT_TOKEN_BUDGET,
     DEFAULT_WINDOW_CONTEXT,
     DEFAULT_WINDOW_SIZE,
     check_window,
@@ -180,7 +179,7 @@ def BiLM_v1(
     path: str = "",
     window_size: int = DEFAULT_WINDOW_SIZE,
     window_context: int = DEFAULT_WINDOW_CONTEXT,
-    token_budget: int = DEFAULT_TOKEN_BUDGET,
+    token_budget: int = 0,
     stateful: bool = False,
     fine_tune: bool = False,
     n_threads: int = 0,
@@ -199,7 +198,8 @@ def BiLM_v1(
     window_size: the longest sequence the biLM reads at once; docs without sentence boundaries (and
         longer sentences) are cut into overlapping windows of this many tokens.
     window_context: tokens of context each window reads on each side of the part it answers for.
-    token_budget: tokens per biLM batch (padded size; sentences are sorted by length first).
+    token_budget: tokens per biLM batch (padded size; sentences are sorted by length first); 0 (default): the
+        device's size, 4,096 on the CPU, 32,768 on a GPU.
     stateful: carry the LSTM state from batch to batch as bilm-tf/AllenNLP do (results then depend on
         what was embedded before; no sorting, no cache). Default: every sentence starts from zero.
     fine_tune: train the biLM's weights with the listening components (default: frozen biLM).
@@ -230,8 +230,10 @@ def BiLM_v1(
         raise ValueError(
             f"{ARCHITECTURE}: n_threads must be an integer >= 0 (0 = the runtime's own setting), got {n_threads!r}"
         )
-    if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 1:
-        raise ValueError(f"{ARCHITECTURE}: token_budget must be an integer >= 1, got {token_budget!r}")
+    if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 0:
+        raise ValueError(
+            f"{ARCHITECTURE}: token_budget must be an integer >= 1, or 0 for the device's default, got {token_budget!r}"
+        )
     shim: Shim
     if runtime == "onnxruntime":
         from .onnx_bilm import build_onnx_shim, check_onnx_settings

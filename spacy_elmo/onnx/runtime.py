@@ -108,7 +108,7 @@ class OnnxRunner(SentenceRunner):
         load: Optional[Callable[[], LoadedGraph]] = None,
         source: str = "ONNX graph",
         n_threads: int = 0,
-        token_budget: int = DEFAULT_TOKEN_BUDGET,
+        token_budget: int = 0,
         max_batch_size: Optional[int] = DEFAULT_MAX_BATCH_SIZE,
         remedy: str = EXPORT_AGAIN,
     ) -> None:
@@ -118,7 +118,7 @@ class OnnxRunner(SentenceRunner):
         self._graph: Optional[bytes] = None
         self._metadata: Optional[GraphMetadata] = None
         self.n_threads = n_threads
-        self.token_budget = token_budget
+        self.token_budget = token_budget or DEFAULT_TOKEN_BUDGET  # 0: the default (a CPU's)
         self.max_batch_size = max_batch_size
         self._register()
         if graph is not None:

@@ -99,3 +99,11 @@ def test_the_gpu_loop_in_half_precision_is_within_two_percent(make_bilm, precisi
     for _ in range(3):
         layers, _ = layers_and_state(bilm, ids, precision)
         assert float((layers - expected).abs().max()) <= 2e-2 * float(expected.abs().max())
+
+
+def test_a_runner_on_the_gpu_takes_the_gpus_token_budget_unless_one_is_set(make_bilm) -> None:
+    from spacy_elmo import BiLMRunner
+    from spacy_elmo.bilm.batching import GPU_TOKEN_BUDGET
+
+    assert BiLMRunner(make_bilm().to("cuda")).token_budget == GPU_TOKEN_BUDGET
+    assert BiLMRunner(make_bilm().to("cuda"), token_budget=4096).token_budget == 4096

@@ -183,3 +183,10 @@ def test_check_threads_refuses_a_negative_count_naming_the_option() -> None:
     assert check_threads(0) == 0 and check_threads(3) == 3
     with pytest.raises(ValueError, match="^--evaluate-threads is -1"):
         check_threads(-1, "--evaluate-threads")
+
+
+def test_a_token_budget_of_0_is_the_devices_default_and_a_set_one_is_kept(make_bilm):
+    from spacy_elmo.bilm.batching import DEFAULT_TOKEN_BUDGET
+
+    assert BiLMRunner(make_bilm()).token_budget == DEFAULT_TOKEN_BUDGET
+    assert BiLMRunner(make_bilm(), token_budget=100).token_budget == 100
