@@ -226,9 +226,12 @@ class BiLSTMStack(nn.Module):
             kept = self._static_weights[dtype]
         return kept[1]
 
+    def layer_bias(self, layer: int) -> torch.Tensor:
+        """The layer's gate bias with the forget bias added, (2, 1, 4C)."""
+        return (self.bias[layer] + self.forget_bias.to(self.bias[layer].dtype)).unsqueeze(1)
+
     def _layer_weights(self, layer: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
-        bias = (self.bias[layer] + self.forget_bias.to(self.bias[layer].dtype)).unsqueeze(1)  # (2, 1, 4C)
-        weights = (self.input_w[layer], self.recurrent_w[layer], self.proj_w[layer], bias)
+        weights = (self.input_w[layer], self.recurrent_w[layer], self.proj_w[layer], self.layer_bias(layer))
         # fresh tensors even where the dtype is the parameter's, so that refreshing in place never writes a weight
         return tuple(w.to(dtype, copy=not torch.is_grad_enabled()) for w in weights)
 
@@ -289,7 +292,7 @@ class BiLSTMStack(nn.Module):
         o = self.options
         _, n_steps, n_rows, P = inputs.shape
         w_in, w_rec, w_proj = self.input_w[layer], self.recurrent_w[layer], self.proj_w[layer]
-        bias = (self.bias[layer] + self.forget_bias.to(self.bias[layer].dtype)).unsqueeze(1)  # (2, 1, 4C)
+        bias = self.layer_bias(layer)
         final_h = h.clone() if track_final else None
         final_c = c.clone() if track_final else None
         # Every product has at least MIN_GEMM_ROWS rows: a batch with fewer is padded once here, and rows
