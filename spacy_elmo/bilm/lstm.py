@@ -117,18 +117,7 @@ class BiLSTMStack(nn.Module):
         each row's length; and if asked, the final state (at each row's length; the initial one for empty rows)."""
         if tokens.device.type == "cuda" and tokens.shape[0] and int(lengths.max()) > 0:
             return self.forward_static(tokens, lengths, initial_state, return_final_state, dropout, products)
-        return self._forward_shrinking(tokens, lengths, initial_state, return_final_state, dropout, products)
-
-    def _forward_shrinking(
-        self,
-        tokens: torch.Tensor,
-        lengths: torch.Tensor,
-        initial_state: Optional[LSTMState],
-        return_final_state: bool,
-        dropout: float,
-        products: Products,
-    ) -> tuple[list[torch.Tensor], Optional[LSTMState]]:
-        """`forward` on a batch that shrinks as rows end (the CPU's loop)."""
+        # the CPU's loop: rows sorted longest first, the batch shrinking as they end
         n_rows, n_steps, _ = tokens.shape
         lengths_cpu = lengths.detach().to("cpu", torch.long)
         order = torch.argsort(lengths_cpu, descending=True, stable=True)
@@ -169,10 +158,10 @@ class BiLSTMStack(nn.Module):
         self,
         tokens: torch.Tensor,
         lengths: torch.Tensor,
-        initial_state: Optional[LSTMState] = None,
-        return_final_state: bool = False,
-        dropout: float = 0.0,
-        products: Products = FP32,
+        initial_state: Optional[LSTMState],
+        return_final_state: bool,
+        dropout: float,
+        products: Products,
     ) -> tuple[list[torch.Tensor], Optional[LSTMState]]:
         """`forward` with every row running every step (the GPU's loop): no sorting, no per-step slicing; a row's
         state stops at its length and its outputs past it are zero. Operands stay in the products' dtype (or the

@@ -69,7 +69,7 @@ def run_both(bilm, products, state=None, dtype=torch.float64):
     tokens = bilm.embed_tokens(ids, products)
     lengths = ids.gt(0).any(-1).sum(1)
     shrinking = bilm.lstm(tokens, lengths, initial_state=state, return_final_state=True, products=products)
-    static = bilm.lstm.forward_static(tokens, lengths, initial_state=state, return_final_state=True, products=products)
+    static = bilm.lstm.forward_static(tokens, lengths, state, True, 0.0, products)
     return shrinking, static
 
 
@@ -108,7 +108,7 @@ def test_the_static_loop_passes_the_same_gradients(make_bilm):
         tokens = bilm.embed_tokens(ids, FP32)
         lengths = ids.gt(0).any(-1).sum(1)
         run = bilm.lstm.forward_static if static else bilm.lstm.forward
-        layers, final = run(tokens, lengths, return_final_state=True, products=FP32)
+        layers, final = run(tokens, lengths, None, True, 0.0, FP32)
         (sum(layer.pow(2).sum() for layer in layers) + final.c.sum()).backward()
         grads.append([p.grad.clone() for p in bilm.parameters() if p.grad is not None])
     assert len(grads[0]) == len(grads[1]) > 0
