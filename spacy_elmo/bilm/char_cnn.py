@@ -11,7 +11,7 @@ from torch import nn
 
 from .. import chars
 from .options import BiLMOptions
-from .precision import FP32, Products
+from .precision import FP32, HALF_DTYPES, Products
 
 ROW_CHUNK = 64
 ROW_QUANTUM = 8
@@ -124,6 +124,8 @@ class CharacterEncoder(nn.Module):
             words = nn.functional.embedding(char_ids[:, -1].long(), self.word_embedding)
             char_ids = char_ids[:, :-1]
         embedded = nn.functional.embedding(char_ids.long(), self.char_embedding)  # (ROW_CHUNK, chars, dim)
+        if products.precision in HALF_DTYPES:  # 16-bit operands: cast once here, not in each width's product
+            embedded = embedded.to(HALF_DTYPES[products.precision])
         # Each width's convolution as one matrix product over unfolded windows: faster on CPU than conv1d
         # with so few input channels (benchmarks/RESULTS.md, "Other inference figures"), and the same
         # numbers. The bias is added after the max (a constant commutes with it).
