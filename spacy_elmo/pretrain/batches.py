@@ -35,7 +35,11 @@ class LMBatch:
         return int(self.char_ids.shape[0] * self.char_ids.shape[1])
 
     def to(self, device: torch.device) -> "LMBatch":
-        return LMBatch(*(t.to(device, non_blocking=True) for t in (self.char_ids, self.next_ids, self.prev_ids)))
+        """On `device`; to a GPU from pinned memory, so that the copy does not hold up the host."""
+        tensors = [self.char_ids, self.next_ids, self.prev_ids]
+        if device.type == "cuda":
+            tensors = [t.pin_memory() for t in tensors]
+        return LMBatch(*(t.to(device, non_blocking=True) for t in tensors))
 
 
 @dataclass
@@ -64,6 +68,7 @@ class WindowBatcher:
                 f"training.batch_size ({batch_size}) must be divisible by the number of processes ({world_size})"
             )
         self.type_to_vocab = numpy.asarray(self.type_to_vocab, dtype=numpy.int64)
+        self._plan: Optional[tuple[int, int, numpy.ndarray]] = None  # (epoch, offset, order) of the last batch
         # starts s = 1 + offset + k*T need s - 1 >= 0 and s + T + 1 <= N for every offset < T
         self.n_windows = max(0, (len(self.tokens) - 2 - (window - 1)) // window)
         self.steps_per_epoch = self.n_windows // batch_size
@@ -73,11 +78,13 @@ class WindowBatcher:
                 f"{batch_size} windows of {window} (lower training.batch_size or training.window)"
             )
 
-    def _epoch_plan(self, epoch: int):
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-        offset = int(torch.randint(self.window, (1,), generator=generator))
-        order = torch.randperm(self.n_windows, generator=generator).numpy()
-        return offset, order
+    def _epoch_plan(self, epoch: int) -> tuple[int, numpy.ndarray]:
+        """The epoch's window offset and window order, drawn once an epoch (a permutation of every window)."""
+        if self._plan is None or self._plan[0] != epoch:
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+            offset = int(torch.randint(self.window, (1,), generator=generator))
+            self._plan = (epoch, offset, torch.randperm(self.n_windows, generator=generator).numpy())
+        return self._plan[1], self._plan[2]
 
     def batch(self, epoch: int, index: int) -> LMBatch:
         """Batch `index` of `epoch` (this process's share of it)."""

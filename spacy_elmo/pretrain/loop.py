@@ -79,8 +79,9 @@ class Optimization:
         # float16 needs its gradients scaled; for any other precision the scaler passes everything through
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
 
-    def step(self, batch: LMBatch, step: int) -> float:
-        """Step number `step` (0-based) on `batch`: the loss, checked to be finite."""
+    def step(self, batch: LMBatch, step: int, meanwhile: Callable[[], None] = lambda: None) -> float:
+        """Step number `step` (0-based) on `batch`: the loss, checked to be finite. `meanwhile` runs once the
+        step's work is queued and before its loss is read: on a GPU, host work done while the step runs."""
         samples = self.sampler.sample(self.sampler_rng).to(self.device) if self.sampler is not None else None
         optimizer, scaler, dropout = self.optimizer, self.scaler, self.settings.dropout
         for group in optimizer.param_groups:
@@ -96,6 +97,7 @@ class Optimization:
         optimizer.zero_grad(set_to_none=True)
         with torch.no_grad():  # "no token" row of the character embedding stays zero
             self.bilm.token_encoder.char_embedding[0].zero_()
+        meanwhile()
         value = float(loss.detach())
         if not math.isfinite(value):
             raise FloatingPointError(f"training loss became {value} at step {step + 1}; lower the learning rate")
@@ -122,6 +124,7 @@ class TrainingLoop:
     state: TrainState
     last_eval: Optional[dict[str, float]] = field(default=None, init=False)
     evaluated_step: Optional[int] = field(default=None, init=False)  # the step of this session's last evaluation
+    _next: Optional[tuple[tuple[int, int], LMBatch]] = field(default=None, init=False)  # (epoch, index), batch
 
     def run(self) -> TrainResult:
         """Train until a limit or a stop signal; checkpoint, evaluate and save the model at the end."""
@@ -155,20 +158,31 @@ class TrainingLoop:
         return TrainResult(self.output_dir, self.state, self.last_eval, self.report.losses)
 
     def _step(self) -> None:
-        """One optimization step on the next batch of the data order; advances the counters."""
+        """One optimization step on the next batch of the data order; advances the counters. The batch after
+        it is made while the device runs this step (the data order is the same: batches are a function of
+        their position)."""
         state = self.state
         t0 = time.perf_counter()
-        batch = self.batcher.batch(state.epoch, state.index).to(self.place.device)
-        loss = self.optimization.step(batch, state.step)
+        here = (state.epoch, state.index)
+        batch = self._next[1] if self._next is not None and self._next[0] == here else self._batch_at(here)
+        after = (
+            (state.epoch + 1, 0) if state.index + 1 >= self.batcher.steps_per_epoch else (state.epoch, state.index + 1)
+        )
+
+        def make_next() -> None:
+            self._next = (after, self._batch_at(after))
+
+        loss = self.optimization.step(batch, state.step, meanwhile=make_next)
         state.step += 1
-        state.index += 1
-        if state.index >= self.batcher.steps_per_epoch:
-            state.epoch, state.index = state.epoch + 1, 0
+        state.epoch, state.index = after
         n_tokens = batch.n_tokens * self.place.world
         state.tokens += n_tokens
         step_time = time.perf_counter() - t0
         state.wall_s = self._wall_at_start + (time.perf_counter() - self._session_start)
         self.report.step(loss, n_tokens, step_time)
+
+    def _batch_at(self, position: tuple[int, int]) -> LMBatch:
+        return self.batcher.batch(*position).to(self.place.device)
 
     def _should_stop(self, stop: list[int]) -> bool:
         """Whether any process reached a limit or got a stop signal: all stop at the same step."""
