@@ -26,7 +26,12 @@ PACKAGE = ROOT / "spacy_elmo"
 SHIPPED_MODEL_FILES = ["model.msgpack", "options.json", "README.md"]
 BUILD_TIMEOUT = 300
 # imported only where an optional extra is installed: {import name: the extras providing it}
-OPTIONAL_IMPORTS = {"cupy": ("cuda12x", "cuda13x"), "onnxruntime": ("onnx",)}
+OPTIONAL_IMPORTS = {
+    "cupy": ("cuda12x", "cuda13x"),
+    "onnxruntime": ("onnx",),
+    "pyarrow": ("parquet", "spark", "ray"),
+    "pyspark": ("spark",),
+}
 
 PYPROJECT = load_pyproject()
 if PYPROJECT is None:  # Python < 3.11 without tomli

@@ -23,7 +23,9 @@ def embed_cli(
         ..., help="Any model the package loads, a shipped model name, or (with --runtime onnxruntime) an .onnx graph"
     ),
     input_path: Path = typer.Argument(..., help="Text (one sentence a line; .gz ok) or JSONL file (not a pipe)"),
-    output_path: Path = typer.Argument(..., help="HDF5 output; a run killed before it finished is resumed by a re-run"),
+    output_path: Path = typer.Argument(
+        ..., help="HDF5 or Parquet output (--format); a run killed before it finished is resumed by a re-run"
+    ),
     layers: str = typer.Option("all", "--layers", help=f"one of {', '.join(REDUCTIONS)}"),
     text_field: str = typer.Option("text", "--text-field", help="JSONL field holding the text"),
     encoding: str = typer.Option(
@@ -57,6 +59,12 @@ def embed_cli(
     ),
     chunk_lines: int = typer.Option(256, "--chunk-lines", help="lines per chunk: the work kept if the run is killed"),
     sha256: Optional[str] = PIN_OPTION,
+    output_format: Optional[str] = typer.Option(
+        None,
+        "--format",
+        help="hdf5 (a dataset a line) or parquet (a row a line: line, tokens, elmo); default: parquet for an "
+        "OUTPUT ending in .parquet, else hdf5",
+    ),
     shard: Optional[str] = typer.Option(
         None,
         "--shard",
@@ -64,8 +72,9 @@ def embed_cli(
         "default: RANK/WORLD_SIZE from the environment when WORLD_SIZE > 1 (torchrun, cluster launchers)",
     ),
 ) -> None:
-    """Embed every line of INPUT_PATH into OUTPUT_PATH (dataset "i" = line i); with shards, into
-    OUTPUT.shardI-of-N.hdf5 each, joined by `embed-merge`. If the run is stopped or killed, run the same
+    """Embed every line of INPUT_PATH into OUTPUT_PATH (dataset "i" = line i; Parquet: row with line i); with
+    shards, into OUTPUT.shardI-of-N.hdf5 each, joined by `embed-merge` (Parquet shards are read together as
+    one dataset instead). If the run is stopped or killed, run the same
     command again: it does only what is left. The output is bound to the model, the input and the settings
     that change the numbers; a re-run with any of them changed is refused, naming what differs."""
     with one_line_errors():
@@ -98,12 +107,24 @@ def embed_cli(
 
         try:
             with warnings_as_lines():
-                written = embed_file(input_path, output_path, settings, workers=workers, progress=progress, shard=part)
+                written = embed_file(
+                    input_path,
+                    output_path,
+                    settings,
+                    workers=workers,
+                    progress=progress,
+                    shard=part,
+                    output_format=output_format or default_format(output_path),
+                )
         finally:
             for bar in bars:
                 bar.close()
     target = output_path if part is None else shard_path(output_path, part)
     typer.echo(f"embedded {written} lines now; {target} is finished")
+
+
+def default_format(output_path: Path) -> str:
+    return "parquet" if output_path.suffix.lower() == ".parquet" else "hdf5"
 
 
 @contextlib.contextmanager

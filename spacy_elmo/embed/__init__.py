@@ -1,4 +1,4 @@
-"""`spacy elmo embed`: text or JSONL files to HDF5, streamed, resumable, and sharded across processes."""
+"""`spacy elmo embed`: text or JSONL files to HDF5 or Parquet, streamed, resumable, and sharded across processes."""
 
 from .output import EmbedSettings, embed_file
 from .shards import ShardError, merge_shards

@@ -17,7 +17,13 @@ from typing import Any, Callable, Optional
 
 import numpy
 
-from ..bilm.batching import DEFAULT_WINDOW_CONTEXT, DEFAULT_WINDOW_SIZE, check_window, embed_windowed
+from ..bilm.batching import (
+    DEFAULT_WINDOW_CONTEXT,
+    DEFAULT_WINDOW_SIZE,
+    SentenceRunner,
+    check_window,
+    embed_windowed,
+)
 from ..io.digest import file_sha256, parse_pin
 from ..launch_env import launch_env
 from ..mix import REDUCTIONS, reduce_layers
@@ -32,10 +38,13 @@ from ..text import (
     text_lines,
     texts_from_jsonl,
 )
+from .columns import check_table_dtype
+from .parquet import ParquetRun, finished_parquet
 from .shards import Shard, shard_path
 from .store import EmbedWarning, PartialRun, check_output_path, finished_output
 
 STORAGE_DTYPES = ("float32", "float16")
+OUTPUT_FORMATS = ("hdf5", "parquet")
 
 
 @dataclass
@@ -152,30 +161,30 @@ def load_embed_model(settings: EmbedSettings) -> EmbedModel:
     return EmbedModel(loaded.describe(), loaded=loaded)
 
 
-def _init_worker(settings: EmbedSettings, threads: Optional[int], model: Optional[EmbedModel] = None) -> None:
-    """Load the model for this process (or take the caller's); `threads` is None in-process, so that
-    `embed_file` never changes the caller's torch thread count."""
-    _worker_state["tokenize"] = str.split
-    if settings.tokenizer != "whitespace":  # a spaCy language code such as "en"
-        _worker_state["tokenize"] = make_tokenizer(settings.tokenizer, option="--tokenizer").words
-    _worker_state["settings"] = settings
-    if model is None:
-        model = load_embed_model(settings)
+def make_tokenize(settings: EmbedSettings) -> Callable[[str], list[str]]:
+    """The settings' tokenizer: whitespace, or spaCy's for a language code ("en"), whitespace tokens left out."""
+    if settings.tokenizer == "whitespace":
+        return str.split
+    return make_tokenizer(settings.tokenizer, option="--tokenizer").words
+
+
+def make_runner(settings: EmbedSettings, model: EmbedModel, threads: Optional[int] = None) -> SentenceRunner:
+    """The runner `embed` and the table engines run `model` with; `threads` None: the settings' thread count,
+    else that many torch threads for this whole process (a worker's)."""
     if model.graph is not None:
-        _worker_state["runner"] = OnnxRunner(
+        return OnnxRunner(
             model.graph,
             source=str(settings.model),
             n_threads=settings.n_threads if threads is None else threads,
             token_budget=settings.token_budget,
         )
-        return
     import torch
 
     from ..bilm.runner import BiLMRunner
 
     if threads is not None:
         torch.set_num_threads(threads)
-    _worker_state["runner"] = BiLMRunner(
+    return BiLMRunner(
         model.loaded.bilm.to(device_for_rank(settings.device)),
         token_budget=settings.token_budget,
         precision=settings.precision,
@@ -184,11 +193,33 @@ def _init_worker(settings: EmbedSettings, threads: Optional[int], model: Optiona
     )
 
 
+def embed_words(
+    runner: SentenceRunner, settings: EmbedSettings, tokenized: Sequence[Sequence[str]]
+) -> list[numpy.ndarray]:
+    """Tokenized texts -> their vectors, windowed, reduced and stored as the settings say: what every output
+    of `embed` and every table engine holds, so a text has the same vectors whichever way it is embedded."""
+    arrays = embed_windowed(runner, tokenized, settings.window_size, settings.window_context)
+    return [reduce_layers(array, settings.layers).astype(settings.dtype) for array in arrays]
+
+
+def _init_worker(settings: EmbedSettings, threads: Optional[int], model: Optional[EmbedModel] = None) -> None:
+    """Load the model for this process (or take the caller's); `threads` is None in-process, so that
+    `embed_file` never changes the caller's torch thread count."""
+    if threads is not None and settings.runtime == "torch":
+        import torch
+
+        # before the model is built: a forked worker's first parallel op (the weights' zeros) would wait
+        # forever for the OpenMP pool it inherits from its parent only as bookkeeping
+        torch.set_num_threads(threads)
+    _worker_state["tokenize"] = make_tokenize(settings)
+    _worker_state["settings"] = settings
+    _worker_state["runner"] = make_runner(settings, load_embed_model(settings) if model is None else model, threads)
+
+
 def _embed_chunk(chunk: Sequence[tuple[int, str]]) -> list[tuple[int, numpy.ndarray]]:
-    settings: EmbedSettings = _worker_state["settings"]
     tokenized = [_worker_state["tokenize"](text) for _, text in chunk]
-    arrays = embed_windowed(_worker_state["runner"], tokenized, settings.window_size, settings.window_context)
-    return [(index, reduce_layers(a, settings.layers).astype(settings.dtype)) for (index, _), a in zip(chunk, arrays)]
+    arrays = embed_words(_worker_state["runner"], _worker_state["settings"], tokenized)
+    return [(index, array) for (index, _), array in zip(chunk, arrays)]
 
 
 def _in_shard(index: int, shard: Optional[Shard]) -> bool:
@@ -220,10 +251,16 @@ def embed_file(
     workers: int = 1,
     progress: Optional[Callable[[int], None]] = None,
     shard: Optional[Shard] = None,
+    output_format: str = "hdf5",
 ) -> int:
     """Embed every line of `input_path` into `output_path` (with `shard`: that shard's lines into its own
-    file, see `shard_path`); returns the number of lines embedded now (0 when the output was finished)."""
+    file, see `shard_path`), as HDF5 or Parquet (`output_format`); returns the number of lines embedded now
+    (0 when the output was finished)."""
     check_integer("--workers", workers, 1)
+    if output_format not in OUTPUT_FORMATS:
+        raise ValueError(f"--format must be one of {', '.join(OUTPUT_FORMATS)}, got {output_format!r}")
+    if output_format == "parquet":
+        check_table_dtype(settings.dtype, "Parquet output")
     if shard is not None:
         output_path = shard_path(output_path, shard)
     check_paths(input_path, output_path)
@@ -238,17 +275,21 @@ def embed_file(
         "settings": settings.numbers(),
         "shard": list(shard) if shard is not None else None,
     }
-    if finished_output(output_path, bound):
+    parquet = output_format == "parquet"
+    if (finished_parquet if parquet else finished_output)(output_path, bound):
         return 0
     run = PartialRun(output_path, bound)
+    if parquet:
+
+        def tokens() -> Iterator[list[str]]:  # the output's lines tokenized again, to be stored beside their vectors
+            tokenize = make_tokenize(settings)
+            return (tokenize(text) for i, text in enumerate(input_texts(input_path, settings)) if _in_shard(i, shard))
+
+        run = ParquetRun(output_path, bound, tokens, model_shape(settings, model), settings.chunk_size)
     run.open()
     done = run.finished_chunks()
     read = [0]
-    lines = text_lines(input_path, settings.encoding, option="--encoding")  # decoded strictly
-    if detect_format(input_path) == "jsonl":
-        lines = texts_from_jsonl(lines, input_path, settings.text_field, option="--text-field")
-    else:
-        lines = (line.rstrip("\n") for line in lines)
+    lines = input_texts(input_path, settings)
     chunks = _chunks(lines, settings.chunk_size, shard, read)
     todo = ((k, chunk) for k, chunk in chunks if k not in done)
     written = 0
@@ -282,6 +323,23 @@ def embed_file(
         what = "records" if detect_format(input_path) == "jsonl" else "lines"
         warnings.warn(f"{input_path} has no {what}; wrote an empty {output_path}", EmbedWarning, stacklevel=2)
     return written
+
+
+def input_texts(input_path: Path, settings: EmbedSettings) -> Iterator[str]:
+    """The input's texts, one a line or JSONL record, decoded strictly."""
+    lines = text_lines(input_path, settings.encoding, option="--encoding")
+    if detect_format(input_path) == "jsonl":
+        return texts_from_jsonl(lines, input_path, settings.text_field, option="--text-field")
+    return (line.rstrip("\n") for line in lines)
+
+
+def model_shape(settings: EmbedSettings, model: EmbedModel) -> tuple[bool, int, int]:
+    """(all layers kept, L, D) of the vectors `model` gives with `settings`: a table's column type."""
+    if model.graph is not None:
+        options = OnnxRunner(model.graph, source=str(settings.model)).options
+    else:
+        options = model.loaded.bilm.options
+    return settings.layers == "all", options.n_output_layers, options.output_dim
 
 
 def check_paths(input_path: Path, output_path: Path) -> None:

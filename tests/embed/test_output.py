@@ -1,6 +1,7 @@
 """`spacy elmo embed`: every line embedded, layers reduced as asked, resumable, workers agree."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -72,6 +73,19 @@ def test_jsonl_and_errors(fixture_dir, tmp_path):
         embed_file(path, tmp_path / "o.hdf5", EmbedSettings(model=str(fixture_dir)))
     with pytest.raises(FileNotFoundError, match="missing.txt"):
         embed_file(tmp_path / "missing.txt", tmp_path / "o2.hdf5", EmbedSettings(model=str(fixture_dir)))
+
+
+@pytest.mark.slow
+def test_two_workers_do_not_hang_on_a_real_model_with_torchs_threads(tmp_path):
+    """The shipped model's weights are large enough for torch's parallel fill: a forked worker that built
+    them in the OpenMP pool inherited from its parent would wait forever (the suite's one thread hides it)."""
+    path = tmp_path / "in.txt"
+    path.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    env = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"}
+    command = [sys.executable, "-m", "spacy_elmo", "embed", "en_elmo_small", str(path), str(tmp_path / "out.hdf5")]
+    done = subprocess.run([*command, "--workers", "2"], capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(read_all(tmp_path / "out.hdf5"), key=int) == [str(i) for i in range(len(LINES))]
 
 
 @pytest.mark.slow
