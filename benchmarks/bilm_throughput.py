@@ -1,7 +1,7 @@
 """biLM inference throughput (tokens/s) and its share of the machine's own matrix-product rate.
 
     python benchmarks/bilm_throughput.py [--device cpu|cuda] [--configs full,small] [--batch-sizes 1,32,128]
-    python benchmarks/bilm_throughput.py --precision fp32,bf16,int8
+    python benchmarks/bilm_throughput.py --precision fp32,bf16,int8 --threads 1
     python benchmarks/bilm_throughput.py --entry runner    # through BiLMRunner.embed_sentences (words in)
     python benchmarks/bilm_throughput.py --device cuda --configs full --batch-sizes 1024 --profile
     python benchmarks/bilm_throughput.py --device cuda --no-cuda-graphs    # the GPU's LSTM loop launched eagerly
@@ -76,10 +76,13 @@ def main() -> None:
         "FLOP count assumes every token does, and these sentences repeat few word types)",
     )
     parser.add_argument("--profile", action="store_true", help="print torch.profiler's table at each point")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = the runner's default)")
     parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = parser.parse_args()
     if args.smoke:
         args.configs, args.batch_sizes, args.length, args.min_seconds = "small", "2", 5, 0.0
+    if args.threads:
+        torch.set_num_threads(args.threads)
     device = args.device
     precisions = args.precision.split(",")
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
@@ -107,7 +110,9 @@ def main() -> None:
             ids = torch.from_numpy(bilm.batch_to_ids(sentences)).to(device)
             for precision in precisions:
                 # one batch of all the sentences in both entries
-                runner = BiLMRunner(bilm, precision=precision, token_budget=batch_size * (args.length + 2))
+                runner = BiLMRunner(
+                    bilm, precision=precision, token_budget=batch_size * (args.length + 2), n_threads=args.threads
+                )
                 work: Callable[[], object] = (
                     (lambda r=runner, i=ids: r.run(i))
                     if args.entry == "bilm"

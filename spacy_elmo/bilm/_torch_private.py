@@ -4,7 +4,9 @@ pyproject.toml; tests/bilm/test_torch_private.py checks each). Elsewhere each ha
 or, for `scan`, a clear error.
 """
 
+import functools
 import re
+import warnings
 from typing import Any, Callable, Optional
 
 import torch
@@ -100,11 +102,72 @@ def qlinear(
     )
 
 
+FBGEMM_OPS = ("linear_prepack", "linear_with_input_q_dq_qweight_dq_output_fp32")
+
+
+def fbgemm_unavailable() -> Optional[str]:
+    """Why fbgemm's int8 linear product with a fixed activation scale cannot run here, or None where it can."""
+    if not ALLOWED:
+        return outside_the_range()
+    if "fbgemm" not in torch.backends.quantized.supported_engines:
+        return "this torch build has no fbgemm"
+    ops = torch.ops.quantized
+    if not all(hasattr(ops, name) for name in FBGEMM_OPS):
+        return "this torch build has no fbgemm int8 linear operators"
+    return None
+
+
+def pack_fbgemm(rows: torch.Tensor, scales: torch.Tensor) -> object:
+    """int8 weight rows (N, K), one scale a row, packed once for `fbgemm_linear` (only where
+    `fbgemm_unavailable()` is None)."""
+    engine = torch.backends.quantized.engine
+    try:
+        torch.backends.quantized.engine = "fbgemm"  # which library packs: the global engine's
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # torch's notice that quantized tensors are deprecated
+            weight = torch._make_per_channel_quantized_tensor(
+                rows, scales.double(), torch.zeros(rows.shape[0], dtype=torch.long), 0
+            )
+            return torch.ops.quantized.linear_prepack(weight, None)
+    finally:
+        torch.backends.quantized.engine = engine
+
+
+def fbgemm_linear(quantized: torch.Tensor, packed: object, zero_point: int) -> torch.Tensor:
+    """Activations (M, K) as float32 integers q, taken as uint8 q + `zero_point` (scale 1), times a
+    `pack_fbgemm` weight: the int32 product, each column multiplied by its scale in float32, (M, N) float32
+    (exact only where `vpmaddubsw`'s int16 pair sums cannot saturate or the CPU has VNNI)."""
+    return torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(
+        quantized.contiguous(), 1.0, zero_point, packed
+    )
+
+
 def int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """The exact int32 product of int8 matrices a (M, K) and b (K, N)."""
-    if ALLOWED and hasattr(torch, "_int_mm"):
+    """The exact int32 product of int8 matrices a (M, K) and b (K, N): `torch._int_mm` where it is exact
+    here (`int_mm_exact`), else in float64 (exact for int8 sums)."""
+    if int_mm_exact():
         return torch._int_mm(a, b)
     return torch.mm(a.double(), b.double()).to(torch.int32)
+
+
+def int_mm_exact() -> bool:
+    """Whether `torch._int_mm` may run and is exact here. On CPUs without VNNI it runs oneDNN's
+    `vpmaddubsw` products, whose int16 sums of pairs saturate for the largest operands."""
+    return ALLOWED and hasattr(torch, "_int_mm") and private_int_mm_is_exact()
+
+
+@functools.cache
+def private_int_mm_is_exact() -> bool:
+    """`torch._int_mm` of the largest operands, either sign, against the exact product (once a process)."""
+    a = torch.full((8, 64), -128, dtype=torch.int8)
+    a[1::2] = 127
+    b = torch.full((64, 24), -128, dtype=torch.int8)
+    b[:, 1::2] = 127
+    try:
+        got = torch._int_mm(a, b)
+    except RuntimeError:
+        return False
+    return torch.equal(got, (a.long() @ b.long()).to(torch.int32))
 
 
 class TensorBytes:

@@ -3,6 +3,9 @@
 "fp32" (default); "bf16"/"fp16": 16-bit operands, float32 accumulation and results, elementwise work in
 float32 ("fp16" is for GPUs); "int8": CPU inference only (`int8.py`). At CPU inference fp32 and bf16 run
 through oneDNN with each weight packed once (`OneDNN`), else torch's products (`TorchFloat`, `TorchHalf`).
+On a CPU without bf16 instructions, bf16 inference runs oneDNN's float32 products of operands rounded to
+bf16 (`OneDNNRoundedToBf16`: bf16's rounding at fp32's speed, where torch's bf16 products are emulated
+many times slower than fp32).
 Prepared weights live in the `Products`, never in the model, so a model always saves float32 weights.
 """
 
@@ -12,7 +15,7 @@ from typing import Callable, Optional, Protocol, Union
 import torch
 
 from . import _torch_private
-from .int8 import Int8
+from .int8 import Int8, choose_kernel
 
 PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 HALF_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -41,14 +44,19 @@ def check_device(precision: str, device: torch.device) -> None:
 
 
 def slower_than_fp32_here(precision: str) -> Optional[str]:
-    """Why `precision` runs slower than fp32 on this CPU, or None: bf16 needs oneDNN's bf16 kernels and
-    int8 the AVX-512 integer products; without them torch's fallbacks are many times slower than fp32
-    (benchmarks/RESULTS.md, "Reduced precision without bf16/VNNI instructions")."""
+    """Why `precision` runs slower than fp32 on this CPU, or None: bf16 needs oneDNN (its bf16 kernels, or
+    its float32 ones on rounded operands) and int8 oneDNN's AVX-512 or fbgemm's integer products; without
+    them torch's fallbacks are many times slower than fp32 (benchmarks/RESULTS.md, "Reduced precision
+    without bf16/VNNI instructions")."""
     if precision == "bf16":
-        return _torch_private.linear_unavailable(torch.bfloat16)
+        reason = _torch_private.linear_unavailable(torch.bfloat16)
+        if reason is None or _torch_private.linear_unavailable(torch.float32) is None:
+            return None
+        return reason
     capability = torch.backends.cpu.get_cpu_capability()
-    if precision == "int8" and not capability.startswith("AVX512"):
-        return f"this CPU's best torch kernels are {capability}, without AVX-512's int8 products"
+    if precision == "int8" and not capability.startswith("AVX512") and choose_kernel() == "int_mm":
+        reason = _torch_private.fbgemm_unavailable() or "fbgemm's products are not exact here"
+        return f"this CPU's best torch kernels are {capability}, without AVX-512's int8 products, and {reason}"
     return None
 
 
@@ -222,6 +230,23 @@ class OneDNN(Strategy):
         return out.copy_(result) if out is not None else result.float()
 
 
+class OneDNNRoundedToBf16(OneDNN):
+    """bf16 CPU inference where oneDNN has no bf16 kernels here: its packed float32 products of weights,
+    inputs and bias rounded to bf16 (products of bf16 values are exact in float32, so only the order of
+    the float32 sums differs from a bf16 kernel's)."""
+
+    def __init__(self) -> None:
+        super().__init__("fp32")
+        self.kernels = "onednn-fp32-bf16-rounded"
+
+    def prepare(self, w: torch.Tensor) -> Union[None, torch.Tensor, list[torch.Tensor]]:
+        return super().prepare(w.to(torch.bfloat16).float())
+
+    def multiply(self, x: torch.Tensor, prepared: object, bias: Optional[torch.Tensor]) -> torch.Tensor:
+        rounded_bias = None if bias is None else bias.to(torch.bfloat16).float()
+        return super().multiply(x.to(torch.bfloat16).float(), prepared, rounded_bias)
+
+
 # `Products.bind`'s result: (x, bias) -> [bias +] x @ w, float32.
 BoundProduct = Callable[..., torch.Tensor]
 
@@ -296,4 +321,6 @@ def products_for(precision: str) -> Products:
     dtype = HALF_DTYPES.get(precision, torch.float32)
     if precision != "fp16" and _torch_private.linear_unavailable(dtype) is None:
         return Products(precision, OneDNN(precision), torch_products)
+    if precision == "bf16" and _torch_private.linear_unavailable(torch.float32) is None:
+        return Products(precision, OneDNNRoundedToBf16(), torch_products)
     return Products(precision, torch_products)

@@ -9,16 +9,23 @@ import pytest
 import torch
 
 import spacy_elmo.bilm.precision as precision_module
-from spacy_elmo import chars
-from spacy_elmo.bilm import _torch_private
+import spacy_elmo.bilm.runner as runner_module
+from spacy_elmo import BiLM, chars
+from spacy_elmo.bilm import _torch_private, int8
+from spacy_elmo.bilm.int8 import Int8
+from spacy_elmo.bilm.options import full_options
 from spacy_elmo.bilm.precision import (
     FP32,
     PRECISIONS,
     OneDNN,
+    OneDNNRoundedToBf16,
+    Products,
+    TorchHalf,
     check_device,
     check_precision,
     pack_for_onednn,
     products_for,
+    slower_than_fp32_here,
 )
 from spacy_elmo.bilm.runner import BiLMRunner
 from spacy_elmo.io import resolve as loading
@@ -326,3 +333,114 @@ def test_a_rows_onednn_product_does_not_depend_on_the_rows_beside_it(precision, 
         assert torch.equal(whole[start : start + 5], piece)
     out = torch.empty_like(whole)
     assert torch.equal(strategy.multiply_matrix(x, prepared, bias, out), whole)
+
+
+def run_int8_as_avx2_does(monkeypatch) -> None:
+    """Runners' int8 as an AVX2 CPU runs it: 7-bit weights through fbgemm's products (or `_int_mm`'s,
+    the same bits, where fbgemm is not exact here)."""
+    kernel = "fbgemm" if int8.fbgemm_exact(int8.SEVEN_BIT_LEVELS) else "int_mm"
+    real = runner_module.products_for
+
+    def avx2_products(precision: str) -> Products:
+        if precision != "int8":
+            return real(precision)
+        return Products(precision, Int8(kernel=kernel, levels=int8.SEVEN_BIT_LEVELS))
+
+    monkeypatch.setattr(runner_module, "products_for", avx2_products)
+
+
+def full_size_bilm():
+    bilm = BiLM(full_options()).eval()
+    bilm.reset_parameters(0)
+    return bilm
+
+
+@pytest.mark.parametrize("int8_kernels", ["this CPU's", "AVX2's"])
+# the full configuration: about 90 million weights; the shipped model over 90 sentences
+@pytest.mark.parametrize(
+    "model", [pytest.param("shipped", marks=pytest.mark.slow), pytest.param("full", marks=pytest.mark.slow)]
+)
+def test_int8_within_the_bound_of_fp32_on_real_widths(request, all_sentences, monkeypatch, int8_kernels, model):
+    bilm = request.getfixturevalue("shipped_bilm") if model == "shipped" else full_size_bilm()
+    sentences = all_sentences * 3 if model == "shipped" else all_sentences[:8]
+    if int8_kernels == "AVX2's":
+        run_int8_as_avx2_does(monkeypatch)
+    reference = BiLMRunner(bilm).embed_sentences(sentences)
+    got = BiLMRunner(bilm, precision="int8").embed_sentences(sentences)
+    errors = relative_errors(reference, got)
+    assert max(errors) <= BOUNDS["int8"], errors
+    assert min(errors) > 0, "the precision changed nothing: its products did not run"
+
+
+@pytest.mark.parametrize("model", ["fixture", pytest.param("shipped", marks=pytest.mark.slow)])
+def test_avx2_int8_is_batch_independent_bit_for_bit(request, reference_bilm, all_sentences, monkeypatch, model):
+    """A sentence alone and in batches of 2, 7 and 32 (runs of every length, rows ending at every step)."""
+    bilm = reference_bilm if model == "fixture" else request.getfixturevalue("shipped_bilm")
+    run_int8_as_avx2_does(monkeypatch)
+    sentences = (all_sentences * 2)[:40]
+    runner = BiLMRunner(bilm, precision="int8", token_budget=100000)
+    alone = [runner.embed_batch([s])[0] for s in sentences]
+    for size in (2, 7, 32):
+        batched = [
+            a for start in range(0, len(sentences), size) for a in runner.embed_batch(sentences[start : start + size])
+        ]
+        for sentence, a, b in zip(sentences, alone, batched):
+            assert numpy.array_equal(a, b), f"batches of {size}, {sentence}: max diff {numpy.abs(a - b).max()}"
+
+
+def without_bf16_instructions(monkeypatch) -> None:
+    """oneDNN here as on a CPU without bf16 instructions: its float32 products only."""
+    real = _torch_private.linear_unavailable
+
+    def unavailable(dtype: torch.dtype):
+        return "simulated: no bf16 instructions" if dtype == torch.bfloat16 else real(dtype)
+
+    monkeypatch.setattr(_torch_private, "linear_unavailable", unavailable)
+
+
+@needs_onednn
+def test_bf16_without_bf16_instructions_runs_rounded_operands_at_fp32_speed(reference_bilm, all_sentences, monkeypatch):
+    """Not torch's emulated bf16 products (many times slower than fp32): oneDNN's float32 ones, on operands
+    rounded to bf16; within bf16's bound of fp32, batch independent bit for bit."""
+    without_bf16_instructions(monkeypatch)
+    products = products_for("bf16")
+    assert isinstance(products.strategies[0], OneDNNRoundedToBf16) and isinstance(products.strategies[1], TorchHalf)
+    assert slower_than_fp32_here("bf16") is None
+    reference = BiLMRunner(reference_bilm).embed_sentences(all_sentences)
+    runner = BiLMRunner(reference_bilm, precision="bf16", token_budget=100000)
+    got = runner.embed_sentences(all_sentences)
+    errors = relative_errors(reference, got)
+    assert max(errors) <= BOUNDS["bf16"], errors
+    assert min(errors) > 0, "the precision changed nothing: its products did not run"
+    assert runner.products.kernels == "onednn-fp32-bf16-rounded"
+    for sentence, batched in zip(all_sentences[:10], got):
+        assert numpy.array_equal(runner.embed_batch([sentence])[0], batched), sentence
+
+
+@needs_onednn
+def test_rounded_bf16_products_are_float32_products_of_bf16_values():
+    generator = torch.Generator().manual_seed(9)
+    w = torch.randn(2, 64, 96, generator=generator)
+    x = torch.randn(2, 37, 64, generator=generator)
+    bias = torch.randn(2, 1, 96, generator=generator)
+    strategy = OneDNNRoundedToBf16()
+    got = strategy.multiply(x, strategy.prepare(w), bias)
+    rounded = [t.to(torch.bfloat16).double() for t in (x, w, bias)]
+    exact = torch.baddbmm(rounded[2], rounded[0], rounded[1])  # bf16 products are exact; sums in float64
+    assert got.dtype == torch.float32
+    assert float((got.double() - exact).abs().max()) <= 1e-5 * float(exact.abs().max())
+    assert not torch.equal(got, torch.baddbmm(bias, x, w)), "the operands were rounded"
+
+
+def test_bf16_without_bf16_instructions_or_onednn_is_said_to_be_slow(monkeypatch):
+    monkeypatch.setattr(_torch_private, "linear_unavailable", lambda dtype: "simulated: no oneDNN")
+    assert slower_than_fp32_here("bf16") == "simulated: no oneDNN"
+    products = products_for("bf16")
+    assert len(products.strategies) == 1 and isinstance(products.strategies[0], TorchHalf)
+
+
+def test_bf16_with_bf16_instructions_keeps_onednns_bf16_products():
+    if _torch_private.linear_unavailable(torch.bfloat16) is not None:
+        pytest.skip(_torch_private.linear_unavailable(torch.bfloat16))
+    strategy = products_for("bf16").strategies[0]
+    assert type(strategy) is OneDNN and strategy.kernels == "onednn-bf16"

@@ -162,3 +162,43 @@ def test_outside_the_range_scan_refuses_and_says_why(monkeypatch):
     assert reason is not None and torch.__version__ in reason and _torch_private.supported_range() in reason
     with pytest.raises(RuntimeError, match="ONNX.*scan.*outside"):
         _torch_private.scan(lambda carry, x: (carry, x), torch.zeros(1), torch.zeros(2, 1))
+
+
+def test_outside_the_range_no_fbgemm_and_int8_keeps_int_mm(monkeypatch):
+    monkeypatch.setattr(_torch_private, "ALLOWED", False)
+    reason = _torch_private.fbgemm_unavailable()
+    assert reason is not None and torch.__version__ in reason and _torch_private.supported_range() in reason
+    assert products_for("int8").strategies[0].kernel == "int_mm"
+
+
+@pytest.mark.parametrize("rows", [1, 5, 300])
+def test_fbgemm_linear_is_the_exact_product_scaled_per_column(rows):
+    """7-bit weights (exact on every fbgemm kernel: pairs of uint8 x int8 products fit int16) by codes q
+    taken as q + 128, the int32 sum times each column's scale, in float32; the global engine restored."""
+    if _torch_private.fbgemm_unavailable() is not None:
+        pytest.skip(_torch_private.fbgemm_unavailable())
+    generator = torch.Generator().manual_seed(rows)
+    weights = torch.randint(-63, 64, (96, 512), generator=generator, dtype=torch.int8)
+    weights[0], weights[1] = 63, -63  # the largest sums, either sign
+    scales = torch.rand(96, generator=generator) + 0.5
+    quantized = torch.randint(-127, 128, (rows, 512), generator=generator).float()
+    quantized[0] = 127.0
+    engine = torch.backends.quantized.engine
+    packed = _torch_private.pack_fbgemm(weights, scales)
+    assert torch.backends.quantized.engine == engine
+    got = _torch_private.fbgemm_linear(quantized, packed, 128)
+    exact = (quantized.double() @ weights.t().double()).float() * scales
+    assert got.dtype == torch.float32 and torch.equal(got, exact)
+
+
+def test_a_saturating_private_int_mm_is_not_used(monkeypatch):
+    """Where `torch._int_mm` clips (oneDNN's products without VNNI), `int_mm` stays exact in float64."""
+    _torch_private.private_int_mm_is_exact.cache_clear()
+    monkeypatch.setattr(torch, "_int_mm", lambda a, b: (a.long() @ b.long()).clamp(-32768, 32767).to(torch.int32))
+    try:
+        assert not _torch_private.int_mm_exact()
+        a = torch.full((4, 64), 127, dtype=torch.int8)
+        b = torch.full((64, 8), 127, dtype=torch.int8)
+        assert torch.equal(_torch_private.int_mm(a, b), torch.full((4, 8), 64 * 127 * 127, dtype=torch.int32))
+    finally:
+        _torch_private.private_int_mm_is_exact.cache_clear()
