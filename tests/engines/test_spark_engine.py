@@ -11,6 +11,7 @@ import numpy
 import pytest
 
 from engines.conftest import BAD_ROWS, TEXTS, assert_as_pipe_and_embed, read_back, settings
+from fixture_paths import ELMO_FIXTURE
 
 pytestmark = [
     pytest.mark.slow,
@@ -91,3 +92,20 @@ def test_a_null_text_is_refused_naming_the_column(spark):
         with_elmo(df, settings("top"), text_column="body")
     with pytest.raises(ValueError, match=r"--dtype float16 is for HDF5 output; a Spark DataFrame stores float32"):
         with_elmo(df, dataclasses.replace(settings("top"), dtype="float16"))
+
+
+def test_an_onnx_graph_shipped_to_the_executors_gives_the_pipes_vectors(spark, pipe_layers, tmp_path):
+    """An .onnx file on the driver's disk, copied to the executors, run by ONNX Runtime there: the torch
+    pipe's layers within ONNX Runtime's 1e-5."""
+    from spacy_elmo import load_model
+    from spacy_elmo.engines.spark import with_elmo
+    from spacy_elmo.onnx.export import export_onnx
+
+    graph = export_onnx(load_model(str(ELMO_FIXTURE)).bilm, tmp_path / "fixture.onnx")
+    onnx_settings = dataclasses.replace(settings("all"), model=str(graph), runtime="onnxruntime")
+    texts = TEXTS[:30]
+    with_elmo(frame(spark, texts), onnx_settings, ship_model=True).write.parquet(str(tmp_path / "out.parquet"))
+    rows = read_back(tmp_path / "out.parquet", layers_first=True)
+    assert sorted(rows) == list(range(len(texts)))
+    for i, text in enumerate(texts):
+        numpy.testing.assert_allclose(rows[i][1], pipe_layers[text], rtol=0, atol=1e-5, err_msg=str(i))
