@@ -99,15 +99,9 @@ class Int8Weight:
 
 
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x (..., M, K) float -> (codes (..., M, K) uint8, scale (..., M, 1) float32): each row symmetric,
-    scale = max |row| / 127 (1 for a row of zeros), its integers q in [-127, 127] stored as q + 128 (a
-    uint8 with zero point 128: oneDNN's layout; `_int_mm` takes them back as int8)."""
-    quantized, scale = quantize_rows_as_floats(x)
-    return quantized.add_(ZERO_POINT).to(torch.uint8), scale
-
-
-def quantize_rows_as_floats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """`quantize_rows` with the integers q as float32, without the zero point (fbgemm's input)."""
+    """x (..., M, K) float -> (q (..., M, K), scale (..., M, 1)) float32: each row symmetric, scale = max |row| /
+    127 (1 for a row of zeros), its integers q in [-127, 127] (fbgemm's input; oneDNN and `_int_mm` take them
+    as uint8 codes q + 128)."""
     scale = x.abs().amax(dim=-1, keepdim=True) / INT8_MAX  # faster than linalg.vector_norm's inf norm
     scale = torch.where(scale > 0, scale, 1.0)
     return torch.round(x / scale), scale
@@ -118,9 +112,7 @@ def int8_product(
 ) -> torch.Tensor:
     """x (M, K) float (+ bias (N,) or (M, N)) -> (M, N) float32 (into `out` if given) through exact
     int8 x int8 -> int32 products, each scaled by its column's scale, then by its row's and biased."""
-    if weight.fbgemm is not None:
-        return fbgemm_scaled_product(*quantize_rows_as_floats(x), weight, bias, out)
-    return int8_scaled_product(*quantize_rows(x), weight, bias, out)
+    return scaled_product(*quantize_rows(x), weight, bias, out)
 
 
 def scale_rows(
@@ -134,39 +126,30 @@ def scale_rows(
     return torch.addcmul(bias, result, scale, out=target)
 
 
-def fbgemm_scaled_product(
+def scaled_product(
     quantized: torch.Tensor,
     scale: torch.Tensor,
     weight: Int8Weight,
     bias: Optional[torch.Tensor] = None,
     out: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
-    """`quantize_rows_as_floats`' (q (M, K), scale (M, 1)) times an fbgemm weight, scaled and biased:
-    float32 (M, N), rounded as `int8_scaled_product` rounds (the int32 times the column's scale, then
-    `scale_rows`)."""
-    return scale_rows(_torch_private.fbgemm_linear(quantized, weight.fbgemm, ZERO_POINT), scale, bias, out)
-
-
-def int8_scaled_product(
-    codes: torch.Tensor,
-    scale: torch.Tensor,
-    weight: Int8Weight,
-    bias: Optional[torch.Tensor] = None,
-    out: Optional[torch.Tensor] = None,
-) -> torch.Tensor:
-    """`quantize_rows`' (codes (M, K), scale (M, 1)) times the weight, scaled and biased: float32 (M, N), by
-    oneDNN or `_int_mm` a block of columns at a time; the two round alike, so they give the same bits."""
-    if weight.packed is not None:
+    """`quantize_rows`' (q (M, K), scale (M, 1)) times the weight, scaled and biased: float32 (M, N), by fbgemm,
+    oneDNN or `_int_mm` (a block of columns at a time); each computes the int32 products exactly and they are
+    scaled alike (the column's scale, then `scale_rows`), so all give the same bits."""
+    if weight.fbgemm is not None:
+        return scale_rows(_torch_private.fbgemm_linear(quantized, weight.fbgemm, ZERO_POINT), scale, bias, out)
+    if weight.packed is not None:  # oneDNN takes q + 128: a uint8 with zero point 128
+        codes = quantized.add(ZERO_POINT).to(torch.uint8)
         result = _torch_private.qlinear(codes, weight.packed, weight.scale, weight.zero_points)
         return scale_rows(result, scale, bias, out)
     assert weight.rows is not None
-    quantized = codes.bitwise_xor(128).view(torch.int8)  # q + 128 with its top bit flipped: q
+    integers = quantized.to(torch.int8)
     if out is None:
-        out = scale.new_empty(codes.shape[0], weight.columns)
+        out = scale.new_empty(quantized.shape[0], weight.columns)
     for start in range(0, out.shape[1], INT8_COLUMN_BLOCK):
         columns = slice(start, start + INT8_COLUMN_BLOCK)
         block = out[:, columns]
-        block.copy_(_torch_private.int_mm(quantized, weight.rows[columns].t())).mul_(weight.scale[columns])
+        block.copy_(_torch_private.int_mm(integers, weight.rows[columns].t())).mul_(weight.scale[columns])
         scale_rows(block, scale, None if bias is None else bias[..., columns], block)
     return out
 
@@ -210,15 +193,9 @@ class Int8:
         assert isinstance(prepared, list)
         # every direction quantized at once: the same operations per element, so the same bits
         out = x.new_empty(len(prepared), x.shape[1], prepared[0].columns, dtype=torch.float32)
-        quantized, scale = quantize_rows_as_floats(x)
-        codes: Optional[torch.Tensor] = None
+        quantized, scale = quantize_rows(x)
         for d, matrix in enumerate(prepared):
             # bias (D, M or 1, N), or one (..., N) for every direction
             bias_d = None if bias is None else bias[min(d, bias.shape[0] - 1)] if bias.dim() == 3 else bias
-            if matrix.fbgemm is not None:
-                fbgemm_scaled_product(quantized[d], scale[d], matrix, bias_d, out[d])
-                continue
-            if codes is None:  # as `quantize_rows`
-                codes = quantized.add(ZERO_POINT).to(torch.uint8)
-            int8_scaled_product(codes[d], scale[d], matrix, bias_d, out[d])
+            scaled_product(quantized[d], scale[d], matrix, bias_d, out[d])
         return out
