@@ -58,26 +58,19 @@ def with_elmo(
             raise FileNotFoundError(f"ship_model: {settings.model} is not a local file or directory to ship")
         df.sparkSession.sparkContext.addFile(str(path.resolve()), recursive=path.is_dir())
         model_file = path.resolve().name
-    function = functools.partial(
-        embed_partition,
-        settings=settings,
-        text_column=text_column,
-        tokens_column=tokens_column,
-        threads=threads,
-        model_file=model_file,
-        batch_rows=batch_rows,
-    )
-    return df.mapInArrow(function, StructType([*df.schema.fields, *added]))
+    # a task calls it on its partition's batches, the last argument
+    task = functools.partial(embed_partition, settings, text_column, tokens_column, threads, model_file, batch_rows)
+    return df.mapInArrow(task, StructType([*df.schema.fields, *added]))
 
 
 def embed_partition(
-    batches: Iterator[Any],
     settings: EmbedSettings,
     text_column: str,
     tokens_column: Optional[str],
     threads: int,
     model_file: Optional[str],
     batch_rows: int,
+    batches: Iterator[Any],
 ) -> Iterator[Any]:
     """What each Spark task runs: its partition's Arrow batches in, with the ELMo columns, out."""
     key = (repr(settings), text_column, tokens_column, threads, model_file)

@@ -66,11 +66,11 @@ def test_a_task_whose_worker_dies_is_retried_to_the_same_vectors(spark, pipe_lay
     marker = tmp_path / "died"
     original = engine.embed_partition
 
-    def dies_once(batches, **kwargs):
+    def dies_once(*arguments):
         if not marker.exists():
             marker.touch()
             os._exit(1)  # the Python worker process ends mid-task, as a killed one does
-        yield from original(batches, **kwargs)
+        yield from original(*arguments)
 
     monkeypatch.setattr(engine, "embed_partition", dies_once)  # what with_elmo hands the tasks
     embedded = engine.with_elmo(frame(spark, TEXTS[:40]), settings("top"))
