@@ -46,7 +46,9 @@ if [ "$task" = lint ] || [ "$task" = types ]; then
 fi
 case "$task" in
   demo) exec "$PY" -m spacy_elmo.demo "$@" ;;
-  test) exec "$PY" -m pytest -q -p no:cacheprovider -n logical --dist loadfile tests "$@" ;;
+  # a file stays on one worker; the files start in collection order, longest first (tests/conftest.py)
+  # pytest keeps its rewritten test modules only where Python may write bytecode: each worker rewrites less
+  test) PYTHONDONTWRITEBYTECODE= exec "$PY" -m pytest -q -p no:cacheprovider -n logical --dist loadfile --no-loadscope-reorder tests "$@" ;;
   bench) for s in bilm_throughput pipe_throughput train_throughput; do "$PY" "benchmarks/$s.py" --output "benchmarks/results/$s.jsonl" "$@" || exit 1; done ;;
   project) exec "$PY" -m spacy project run all . "$@" ;;
   lint) "$VENV/bin/ruff" check . "$@" && "$VENV/bin/ruff" format --check . && exec "$VENV/bin/lint-imports" ;;

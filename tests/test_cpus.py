@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from fixture_paths import ELMO_FIXTURE
 from spacy_elmo import cpus
 from spacy_elmo.cpus import cgroup_cpu_quota, usable_cpus
 
@@ -123,14 +122,12 @@ def test_this_machine():
     assert 1 <= usable_cpus() <= (os.cpu_count() or 1)
 
 
-def test_onnxruntime_threads_follow_the_usable_cpus(tmp_path, monkeypatch):
+def test_onnxruntime_threads_follow_the_usable_cpus(tmp_path, monkeypatch, fixture_graph_file):
     """ONNX Runtime's default (intra_op_num_threads 0) reads neither affinity nor quota."""
     pytest.importorskip("onnxruntime")
-    from spacy_elmo.io.resolve import load_model
-    from spacy_elmo.onnx.export import export_bytes
     from spacy_elmo.onnx.runtime import OnnxRunner
 
-    graph = export_bytes(load_model(str(ELMO_FIXTURE)).bilm)
+    graph = fixture_graph_file.path.read_bytes()
 
     def threads(**settings) -> int:
         return OnnxRunner(graph, **settings).session().get_session_options().intra_op_num_threads

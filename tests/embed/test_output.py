@@ -288,12 +288,8 @@ def test_a_long_line_is_windowed_within_bounded_memory(fixture_dir, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def fixture_graph(tmp_path_factory):
-    from fixture_paths import ELMO_FIXTURE
-    from spacy_elmo.onnx.export import export_onnx
-
-    loaded = load_model(str(ELMO_FIXTURE))
-    return export_onnx(loaded.bilm, tmp_path_factory.mktemp("graph") / "fixture.onnx", loaded.sha256)
+def fixture_graph(fixture_graph_file):
+    return fixture_graph_file.path  # the run's one export of the fixture (read-only)
 
 
 def test_the_onnx_runtime_embeds_the_torch_runtimes_layers(fixture_dir, fixture_graph, text_file, tmp_path):

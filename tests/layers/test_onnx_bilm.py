@@ -3,9 +3,11 @@ as the pipeline's weights, and a saved pipeline that loads and runs with torch h
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy
 import pytest
@@ -13,8 +15,6 @@ import spacy
 
 from fixture_paths import ELMO_FIXTURE, ROOT
 from spacy_elmo.io.onnx_graph import FORMAT, OPTIONS_KEY, OnnxModelError
-from spacy_elmo.io.resolve import load_model
-from spacy_elmo.onnx.export import export_onnx
 
 TEXTS = [
     "The biLM reads every sentence in both directions. Then it reads the next one.",
@@ -45,9 +45,9 @@ def assert_close_layers(got: list, expected: list) -> None:
 
 
 @pytest.fixture(scope="module")
-def graph(tmp_path_factory):
-    loaded = load_model(str(ELMO_FIXTURE))
-    return export_onnx(loaded.bilm, tmp_path_factory.mktemp("graph") / "fixture.onnx", loaded.sha256)
+def graph(tmp_path_factory, fixture_graph_file):
+    """The run's export of the reference model, copied: a test here moves it."""
+    return Path(shutil.copyfile(fixture_graph_file.path, tmp_path_factory.mktemp("graph") / "fixture.onnx"))
 
 
 @pytest.fixture(scope="module")

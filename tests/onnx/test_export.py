@@ -2,8 +2,6 @@
 1e-5 of the torch fp32 path (relative to each layer's largest value), any batch size and length."""
 
 import hashlib
-import logging
-import warnings
 
 import numpy
 import onnxruntime
@@ -25,32 +23,14 @@ def relative(got: numpy.ndarray, expected: numpy.ndarray) -> numpy.ndarray:
     return numpy.abs(got - expected).max(axis=(1, 2, 3)) / numpy.abs(expected).max(axis=(1, 2, 3))
 
 
-class Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
+def exported(fixture_graph_file, shipped_graph_file):
+    """Each model exported by the command (the run's shared exports)."""
     out = {}
-    for name in ("tests/fixtures/elmo-fixture", "en_elmo_small"):
-        target = tmp_path_factory.mktemp("onnx") / "model.onnx"
-        exporter_log, records = logging.getLogger("torch.onnx._internal.exporter._registration"), Records()
-        exporter_log.addHandler(records)
-        try:
-            with warnings.catch_warnings(record=True) as shown:
-                warnings.simplefilter("always")
-                done = CliRunner().invoke(elmo_cli, ["export", name, str(target)])
-        finally:
-            exporter_log.removeHandler(records)
-        assert done.exit_code == 0, done.output
-        assert f"sha256 {hashlib.sha256(target.read_bytes()).hexdigest()}" in done.output
-        out[name] = (load_model(name).bilm.eval(), onnxruntime.InferenceSession(str(target)), target)
-        out[name, "said"] = [str(w.message) for w in shown] + records.messages
+    for name, graph in (("tests/fixtures/elmo-fixture", fixture_graph_file), ("en_elmo_small", shipped_graph_file)):
+        assert f"sha256 {hashlib.sha256(graph.path.read_bytes()).hexdigest()}" in graph.output
+        out[name] = (load_model(name).bilm.eval(), onnxruntime.InferenceSession(str(graph.path)), graph.path)
+        out[name, "said"] = graph.said
     return out
 
 

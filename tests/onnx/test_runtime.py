@@ -28,7 +28,7 @@ from spacy_elmo.io.onnx_graph import (
     OnnxModelError,
 )
 from spacy_elmo.io.resolve import load_model
-from spacy_elmo.onnx.export import export_bytes, export_onnx
+from spacy_elmo.onnx.export import export_bytes
 from spacy_elmo.onnx.runtime import OnnxRunner
 
 SENTENCES = [
@@ -58,10 +58,9 @@ def assert_same_layers(served: OnnxRunner, bilm: BiLM, sentences=SENTENCES) -> N
 
 
 @pytest.fixture(scope="module")
-def fixture_graph(tmp_path_factory):
-    loaded = load_model(str(ELMO_FIXTURE))
-    path = export_onnx(loaded.bilm, tmp_path_factory.mktemp("onnx") / "fixture.onnx", source_sha256=loaded.sha256)
-    return loaded, path
+def fixture_graph(fixture_graph_file):
+    """The reference model and its graph (the run's one export: read-only)."""
+    return load_model(str(ELMO_FIXTURE)), fixture_graph_file.path
 
 
 def test_the_file_alone_is_the_model(fixture_graph):
@@ -74,15 +73,22 @@ def test_the_file_alone_is_the_model(fixture_graph):
     assert_same_layers(served, loaded.bilm)
 
 
-def test_the_shipped_model_serves_the_torch_layers():
+def test_the_shipped_model_serves_the_torch_layers(shipped_graph_file):
     loaded = load_model("en_elmo_small")
-    assert_same_layers(OnnxRunner(export_bytes(loaded.bilm)), loaded.bilm)
+    assert_same_layers(OnnxRunner.from_file(shipped_graph_file.path), loaded.bilm)
 
 
-def test_a_model_with_its_own_vocabularies_carries_them_in_the_graph():
-    """An ELMoForManyLangs-style model (character and word vocabularies, input-gated highway, clips)."""
+@pytest.fixture(scope="module")
+def efml_graph() -> tuple[BiLM, bytes]:
+    """An ELMoForManyLangs-style model and its graph, exported once for the module."""
     bilm = efml_bilm(seed=3)
-    served = OnnxRunner(export_bytes(bilm))
+    return bilm, export_bytes(bilm)
+
+
+def test_a_model_with_its_own_vocabularies_carries_them_in_the_graph(efml_graph):
+    """An ELMoForManyLangs-style model (character and word vocabularies, input-gated highway, clips)."""
+    bilm, graph = efml_graph
+    served = OnnxRunner(graph)
     assert served.lexicon == bilm.lexicon
     sentences = [["the", "cat", "Жжд", "中x"], ["a" * 40], ["👍🏽"], ["<bos>", "cat", "\u3000"]]
     assert numpy.array_equal(served.batch_to_ids(sentences), bilm.batch_to_ids(sentences))
@@ -259,10 +265,11 @@ def test_an_option_edited_in_the_metadata_is_refused_naming_the_key(
     assert f"{OPTIONS_KEY} {section}.{key} = {value} disagrees" in done.output
 
 
-def test_a_lexicon_that_disagrees_with_the_options_is_refused_naming_both(tmp_path):
-    bilm = efml_bilm(seed=3)
+def test_a_lexicon_that_disagrees_with_the_options_is_refused_naming_both(efml_graph, tmp_path):
+    bilm, graph = efml_graph
     width = bilm.lexicon.max_characters_per_token
-    path = export_onnx(bilm, tmp_path / "efml.onnx")
+    path = tmp_path / "efml.onnx"
+    path.write_bytes(graph)
     changed = edited(path, tmp_path / "edited.onnx", edit_option("char_cnn", "max_characters_per_token", width + 3))
     message = rf"max_characters_per_token = {width + 3} but spacy_elmo\.lexicon max_characters_per_token = {width};"
     with pytest.raises(OnnxModelError, match=message):

@@ -74,14 +74,10 @@ def test_n_process_2_gives_the_same_layers_and_does_not_hang(tmp_path):
 ONNX_SCRIPT = r"""
 import json, sys
 import numpy, spacy
-from spacy_elmo.io.resolve import load_model
-from spacy_elmo.onnx.export import export_onnx
 
-loaded = load_model(sys.argv[1])
-graph = export_onnx(loaded.bilm, sys.argv[2], loaded.sha256)
 nlp = spacy.blank("en")
 nlp.add_pipe("sentencizer")
-nlp.add_pipe("elmo", config={"model": {"path": str(graph), "runtime": "onnxruntime"}})
+nlp.add_pipe("elmo", config={"model": {"path": sys.argv[1], "runtime": "onnxruntime"}})
 texts = [f"Sentence number {i} talks about the bank of the river. And money {i}." for i in range(30)] + ["", "x"]
 texts += ["Ünïcödé 日本語 👍🏽 " + "x" * 300, " ".join(f"w{i % 41}" for i in range(300))]  # windows too
 one = [d._.elmo_layers for d in nlp.pipe(texts, batch_size=8)]
@@ -93,5 +89,5 @@ print(json.dumps(same))
 """
 
 
-def test_n_process_2_with_the_onnx_runtime_three_calls_in_a_row(tmp_path):
-    assert run_script(ONNX_SCRIPT, str(ELMO_FIXTURE), str(tmp_path / "fixture.onnx"), timeout=180) == [True] * 3
+def test_n_process_2_with_the_onnx_runtime_three_calls_in_a_row(fixture_graph_file):
+    assert run_script(ONNX_SCRIPT, str(fixture_graph_file.path), timeout=180) == [True] * 3

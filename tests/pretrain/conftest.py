@@ -1,7 +1,8 @@
 """Fixtures for the pretraining tests: the committed Gutenberg sample, the tiny config on it, one tiny
-trained model, and a reader of metrics.jsonl."""
+trained model (one for the whole run), and a reader of metrics.jsonl."""
 
 import json
+import pickle
 from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
@@ -10,6 +11,7 @@ import pytest
 from thinc.api import Config
 
 from fixture_paths import FIXTURES, ROOT
+from run_wide import run_wide
 from spacy_elmo.pretrain.build import pretrain
 from spacy_elmo.pretrain.config import load_config
 from spacy_elmo.pretrain.loop import TrainResult
@@ -54,10 +56,16 @@ def tiny_config(corpus_cache, sample_train, sample_dev) -> Callable[..., Config]
 
 @pytest.fixture(scope="session")
 def trained_tiny(tmp_path_factory, tiny_config) -> TrainResult:
-    """The tiny config trained for 120 steps, evaluated on the dev sample at steps 0 and 120."""
-    out = tmp_path_factory.mktemp("tiny-run")
-    config = tiny_config(**{"training.max_steps": 120, "training.eval_every": 120, "training.checkpoint_every": 60})
-    return pretrain(config, out, log=lambda message: None)
+    """The tiny config trained for 120 steps, evaluated on the dev sample at steps 0 and 120: once for the
+    whole run (read-only: continue from it into another directory)."""
+    with run_wide(tmp_path_factory, "tiny-run") as directory:
+        out, result = directory / "run", directory / "result.pickle"
+        if not result.exists():
+            config = tiny_config(
+                **{"training.max_steps": 120, "training.eval_every": 120, "training.checkpoint_every": 60}
+            )
+            result.write_bytes(pickle.dumps(pretrain(config, out, log=lambda message: None)))
+        return pickle.loads(result.read_bytes())
 
 
 @pytest.fixture(scope="session")
