@@ -27,7 +27,15 @@ SMOKE = {
     ],
     "compare_versions.py": [[str(ROOT), "--smoke"]],
 }
-PUBLIC_MODULES = {"spacy_elmo", "spacy_elmo.bilm.options", "spacy_elmo.bilm.runner", "spacy_elmo.pretrain"}
+# the package's own names and the modules its README teaches (`spacy_elmo.embed`, `spacy_elmo.engines.*`)
+PUBLIC_MODULES = {
+    "spacy_elmo",
+    "spacy_elmo.bilm.options",
+    "spacy_elmo.bilm.runner",
+    "spacy_elmo.pretrain",
+    "spacy_elmo.embed",
+    "spacy_elmo.engines",
+}
 
 
 def maintained_scripts() -> set[str]:
