@@ -11,7 +11,6 @@ import numpy
 import pytest
 
 from engines.conftest import BAD_ROWS, TEXTS, assert_as_pipe_and_embed, read_back, settings
-from fixture_paths import ELMO_FIXTURE
 
 pytestmark = [
     pytest.mark.slow,
@@ -94,14 +93,14 @@ def test_a_null_text_is_refused_naming_the_column(spark):
         with_elmo(df, dataclasses.replace(settings("top"), dtype="float16"))
 
 
-def test_an_onnx_graph_shipped_to_the_executors_gives_the_pipes_vectors(spark, pipe_layers, tmp_path):
-    """An .onnx file on the driver's disk, copied to the executors, run by ONNX Runtime there: the torch
-    pipe's layers within ONNX Runtime's 1e-5."""
-    from spacy_elmo import load_model
+def test_an_onnx_graph_shipped_to_the_executors_gives_the_pipes_vectors(
+    spark, pipe_layers, fixture_graph_file, tmp_path
+):
+    """An .onnx file on the driver's disk (the run's one export of the fixture), copied to the executors, run by
+    ONNX Runtime there: the torch pipe's layers within ONNX Runtime's 1e-5."""
     from spacy_elmo.engines.spark import with_elmo
-    from spacy_elmo.onnx.export import export_onnx
 
-    graph = export_onnx(load_model(str(ELMO_FIXTURE)).bilm, tmp_path / "fixture.onnx")
+    graph = fixture_graph_file.path
     onnx_settings = dataclasses.replace(settings("all"), model=str(graph), runtime="onnxruntime")
     texts = TEXTS[:30]
     with_elmo(frame(spark, texts), onnx_settings, ship_model=True).write.parquet(str(tmp_path / "out.parquet"))
