@@ -15,6 +15,9 @@ from typing import Any, Callable
 
 import torch
 
+# The most shapes remembered as seen once (a stream of ever-new shapes must not grow the cache without bound).
+MAX_SEEN = 4096
+
 
 @dataclass
 class CapturedGraph:
@@ -45,6 +48,8 @@ class GraphCache:
         captured = self._graphs.get(key)
         if captured is None:
             if key not in self._seen:
+                if len(self._seen) >= MAX_SEEN:  # shapes that never came back: forget them
+                    self._seen.clear()
                 self._seen.add(key)
                 return function(*inputs)
             try:

@@ -19,3 +19,11 @@ def flip_bit(path, dataset: str, at: int = 5, mask: int = 0x10) -> None:
 @pytest.fixture
 def flip_a_bit():
     return flip_bit
+
+
+@pytest.fixture
+def text_file(request, tmp_path):
+    """The requesting module's LINES as an input file, one a line (UTF-8)."""
+    path = tmp_path / "input.txt"
+    path.write_text("\n".join(request.module.LINES) + "\n", encoding="utf-8")
+    return path

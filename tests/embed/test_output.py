@@ -20,13 +20,6 @@ from spacy_elmo.io.resolve import load_model
 LINES = ["The cat sat on the mat .", "", "Ünïcödé 日本語 👍🏽 text", "x" * 300, "a b c d e f g h i j k"]
 
 
-@pytest.fixture
-def text_file(tmp_path):
-    path = tmp_path / "input.txt"
-    path.write_text("\n".join(LINES) + "\n", encoding="utf-8")
-    return path
-
-
 def read_all(path):
     with h5py.File(path, "r") as handle:
         return {key: handle[key][...] for key in handle.keys()}

@@ -22,13 +22,6 @@ LINES = [
 ]
 
 
-@pytest.fixture
-def text_file(tmp_path):
-    path = tmp_path / "input.txt"
-    path.write_text("\n".join(LINES) + "\n", encoding="utf-8")
-    return path
-
-
 def read_rows(path):
     """Each row's (line, tokens, vectors) with pyarrow and numpy only: what a user without spacy-elmo does."""
     table = pyarrow.parquet.read_table(path)
