@@ -1,5 +1,6 @@
 """What the project's scripts share: the table of tasks and variants, how a step runs a command (with
-capped math threads, timed, failing loudly), how a task is trained and evaluated, and how scripts end.
+capped math threads, timed, failing loudly; spaCy's own in this process), how a task is trained and
+evaluated, and how scripts end.
 
 Tasks: WNUT-17 (`ner`) and MR (`textcat`) from assets/ always run; CoNLL-2003 and SST-5 only when their
 data directory is given (they cannot be redistributed). Each task is trained in three variants with the
@@ -14,8 +15,9 @@ import os
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -70,8 +72,12 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 def run(command: Sequence[str], threads: int = 0, log: Optional[Path] = None) -> float:
     """Run `command` (a leading `python` is this interpreter, as weasel does) with its math libraries
     (OpenMP, MKL, OpenBLAS, and through them PyTorch) capped at `threads` (0 = their defaults), its
-    output in `log` if given; its wall time in seconds. A failure exits with the command's status."""
+    output in `log` if given; its wall time in seconds. A failure exits with the command's status.
+    `python -m spacy ...` (training, evaluation) runs in this process, through spaCy's own command line:
+    a run saves a Python start and its imports, seconds each."""
     command = list(command)
+    if command[:3] in (["python", "-m", "spacy"], ["python3", "-m", "spacy"]):
+        return run_spacy(command[3:], threads, log)
     if command[0] in ("python", "python3"):
         command[0] = sys.executable
     env = dict(os.environ, **{name: str(threads) for name in THREAD_VARIABLES}) if threads > 0 else None
@@ -86,6 +92,47 @@ def run(command: Sequence[str], threads: int = 0, log: Optional[Path] = None) ->
         where = f" (see {log})" if log else ""
         print(f"error: command failed ({returncode}): {' '.join(command)}{where}", file=sys.stderr)
         raise SystemExit(returncode)
+    return time.time() - started
+
+
+def run_spacy(args: Sequence[str], threads: int = 0, log: Optional[Path] = None) -> float:
+    """`python -m spacy ARGS` in this process, as `run` promises: torch's threads capped at `threads` while
+    it runs, its output in `log`; its wall time. A failure exits with its status (1 for an exception)."""
+    import spacy.cli
+    import torch
+    from spacy.util import registry
+    from typer.main import get_command
+
+    registry.cli.get_all()  # the commands that packages add, as `python -m spacy` registers them
+    before = torch.get_num_threads()
+    started = time.time()
+    failure: Optional[BaseException] = None
+    with ExitStack() as stack:
+        if log is not None:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            handle = stack.enter_context(log.open("w", encoding="utf-8"))
+            stack.enter_context(redirect_stdout(handle))
+            stack.enter_context(redirect_stderr(handle))
+        try:
+            if threads > 0:
+                torch.set_num_threads(threads)
+            get_command(spacy.cli.app).main(args=list(args), prog_name="spacy", standalone_mode=False)
+        except SystemExit as err:  # spaCy's commands end a failure so
+            failure = err if err.code not in (0, None) else None
+        except Exception as err:
+            if callable(getattr(err, "show", None)) and isinstance(getattr(err, "exit_code", None), int):
+                err.show()  # a bad argument (click's exceptions, typer's copy too): said as the command line does
+                failure = SystemExit(err.exit_code)
+            else:
+                traceback.print_exc()
+                failure = err
+        finally:
+            torch.set_num_threads(before)
+    if failure is not None:
+        where = f" (see {log})" if log else ""
+        print(f"error: command failed ({failure!r}): spacy {' '.join(args)}{where}", file=sys.stderr)
+        code = failure.code if isinstance(failure, SystemExit) else 1
+        raise SystemExit(code if isinstance(code, int) else 1) from failure
     return time.time() - started
 
 

@@ -8,14 +8,14 @@
 
 A variant is NAME CONFIG [ELMO] (ELMO: the biLM for --paths.elmo; "" = the shipped model). Each
 (variant, seed) is trained with `spacy train` (the seed as --system.seed; unknown arguments go to
-every `spacy train`) and scored with `spacy evaluate` on the test split. The output JSON has every run and, per
+every `spacy train`) and scored with `spacy evaluate` on the test split (both in this process, logs in
+WORK_DIR/NAME-seedS/). The output JSON has every run and, per
 variant, the mean and sample standard deviation of the task's metric; a markdown table is printed.
 """
 
 import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
 
 from common import METRICS, run
@@ -35,12 +35,12 @@ def train_and_test(
 ) -> tuple[float, float]:
     metric, _ = METRICS[task_of(config)]
     out.mkdir(parents=True, exist_ok=True)
-    train = [sys.executable, "-m", "spacy", "train", str(config), "--output", str(out)]
+    train = ["python", "-m", "spacy", "train", str(config), "--output", str(out)]
     train += ["--paths.train", splits["train"], "--paths.dev", splits["dev"], "--system.seed", str(seed)]
     run(train + extra, threads, out / "train.log")
     scores = out / "test.json"
     run(
-        [sys.executable, "-m", "spacy", "evaluate", str(out / "model-best"), splits["test"], "--output", str(scores)],
+        ["python", "-m", "spacy", "evaluate", str(out / "model-best"), splits["test"], "--output", str(scores)],
         threads,
         out / "evaluate.log",
     )

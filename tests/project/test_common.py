@@ -38,3 +38,20 @@ def test_expected_failures_end_a_script_with_their_message():
     with pytest.raises(KeyError):
         with common.exit_on(ValueError):
             raise KeyError("not expected")
+
+
+def test_spacys_own_commands_run_in_this_process_with_the_thread_cap_and_their_failures(tmp_path, capsys):
+    import torch
+
+    threads = torch.get_num_threads()
+    log = tmp_path / "info.log"
+    assert common.run(["python", "-m", "spacy", "info"], threads=1, log=log) >= 0
+    assert "spaCy version" in log.read_text(encoding="utf-8")  # its output went to the log, not to ours
+    assert torch.get_num_threads() == threads  # the cap ends with the command
+    missing = tmp_path / "missing.cfg"
+    with pytest.raises(SystemExit) as failed:
+        common.run(["python", "-m", "spacy", "train", str(missing)], threads=1, log=tmp_path / "train.log")
+    assert failed.value.code == 2 and torch.get_num_threads() == threads  # click's status for a bad argument
+    assert "does not exist" in (tmp_path / "train.log").read_text(encoding="utf-8")
+    said = capsys.readouterr().err
+    assert f"spacy train {missing}" in said and "train.log" in said
