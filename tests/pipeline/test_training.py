@@ -99,10 +99,11 @@ def test_spacy_train_ner_and_textcat_with_a_frozen_bilm(tmp_path, count_bilm_cal
     assert dev_scores(nlp, "mr")["cats_macro_f"] > 0.65
 
 
-def test_spacy_train_ner_and_textcat_with_the_onnx_runtime(tmp_path):
-    """The listeners learn their mixes from the exported graph as from the torch biLM (exported from the
-    configured model at initialize), and the trained pipeline is saved with the graph."""
-    nlp = spacy_train(tmp_path, **{"training.max_epochs": 6, "components.elmo.model.runtime": "onnxruntime"})
+def test_spacy_train_ner_and_textcat_with_the_onnx_runtime(tmp_path, fixture_graph_file):
+    """The listeners learn their mixes from the exported graph as from the torch biLM (the reference model's
+    graph, exported once for the run: tests/layers/test_onnx_bilm.py has a model exported at initialize)."""
+    settings = {"paths.elmo": str(fixture_graph_file.path), "components.elmo.model.runtime": "onnxruntime"}
+    nlp = spacy_train(tmp_path, **{"training.max_epochs": 6, **settings})
     assert nlp.get_pipe("elmo").runtime == "onnxruntime"
     for component in ("ner", "textcat"):
         weights, gamma = mix_of(nlp, component)
