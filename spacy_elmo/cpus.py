@@ -26,6 +26,12 @@ def usable_cpus(root: Optional[Path] = None) -> int:
     return max(1, count)
 
 
+def omp_threads() -> Optional[int]:
+    """`OMP_NUM_THREADS` where it is a positive count (torch reads it; ONNX Runtime does not), else None."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
 def cgroup_cpu_quota(root: Path) -> Optional[float]:
     """The tightest CPU quota (in CPUs) over this process's cgroup and those above it, v2 and v1; None where
     none is set or the files are not there (not Linux, no cgroup file system)."""

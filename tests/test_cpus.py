@@ -134,7 +134,15 @@ def test_onnxruntime_threads_follow_the_usable_cpus(tmp_path, monkeypatch, fixtu
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(os.cpu_count() or 1)), raising=False)
     monkeypatch.setattr(cpus, "FILES_ROOT", tmp_path)
+    monkeypatch.delenv("OMP_NUM_THREADS")  # tests/conftest.py sets it
     assert threads() == 0  # every CPU usable: ONNX Runtime's own default
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert threads() == 1  # as torch reads it
+    monkeypatch.setenv("OMP_NUM_THREADS", "64")
+    assert threads() == (os.cpu_count() or 1)  # never more than the usable CPUs
+    monkeypatch.setenv("OMP_NUM_THREADS", "a few")
+    assert threads() == 0  # not a count: as if unset
+    monkeypatch.delenv("OMP_NUM_THREADS")
     tree(tmp_path, {"sys/fs/cgroup/cpu.max": "100000 100000"})
     assert threads() == 1
     assert threads(n_threads=3) == 3  # the user's choice, as given

@@ -20,7 +20,7 @@ import numpy
 from ..bilm.batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET, SentenceRunner, token_slice
 from ..bilm.lexicon import Lexicon, batch_to_ids
 from ..bilm.options import BiLMOptions
-from ..cpus import usable_cpus
+from ..cpus import omp_threads, usable_cpus
 from ..io.digest import check_pin
 from ..io.onnx_graph import (
     EXPORT_AGAIN,
@@ -202,10 +202,15 @@ class OnnxRunner(SentenceRunner):
         return session
 
     def _threads(self) -> int:
-        """`n_threads`; for 0, ONNX Runtime's default (a thread per physical core, affinity and quota unread)
-        where this process may use every CPU, else a thread per CPU it may use."""
-        usable = usable_cpus()
-        return self.n_threads or (usable if usable < (os.cpu_count() or 1) else 0)
+        """`n_threads`; for 0, `OMP_NUM_THREADS` where set (as torch reads it) up to the CPUs this process may
+        use, else ONNX Runtime's default (a thread per physical core, affinity and quota unread) where it may
+        use every CPU, else a thread per CPU it may use."""
+        if self.n_threads:
+            return self.n_threads
+        usable, asked = usable_cpus(), omp_threads()
+        if asked is not None:
+            return min(asked, usable)
+        return usable if usable < (os.cpu_count() or 1) else 0
 
     def _read_metadata(self) -> GraphMetadata:
         """The graph's metadata, checked against its inputs, outputs and the digest it records of itself."""
