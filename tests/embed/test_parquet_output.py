@@ -83,6 +83,16 @@ def test_the_cli_writes_parquet_for_a_parquet_name_or_when_told(fixture_dir, tex
     assert not (tmp_path / "d.parquet").exists() and not (tmp_path / "e.parquet").exists()
 
 
+@pytest.mark.slow
+def test_two_workers_write_the_bytes_of_one(fixture_dir, text_file, tmp_path):
+    settings = EmbedSettings(model=str(fixture_dir), chunk_size=2, n_threads=1)
+    for workers in (1, 2):
+        assert embed_file(
+            text_file, tmp_path / f"w{workers}.parquet", settings, output_format="parquet", workers=workers
+        )
+    assert sha256_of(tmp_path / "w1.parquet") == sha256_of(tmp_path / "w2.parquet")
+
+
 PARQUET_KILL_POINTS = {
     "between chunks": at_call(PartialRun, "write_chunk", after=True, n=2),
     "while assembling the output": at_call(pyarrow.parquet.ParquetWriter, "write_batch", after=True, n=2),
