@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 # the pipes trained here: spaCy's score key for each, and what people call it (single-label textcat:
 # micro-averaged F equals accuracy)
@@ -69,15 +69,34 @@ VARIANTS: dict[str, str] = {
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
+def spacy_app() -> Any:
+    """spaCy's command line, with the commands packages add (as `python -m spacy` registers them)."""
+    import spacy.cli
+    from spacy.util import registry
+
+    registry.cli.get_all()
+    return spacy.cli.app
+
+
+def spacy_elmo_app() -> Any:
+    from spacy_elmo.cli import elmo_cli
+
+    return elmo_cli
+
+
+# the modules whose `python -m` commands `run` runs in this process: their command line apps
+IN_PROCESS: dict[str, Callable[[], Any]] = {"spacy": spacy_app, "spacy_elmo": spacy_elmo_app}
+
+
 def run(command: Sequence[str], threads: int = 0, log: Optional[Path] = None) -> float:
     """Run `command` (a leading `python` is this interpreter, as weasel does) with its math libraries
     (OpenMP, MKL, OpenBLAS, and through them PyTorch) capped at `threads` (0 = their defaults), its
     output in `log` if given; its wall time in seconds. A failure exits with the command's status.
-    `python -m spacy ...` (training, evaluation) runs in this process, through spaCy's own command line:
-    a run saves a Python start and its imports, seconds each."""
+    `python -m spacy ...` (training, evaluation) and `python -m spacy_elmo ...` run in this process, through
+    their own command lines: a run saves a Python start and its imports, seconds each."""
     command = list(command)
-    if command[:3] in (["python", "-m", "spacy"], ["python3", "-m", "spacy"]):
-        return run_spacy(command[3:], threads, log)
+    if command[0] in ("python", "python3") and command[1:2] == ["-m"] and command[2] in IN_PROCESS:
+        return run_in_process(command[2], command[3:], threads, log)
     if command[0] in ("python", "python3"):
         command[0] = sys.executable
     env = dict(os.environ, **{name: str(threads) for name in THREAD_VARIABLES}) if threads > 0 else None
@@ -95,15 +114,14 @@ def run(command: Sequence[str], threads: int = 0, log: Optional[Path] = None) ->
     return time.time() - started
 
 
-def run_spacy(args: Sequence[str], threads: int = 0, log: Optional[Path] = None) -> float:
-    """`python -m spacy ARGS` in this process, as `run` promises: torch's threads capped at `threads` while
-    it runs, its output in `log`; its wall time. A failure exits with its status (1 for an exception)."""
-    import spacy.cli
+def run_in_process(module: str, args: Sequence[str], threads: int = 0, log: Optional[Path] = None) -> float:
+    """`python -m MODULE ARGS` (a key of IN_PROCESS) in this process, as `run` promises: torch's threads
+    capped at `threads` while it runs, its output in `log`; its wall time. A failure exits with its status
+    (1 for an exception)."""
     import torch
-    from spacy.util import registry
     from typer.main import get_command
 
-    registry.cli.get_all()  # the commands that packages add, as `python -m spacy` registers them
+    app = IN_PROCESS[module]()
     before = torch.get_num_threads()
     started = time.time()
     failure: Optional[BaseException] = None
@@ -116,8 +134,10 @@ def run_spacy(args: Sequence[str], threads: int = 0, log: Optional[Path] = None)
         try:
             if threads > 0:
                 torch.set_num_threads(threads)
-            get_command(spacy.cli.app).main(args=list(args), prog_name="spacy", standalone_mode=False)
-        except SystemExit as err:  # spaCy's commands end a failure so
+            status = get_command(app).main(args=list(args), prog_name=f"python -m {module}", standalone_mode=False)
+            if isinstance(status, int) and status != 0:  # a command's `typer.Exit(code)`
+                failure = SystemExit(status)
+        except SystemExit as err:  # spaCy's `msg.fail` ends a failure so
             failure = err if err.code not in (0, None) else None
         except Exception as err:
             if callable(getattr(err, "show", None)) and isinstance(getattr(err, "exit_code", None), int):
@@ -130,7 +150,7 @@ def run_spacy(args: Sequence[str], threads: int = 0, log: Optional[Path] = None)
             torch.set_num_threads(before)
     if failure is not None:
         where = f" (see {log})" if log else ""
-        print(f"error: command failed ({failure!r}): spacy {' '.join(args)}{where}", file=sys.stderr)
+        print(f"error: command failed ({failure!r}): {module} {' '.join(args)}{where}", file=sys.stderr)
         code = failure.code if isinstance(failure, SystemExit) else 1
         raise SystemExit(code if isinstance(code, int) else 1) from failure
     return time.time() - started

@@ -6,6 +6,7 @@ import sys
 import pytest
 
 import common
+from fixture_paths import ELMO_FIXTURE
 
 PRINT_THREADS = "import os; print(os.environ.get('OMP_NUM_THREADS'), os.environ.get('MKL_NUM_THREADS'))"
 
@@ -55,3 +56,13 @@ def test_spacys_own_commands_run_in_this_process_with_the_thread_cap_and_their_f
     assert "does not exist" in (tmp_path / "train.log").read_text(encoding="utf-8")
     said = capsys.readouterr().err
     assert f"spacy train {missing}" in said and "train.log" in said
+
+
+def test_the_packages_own_commands_run_in_this_process_and_their_failures_exit(tmp_path, capsys):
+    log = tmp_path / "verify.log"
+    common.run(["python", "-m", "spacy_elmo", "verify", str(ELMO_FIXTURE)], threads=1, log=log)
+    assert log.read_text(encoding="utf-8").rstrip().endswith("ok")
+    with pytest.raises(SystemExit) as failed:
+        common.run(["python", "-m", "spacy_elmo", "verify", str(tmp_path / "nothing")], log=tmp_path / "bad.log")
+    assert failed.value.code == 1 and "nothing" in (tmp_path / "bad.log").read_text(encoding="utf-8")
+    assert "spacy_elmo verify" in capsys.readouterr().err
