@@ -8,9 +8,9 @@
 
 A variant is NAME CONFIG [ELMO] (ELMO: the biLM for --paths.elmo; "" = the shipped model). Each
 (variant, seed) is trained with `spacy train` (the seed as --system.seed; unknown arguments go to
-every `spacy train`) and scored with `spacy evaluate` on the test split (both in this process, logs in
-WORK_DIR/NAME-seedS/). The output JSON has every run and, per
-variant, the mean and sample standard deviation of the task's metric; a markdown table is printed.
+every `spacy train`) and scored with `spacy evaluate` on the test split, both in this process (logs in
+WORK_DIR/NAME-seedS/). The output JSON has every run and, per variant, the mean and sample standard
+deviation of the task's metric; a markdown table is printed.
 """
 
 import argparse
