@@ -10,7 +10,7 @@ the kernels that version runs) with that version's package first on PYTHONPATH, 
 (configuration, batch size, precision) the best tokens/s of each version over the rounds, and their
 ratio, are printed and written as JSON lines.
 OLD_CHECKOUT: a directory holding the old `spacy_elmo` (e.g. `git worktree add /tmp/old COMMIT`).
-`--smoke` runs one round of the smallest shape (with options every version's script takes).
+`--smoke` runs one round at the scripts' smoke size (the smallest shape where the old script has none).
 """
 
 import argparse
@@ -50,10 +50,13 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args, rest = parser.parse_known_args()
     throughput_args = [a for a in rest if a != "--"]
-    if args.smoke:
-        args.rounds = 1
-        throughput_args = "--configs small --batch-sizes 2 --length 5 --min-seconds 0 --precision fp32".split()
     versions = {"old": args.old.resolve(), "new": HERE.parent}
+    if args.smoke:  # the scripts' own smoke size where both versions' scripts have one, else the smallest shape
+        args.rounds = 1
+        scripts = [path / "benchmarks" / "bilm_throughput.py" for path in versions.values()]
+        both = all("--smoke" in script.read_text(encoding="utf-8") for script in scripts)
+        smallest = "--configs small --batch-sizes 2 --length 5 --min-seconds 0 --precision fp32"
+        throughput_args = ["--smoke"] if both else smallest.split()
     best: dict[tuple[Any, ...], dict[str, float]] = {}
     for round_index in range(args.rounds):
         for name, path in versions.items():

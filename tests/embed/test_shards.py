@@ -211,7 +211,7 @@ def test_a_killed_shard_process_resumes_and_merges(tmp_path):
     import signal
 
     corpus = tmp_path / "big.txt"
-    n_lines, chunk = 6000, 128
+    n_lines, chunk = 3000, 128
     corpus.write_text("".join(f"word{i} and {i % 7} more words here .\n" for i in range(n_lines)), encoding="utf-8")
     out = tmp_path / "out.hdf5"
     shard = shard_path(out, (0, 2))
