@@ -19,6 +19,7 @@ from .output import (
     make_runner,
     make_tokenize,
     model_shape,
+    set_worker_threads,
 )
 
 
@@ -40,6 +41,7 @@ class ArrowEmbedder:
         self.column = tokens_column if tokens_column is not None else text_column
         self.pretokenized = tokens_column is not None
         self.tokenize = make_tokenize(settings)
+        set_worker_threads(settings, threads)
         model = load_embed_model(settings) if model is None else model
         self.all_layers, self.n_layers, self.width = model_shape(settings, model)
         self.runner = make_runner(settings, model, threads)

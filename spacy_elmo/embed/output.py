@@ -168,9 +168,19 @@ def make_tokenize(settings: EmbedSettings) -> Callable[[str], list[str]]:
     return make_tokenizer(settings.tokenizer, option="--tokenizer").words
 
 
+def set_worker_threads(settings: EmbedSettings, threads: Optional[int]) -> None:
+    """A worker process's torch threads (`threads`; None: leave them, in-process), set before its model is
+    built: a forked worker's first parallel op (the weights' zeros) would wait forever for the OpenMP pool it
+    inherits from its parent only as bookkeeping."""
+    if threads is not None and settings.runtime == "torch":
+        import torch
+
+        torch.set_num_threads(threads)
+
+
 def make_runner(settings: EmbedSettings, model: EmbedModel, threads: Optional[int] = None) -> SentenceRunner:
     """The runner `embed` and the table engines run `model` with; `threads` None: the settings' thread count,
-    else that many torch threads for this whole process (a worker's)."""
+    else the worker's (`set_worker_threads`) for this whole process."""
     if model.graph is not None:
         return OnnxRunner(
             model.graph,
@@ -178,12 +188,8 @@ def make_runner(settings: EmbedSettings, model: EmbedModel, threads: Optional[in
             n_threads=settings.n_threads if threads is None else threads,
             token_budget=settings.token_budget,
         )
-    import torch
-
     from ..bilm.runner import BiLMRunner
 
-    if threads is not None:
-        torch.set_num_threads(threads)
     return BiLMRunner(
         model.loaded.bilm.to(device_for_rank(settings.device)),
         token_budget=settings.token_budget,
@@ -205,12 +211,7 @@ def embed_words(
 def _init_worker(settings: EmbedSettings, threads: Optional[int], model: Optional[EmbedModel] = None) -> None:
     """Load the model for this process (or take the caller's); `threads` is None in-process, so that
     `embed_file` never changes the caller's torch thread count."""
-    if threads is not None and settings.runtime == "torch":
-        import torch
-
-        # before the model is built: a forked worker's first parallel op (the weights' zeros) would wait
-        # forever for the OpenMP pool it inherits from its parent only as bookkeeping
-        torch.set_num_threads(threads)
+    set_worker_threads(settings, threads)
     _worker_state["tokenize"] = make_tokenize(settings)
     _worker_state["settings"] = settings
     _worker_state["runner"] = make_runner(settings, load_embed_model(settings) if model is None else model, threads)

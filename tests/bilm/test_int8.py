@@ -109,23 +109,24 @@ def fake_cpu(monkeypatch, capability: str, fbgemm: bool = True) -> None:
         monkeypatch.setattr(_torch_private, "fbgemm_unavailable", lambda: "simulated: no fbgemm")
 
 
-def test_avx512_cpus_keep_onednns_8_bit_products(monkeypatch, fresh_probe):
-    if _torch_private.qlinear_unavailable() is not None:
-        pytest.skip(_torch_private.qlinear_unavailable())
-    fake_cpu(monkeypatch, "AVX512")
+@pytest.mark.parametrize(
+    "capability,unavailable,kernel,levels,packed_by",
+    [
+        ("AVX512", _torch_private.qlinear_unavailable, "onednn", 127.0, "packed"),  # oneDNN's 8-bit products
+        ("AVX2", _torch_private.fbgemm_unavailable, "fbgemm", 63.0, "fbgemm"),  # fbgemm's on 7-bit weights
+    ],
+)
+def test_each_cpu_gets_its_kernel_and_weight_levels(
+    monkeypatch, fresh_probe, capability, unavailable, kernel, levels, packed_by
+):
+    if unavailable() is not None:
+        pytest.skip(unavailable())
+    fake_cpu(monkeypatch, capability)
     strategy = products_for("int8").strategies[0]
-    assert (strategy.kernel, strategy.levels, strategy.kernels) == ("onednn", 127.0, "int8")
-    assert slower_than_fp32_here("int8") is None
-
-
-def test_avx2_cpus_run_fbgemms_products_on_7_bit_weights(monkeypatch, fresh_probe):
-    if _torch_private.fbgemm_unavailable() is not None:
-        pytest.skip(_torch_private.fbgemm_unavailable())
-    fake_cpu(monkeypatch, "AVX2")
-    strategy = products_for("int8").strategies[0]
-    assert (strategy.kernel, strategy.levels, strategy.kernels) == ("fbgemm", 63.0, "int8")
+    assert (strategy.kernel, strategy.levels, strategy.kernels) == (kernel, levels, "int8")
     weight = strategy.prepare(torch.randn(8, 16))
-    assert weight.fbgemm is not None and weight.packed is None and weight.rows is None
+    held = {"packed": weight.packed, "fbgemm": weight.fbgemm, "rows": weight.rows}
+    assert [name for name, value in held.items() if value is not None] == [packed_by]
     assert slower_than_fp32_here("int8") is None
 
 
