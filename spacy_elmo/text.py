@@ -1,9 +1,9 @@
-"""Reading text for the biLM: files (plain or gzipped), JSONL records, and spaCy's tokenizer, one home
-for `embed` and the pretraining corpora. Errors name the file, the line and the option that chooses.
+"""Reading text for `embed` and the pretraining corpora: files (plain or gzipped), JSONL records, spaCy's
+tokenizer. Errors name the file, the line and the option that chooses.
 
 Text is UTF-8 unless told otherwise, decoded strictly: bytes that do not decode, or a NUL (which UTF-16 or
-UTF-32 without a byte-order mark leaves between ASCII characters), are refused, naming line and byte offset,
-never replaced (the biLM would read the replacement as text). A leading byte-order mark is skipped.
+UTF-32 without a byte-order mark leaves between ASCII characters), are refused, never replaced (the biLM
+would read the replacement as text). A leading byte-order mark is skipped.
 """
 
 import codecs
@@ -35,8 +35,7 @@ _SAMPLE = 4096  # bytes around a NUL or an undecodable byte that tell which wide
 
 
 def check_encoding(encoding: str, option: str = "--encoding") -> str:
-    """The canonical name of a text encoding ("utf-8-sig" is UTF-8: a mark is skipped anyway), or a
-    ValueError naming `option`."""
+    """The canonical name of a text encoding ("utf-8-sig" is UTF-8: a mark is skipped anyway)."""
     try:
         codec = codecs.lookup(encoding)
     except (LookupError, TypeError):
@@ -49,8 +48,7 @@ def check_encoding(encoding: str, option: str = "--encoding") -> str:
 
 
 def _decoded(path: Path, encoding: str, option: Optional[str], error: type[ValueError]) -> Iterator[str]:
-    """The text of `path` in blocks, decoded strictly, newlines as `open()` reads them; bytes that do not
-    decode, or a NUL, raise `error` naming the line and byte offset."""
+    """The text of `path` in blocks, decoded strictly, newlines as `open()` reads them."""
     codec = check_encoding(encoding)
     where = _Where(path, codec, encoding, option)
     try:  # U+FEFF as `codec` writes it, where a reader must skip it
@@ -85,8 +83,7 @@ class _Where:
         self.recent = b""  # the last bytes before that block
 
     def decode(self, data: bytes, error: type[ValueError]) -> str:
-        """The next block (b"": the end) decoded, its newlines translated; what does not decode, or a NUL,
-        raises `error`."""
+        """The next block (b"": the end) decoded, its newlines translated."""
         state = self.decoder.getstate()
         try:
             text = self.decoder.decode(data, final=not data)
@@ -189,8 +186,7 @@ def _char_start(decoder: codecs.IncrementalDecoder, state: Any, data: bytes, ind
 def text_lines(
     path: Path, encoding: str = UTF8, option: Optional[str] = None, error: type[ValueError] = ValueError
 ) -> Iterator[str]:
-    """The lines of a text file (gunzipped when it ends in .gz), newlines kept; raises as `_decoded` does
-    (`option`: the setting that chooses the encoding)."""
+    """The lines of a text file (gunzipped when it ends in .gz), newlines kept; `option` chooses the encoding."""
     pending: list[str] = []  # the start of a line that goes on in the next block
     for text in _decoded(path, encoding, option, error):
         *lines, last = text.split("\n")  # newlines are LF here already
@@ -210,11 +206,9 @@ def check_rereadable(path: Path, what: str, why: str, error: type[ValueError] = 
         raise error(f"{path}: {what} is {kind}: {why}; write it to a file first")
 
 
-def check_text(
-    path: Path, encoding: str = UTF8, option: Optional[str] = None, error: type[ValueError] = ValueError
-) -> None:
+def check_text(path: Path, encoding: str = UTF8, option: Optional[str] = None) -> None:
     """Decode the whole file, so that a run refuses input that is not text before it writes anything."""
-    for _ in _decoded(path, encoding, option, error):
+    for _ in _decoded(path, encoding, option, ValueError):
         pass
 
 
@@ -222,8 +216,7 @@ JSONL_SUFFIXES = (".jsonl", ".json")
 
 
 def detect_format(path: PathLike) -> str:
-    """ "jsonl" for a .jsonl/.json file (gzipped or not), else "text": the one rule for every reader that
-    is not told the format."""
+    """ "jsonl" for a .jsonl/.json file (gzipped or not), else "text": the rule for every reader."""
     return "jsonl" if any(suffix in JSONL_SUFFIXES for suffix in Path(path).suffixes) else "text"
 
 
@@ -234,7 +227,7 @@ def texts_from_jsonl(
     option: str,
     error: type[ValueError] = ValueError,
 ) -> Iterator[str]:
-    """The string in `field` of each non-blank line; `option` names the setting that chooses `field`."""
+    """The string in `field` of each non-blank line; `option` chooses `field`."""
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -270,7 +263,7 @@ class Tokenizer:
 
 
 def make_tokenizer(lang: str = "en", option: str = "lang", error: type[ValueError] = ValueError) -> Tokenizer:
-    """spaCy's tokenizer for `lang`; `option` names the setting that chose it, for the error."""
+    """spaCy's tokenizer for `lang`; `option` chose it."""
     from spacy import util
     from spacy.language import create_tokenizer
     from spacy.pipeline import Sentencizer

@@ -1,4 +1,4 @@
-"""`spacy elmo embed`: a text or JSONL file to HDF5 (all layers, the top one, or their average)."""
+"""`spacy elmo embed`: a text or JSONL file to HDF5 or Parquet; `embed-merge`: its shards joined."""
 
 import contextlib
 import sys
@@ -114,17 +114,13 @@ def embed_cli(
                     workers=workers,
                     progress=progress,
                     shard=part,
-                    output_format=output_format or default_format(output_path),
+                    output_format=output_format or ("parquet" if output_path.suffix.lower() == ".parquet" else "hdf5"),
                 )
         finally:
             for bar in bars:
                 bar.close()
     target = output_path if part is None else shard_path(output_path, part)
     typer.echo(f"embedded {written} lines now; {target} is finished")
-
-
-def default_format(output_path: Path) -> str:
-    return "parquet" if output_path.suffix.lower() == ".parquet" else "hdf5"
 
 
 @contextlib.contextmanager

@@ -6,8 +6,7 @@ Two columns are added to a row: `tokens` (list<string>: the tokens embedded) and
 - `--layers all`: fixed_size_list<list<fixed_size_list<float32, D>>, L>: shape (L, n, D), layer first.
 
 Each row's values are in the order of the HDF5 output's dataset for that text (row-major over the shape),
-so any Arrow or Parquet reader gets the same float32 values without this package (`column_arrays` shows
-how). pyarrow is imported only here, when a table is built or read.
+so any Arrow or Parquet reader gets the same float32 values without this package (`column_arrays` shows how).
 """
 
 from collections.abc import Sequence
@@ -56,8 +55,7 @@ def vectors_type(all_layers: bool, n_layers: int, width: int) -> Any:
 
 
 def column_arrays(column: Any) -> list[numpy.ndarray]:
-    """An `elmo` column (Arrow array or chunked array, as read back) -> one float32 array a row, (L, n, D) or
-    (n, D): the reading a user does with pyarrow and numpy alone."""
+    """An `elmo` column -> a float32 array a row: the reading a user does with pyarrow and numpy alone."""
     import pyarrow
 
     chunks = column.chunks if isinstance(column, pyarrow.ChunkedArray) else [column]

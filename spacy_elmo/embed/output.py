@@ -1,11 +1,12 @@
-"""Embed a text or JSONL file into HDF5, like the old `allennlp elmo` command, but resumable.
+"""Embed a text or JSONL file, a line a sentence, like the old `allennlp elmo` command, but resumable.
 
-Every input line (or JSONL record) is one sentence; its vectors go to the dataset named by its line index.
 The input is checked whole before anything is written, then streamed in chunks of lines, each kept when
 finished (`store.py`), so a killed run started again does only what is left. Long lines are windowed as
-the pipe windows docs, so memory stays bounded. With a shard (`shards.py`), only that shard's lines.
+the pipe windows docs, so memory stays bounded.
 """
 
+import contextlib
+import itertools
 import multiprocessing
 import warnings
 from collections import deque
@@ -39,9 +40,9 @@ from ..text import (
     texts_from_jsonl,
 )
 from .columns import check_table_dtype
-from .parquet import ParquetRun, finished_parquet
+from .parquet import ParquetRun
 from .shards import Shard, shard_path
-from .store import EmbedWarning, PartialRun, check_output_path, finished_output
+from .store import EmbedWarning, PartialRun, check_output_path
 
 STORAGE_DTYPES = ("float32", "float16")
 OUTPUT_FORMATS = ("hdf5", "parquet")
@@ -106,8 +107,7 @@ class EmbedSettings:
         parse_pin(self.sha256, "--sha256")
 
     def numbers(self) -> dict[str, Any]:
-        """The settings that change what is written (a resumed or merged output must agree on them all);
-        the batch size, threads and workers do not."""
+        """The settings that change what is written, which a resumed or merged output must agree on."""
         numbers = asdict(self)
         for setting in ("model", "sha256", "token_budget", "n_threads"):  # the model: in its own description
             del numbers[setting]
@@ -132,11 +132,12 @@ def device_for_rank(device: str, environ: Optional[Mapping[str, str]] = None) ->
 
 @dataclass
 class EmbedModel:
-    """`description`: what the output records of the model; `loaded` the torch model (runtime torch) or
-    `graph` the exported one (onnxruntime)."""
+    """What the output records of a model, its options, and the torch biLM (runtime torch) or the exported
+    graph (onnxruntime)."""
 
     description: dict[str, Any]
-    loaded: Any = None  # a `spacy_elmo.io.resolve.LoadedModel`
+    options: Any  # `BiLMOptions`
+    bilm: Any = None
     graph: Optional[bytes] = None
 
 
@@ -145,7 +146,7 @@ def load_embed_model(settings: EmbedSettings) -> EmbedModel:
     if settings.runtime == "onnxruntime":
         found = load_graph(settings.model, settings.sha256, "MODEL", "--sha256")
         if found.exported_from is not None:
-            return EmbedModel(found.exported_from.describe(), graph=found.graph)
+            return EmbedModel(found.exported_from.describe(), found.exported_from.bilm.options, graph=found.graph)
         runner = OnnxRunner(found.graph, source=found.source)
         description = {
             "path": settings.model,
@@ -154,11 +155,11 @@ def load_embed_model(settings: EmbedSettings) -> EmbedModel:
             "content_sha256": runner.sha256,
             "source_sha256": runner.metadata.source_sha256,
         }
-        return EmbedModel(description, graph=found.graph)
+        return EmbedModel(description, runner.options, graph=found.graph)
     from ..io.resolve import load_model
 
     loaded = load_model(settings.model, option="MODEL", sha256=settings.sha256)
-    return EmbedModel(loaded.describe(), loaded=loaded)
+    return EmbedModel(loaded.describe(), loaded.bilm.options, bilm=loaded.bilm)
 
 
 def make_tokenize(settings: EmbedSettings) -> Callable[[str], list[str]]:
@@ -168,58 +169,53 @@ def make_tokenize(settings: EmbedSettings) -> Callable[[str], list[str]]:
     return make_tokenizer(settings.tokenizer, option="--tokenizer").words
 
 
-def set_worker_threads(settings: EmbedSettings, threads: Optional[int]) -> None:
-    """A worker process's torch threads (`threads`; None: leave them, in-process), set before its model is
-    built: a forked worker's first parallel op (the weights' zeros) would wait forever for the OpenMP pool it
-    inherits from its parent only as bookkeeping."""
-    if threads is not None and settings.runtime == "torch":
-        import torch
+class Embedder:
+    """The model, runner and tokenizer of `embed` and every table engine alike, so a text has the same
+    vectors whichever way it is embedded. `threads` (None in-process: the settings' `n_threads`) is set
+    before the model is built: a forked worker's first parallel op would otherwise wait forever for the
+    OpenMP pool it inherits from its parent only as bookkeeping."""
 
-        torch.set_num_threads(threads)
+    def __init__(self, settings: EmbedSettings, threads: Optional[int] = None, model: Optional[EmbedModel] = None):
+        if threads is not None and settings.runtime == "torch":
+            import torch
 
+            torch.set_num_threads(threads)
+        self.settings = settings
+        self.tokenize = make_tokenize(settings)
+        model = load_embed_model(settings) if model is None else model
+        self.shape = model_shape(settings, model)
+        self.runner: SentenceRunner
+        if model.graph is not None:
+            self.runner = OnnxRunner(
+                model.graph,
+                source=str(settings.model),
+                n_threads=settings.n_threads if threads is None else threads,
+                token_budget=settings.token_budget,
+            )
+        else:
+            from ..bilm.runner import BiLMRunner
 
-def make_runner(settings: EmbedSettings, model: EmbedModel, threads: Optional[int] = None) -> SentenceRunner:
-    """The runner `embed` and the table engines run `model` with; `threads` None: the settings' thread count,
-    else the worker's (`set_worker_threads`) for this whole process."""
-    if model.graph is not None:
-        return OnnxRunner(
-            model.graph,
-            source=str(settings.model),
-            n_threads=settings.n_threads if threads is None else threads,
-            token_budget=settings.token_budget,
-        )
-    from ..bilm.runner import BiLMRunner
+            self.runner = BiLMRunner(
+                model.bilm.to(device_for_rank(settings.device)),
+                token_budget=settings.token_budget,
+                precision=settings.precision,
+                token_cache_size=16384,
+                n_threads=settings.n_threads if threads is None else 0,
+            )
 
-    return BiLMRunner(
-        model.loaded.bilm.to(device_for_rank(settings.device)),
-        token_budget=settings.token_budget,
-        precision=settings.precision,
-        token_cache_size=16384,
-        n_threads=settings.n_threads if threads is None else 0,
-    )
-
-
-def embed_words(
-    runner: SentenceRunner, settings: EmbedSettings, tokenized: Sequence[Sequence[str]]
-) -> list[numpy.ndarray]:
-    """Tokenized texts -> their vectors, windowed, reduced and stored as the settings say: what every output
-    of `embed` and every table engine holds, so a text has the same vectors whichever way it is embedded."""
-    arrays = embed_windowed(runner, tokenized, settings.window_size, settings.window_context)
-    return [reduce_layers(array, settings.layers).astype(settings.dtype) for array in arrays]
+    def embed(self, tokenized: Sequence[Sequence[str]]) -> list[numpy.ndarray]:
+        """Tokenized texts -> their vectors: windowed, reduced and stored as the settings say."""
+        arrays = embed_windowed(self.runner, tokenized, self.settings.window_size, self.settings.window_context)
+        return [reduce_layers(array, self.settings.layers).astype(self.settings.dtype) for array in arrays]
 
 
 def _init_worker(settings: EmbedSettings, threads: Optional[int], model: Optional[EmbedModel] = None) -> None:
-    """Load the model for this process (or take the caller's); `threads` is None in-process, so that
-    `embed_file` never changes the caller's torch thread count."""
-    set_worker_threads(settings, threads)
-    _worker_state["tokenize"] = make_tokenize(settings)
-    _worker_state["settings"] = settings
-    _worker_state["runner"] = make_runner(settings, load_embed_model(settings) if model is None else model, threads)
+    _worker_state["embedder"] = Embedder(settings, threads, model)
 
 
 def _embed_chunk(chunk: Sequence[tuple[int, str]]) -> list[tuple[int, numpy.ndarray]]:
-    tokenized = [_worker_state["tokenize"](text) for _, text in chunk]
-    arrays = embed_words(_worker_state["runner"], _worker_state["settings"], tokenized)
+    embedder = _worker_state["embedder"]
+    arrays = embedder.embed([embedder.tokenize(text) for _, text in chunk])
     return [(index, array) for (index, _), array in zip(chunk, arrays)]
 
 
@@ -254,9 +250,8 @@ def embed_file(
     shard: Optional[Shard] = None,
     output_format: str = "hdf5",
 ) -> int:
-    """Embed every line of `input_path` into `output_path` (with `shard`: that shard's lines into its own
-    file, see `shard_path`), as HDF5 or Parquet (`output_format`); returns the number of lines embedded now
-    (0 when the output was finished)."""
+    """Embed every line of `input_path` (of `shard` only: into `shard_path`); returns the number of lines
+    embedded now (0 when the output was finished)."""
     check_integer("--workers", workers, 1)
     if output_format not in OUTPUT_FORMATS:
         raise ValueError(f"--format must be one of {', '.join(OUTPUT_FORMATS)}, got {output_format!r}")
@@ -276,17 +271,16 @@ def embed_file(
         "settings": settings.numbers(),
         "shard": list(shard) if shard is not None else None,
     }
-    parquet = output_format == "parquet"
-    if (finished_parquet if parquet else finished_output)(output_path, bound):
-        return 0
     run = PartialRun(output_path, bound)
-    if parquet:
+    if output_format == "parquet":
 
         def tokens() -> Iterator[list[str]]:  # the output's lines tokenized again, to be stored beside their vectors
             tokenize = make_tokenize(settings)
             return (tokenize(text) for i, text in enumerate(input_texts(input_path, settings)) if _in_shard(i, shard))
 
         run = ParquetRun(output_path, bound, tokens, model_shape(settings, model), settings.chunk_size)
+    if run.finished():
+        return 0
     run.open()
     done = run.finished_chunks()
     read = [0]
@@ -295,29 +289,26 @@ def embed_file(
     todo = ((k, chunk) for k, chunk in chunks if k not in done)
     written = 0
     results: Iterable[tuple[int, list[tuple[int, numpy.ndarray]]]]
-    pool: Optional[ProcessPoolExecutor] = None
-    if workers <= 1:
-        _init_worker(settings, threads=None, model=model)
-        results = ((k, _embed_chunk(chunk)) for k, chunk in todo)
-    else:
-        # an exported graph goes to spawned workers: a fork of a process that has run torch's exporter or
-        # ONNX Runtime may inherit a lock some thread held, and hang; a torch model is loaded by each fork
-        if model.graph is not None:
-            context = multiprocessing.get_context("spawn")
-            pool = ProcessPoolExecutor(workers, context, initializer=_init_worker, initargs=(settings, 1, model))
+    with contextlib.ExitStack() as stack:
+        if workers <= 1:
+            _init_worker(settings, threads=None, model=model)
+            results = ((k, _embed_chunk(chunk)) for k, chunk in todo)
         else:
-            del model
-            pool = ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(settings, 1))
-        results = _pooled(pool, todo, in_flight=2 * workers)
-    try:
+            # an exported graph goes to spawned workers: a fork of a process that has run torch's exporter or
+            # ONNX Runtime may inherit a lock some thread held, and hang; a torch model is loaded by each fork
+            if model.graph is not None:
+                context = multiprocessing.get_context("spawn")
+                pool = ProcessPoolExecutor(workers, context, initializer=_init_worker, initargs=(settings, 1, model))
+            else:
+                del model
+                pool = ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(settings, 1))
+            stack.callback(pool.shutdown, cancel_futures=True)
+            results = _pooled(pool, todo, in_flight=2 * workers)
         for k, chunk_result in results:
             run.write_chunk(k, chunk_result)
             written += len(chunk_result)
             if progress is not None:
                 progress(len(chunk_result))
-    finally:
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
     names = [str(index) for index in range(read[0]) if _in_shard(index, shard)]  # the lines this output holds
     run.publish(-(-len(names) // settings.chunk_size), names, read[0])
     if read[0] == 0:  # likely the wrong file; the empty output is still what was asked for
@@ -336,17 +327,12 @@ def input_texts(input_path: Path, settings: EmbedSettings) -> Iterator[str]:
 
 def model_shape(settings: EmbedSettings, model: EmbedModel) -> tuple[bool, int, int]:
     """(all layers kept, L, D) of the vectors `model` gives with `settings`: a table's column type."""
-    if model.graph is not None:
-        options = OnnxRunner(model.graph, source=str(settings.model)).options
-    else:
-        options = model.loaded.bilm.options
-    return settings.layers == "all", options.n_output_layers, options.output_dim
+    return settings.layers == "all", model.options.n_output_layers, model.options.output_dim
 
 
 def check_paths(input_path: Path, output_path: Path) -> None:
-    """Refuse, before anything is read or written, an input that is not a regular file (a pipe can be read
-    only once, and a killed run resumes by reading the input again) and an output that is a directory or
-    the input itself."""
+    """Refuse, before anything is read or written, an input that cannot be read again (a killed run resumes
+    by reading it again) and an output that is a directory or the input itself."""
     if not input_path.exists():
         raise FileNotFoundError(f"input file not found: {input_path}")
     if input_path.is_dir():
@@ -375,12 +361,9 @@ def _pooled(
     pool: ProcessPoolExecutor, todo: Iterator[tuple[int, list[tuple[int, str]]]], in_flight: int
 ) -> Iterator[tuple[int, list[tuple[int, numpy.ndarray]]]]:
     """Chunks embedded by the pool, in order, at most `in_flight` ahead (`pool.map` would read it all)."""
-    pending: deque = deque()
-    for k, chunk in todo:
-        pending.append((k, pool.submit(_embed_chunk, chunk)))
-        if len(pending) >= in_flight:
-            k_done, future = pending.popleft()
-            yield k_done, future.result()
+    submitted = ((k, pool.submit(_embed_chunk, chunk)) for k, chunk in todo)
+    pending = deque(itertools.islice(submitted, in_flight))
     while pending:
-        k_done, future = pending.popleft()
-        yield k_done, future.result()
+        k, future = pending.popleft()
+        yield k, future.result()
+        pending.extend(itertools.islice(submitted, 1))

@@ -1,7 +1,6 @@
 """Sharded `embed`: shard i of n takes the lines whose index is i modulo n (deterministic, balanced, known
 while streaming) into its own resumable file; `merge_shards` joins the shards into the very file one run
-would have written.
-"""
+would have written."""
 
 import contextlib
 import hashlib
@@ -16,11 +15,11 @@ from ..launch_env import launch_env
 from .store import (
     INFORMATIONAL,
     OutputError,
+    PartialRun,
     add_dataset,
     check_digest,
     check_output_path,
     differences,
-    finished_output,
     partial_dir,
     read_binding,
     write_finished,
@@ -57,43 +56,40 @@ def shard_path(output_path: Path, shard: Shard) -> Path:
 
 
 def merge_shards(shard_files: Sequence[Path], output_path: Path) -> int:
-    """Join finished shard files into the file one run would have written; returns the number of lines
-    written now (0 when the output is this merge, finished and undamaged). Every shard must be there once,
-    finished, bound to the same model, input and settings, undamaged, and every line there exactly once;
-    a ShardError names what is not, and then nothing is written. An existing file is never replaced."""
+    """Join finished shard files into the file one run would have written (never replacing an existing
+    file); returns the lines written now (0 when the output is this merge already). A ShardError names a
+    shard or line missing, a shard given twice, damaged or bound to another run; then nothing is written."""
     import h5py
 
     if not shard_files:
         raise ShardError("no shard files given")
-    check_output_path(output_path, map(Path, shard_files), "shard file")
+    paths = [Path(file) for file in shard_files]
+    check_output_path(output_path, paths, "shard file")
     remove_stale_temporaries(output_path)
+    first = paths[0]  # each shard is compared with the first
+    binding, n_lines = _shard_binding(first)
+    count = binding["shard"][1]
     shards: dict[int, Path] = {}
-    first: Optional[tuple[Path, dict[str, Any], int]] = None
-    for path in map(Path, shard_files):
-        if not path.exists():
-            raise FileNotFoundError(f"shard file not found: {path}{_unfinished_hint(path)}")
-        binding, n_lines = _shard_binding(path)
-        index, count = binding["shard"]
-        first = first or (path, binding, n_lines)  # each shard is compared with the first
-        differ = differences(first[1], binding, ignore=(*INFORMATIONAL, "shard"))
-        if first[1]["shard"][1] != count:
-            differ.insert(0, f"shard count: {first[1]['shard'][1]} in {first[0]}, {count} here")
-        if first[2] != n_lines:
-            differ.insert(0, f"input lines: {first[2]} in {first[0]}, {n_lines} here")
+    for path in paths:
+        other, other_lines = _shard_binding(path)
+        index, other_count = other["shard"]
+        differ = differences(binding, other, ignore=(*INFORMATIONAL, "shard"))
+        if other_count != count:
+            differ.insert(0, f"shard count: {count} in {first}, {other_count} here")
+        if other_lines != n_lines:
+            differ.insert(0, f"input lines: {n_lines} in {first}, {other_lines} here")
         if differ:
-            raise ShardError(f"{path}: does not belong with {first[0]}: {'; '.join(differ)}")
+            raise ShardError(f"{path}: does not belong with {first}: {'; '.join(differ)}")
         if index in shards:
             raise ShardError(f"shard {index} of {count} given twice: {shards[index]} and {path}")
         shards[index] = path
-    assert first is not None
-    binding = first[1]  # the first shard's (count and n_lines are every shard's)
     missing = [i for i in range(count) if i not in shards]
     if missing:
         paths = [shard_path(output_path, (i, count)) for i in missing]
         expected = ", ".join(f"{path}{_unfinished_hint(path)}" for path in paths)
         raise ShardError(f"missing shard(s) {missing} of {count}: expected {expected}")
     merged = {**binding, "shard": None}
-    if finished_output(output_path, merged):
+    if PartialRun(output_path, merged).finished():
         return 0
     with contextlib.ExitStack() as stack:
         handles = [stack.enter_context(h5py.File(shards[i], "r")) for i in range(count)]
@@ -115,9 +111,11 @@ def _unfinished_hint(path: Path) -> str:
 
 
 def _shard_binding(path: Path) -> tuple[dict[str, Any], int]:
+    if not path.exists():
+        raise FileNotFoundError(f"shard file not found: {path}{_unfinished_hint(path)}")
     try:
-        binding, attrs = read_binding(path, what="shard")
-        n_lines = int(attrs["n_input_lines"])
+        record = read_binding(path, what="shard")
+        binding, n_lines = record["binding"], int(record["n_input_lines"])
     except OutputError as err:
         raise ShardError(str(err)) from None
     except (OSError, KeyError, ValueError) as err:

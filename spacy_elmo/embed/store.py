@@ -1,10 +1,8 @@
 """Where an `embed` run keeps its work, so that a process killed at any instant loses nothing.
 
-A run's work lives in `<output>.partial/`: `binding.json` (model and input by content, and the settings
-that change the numbers), then one `chunk-<k>.hdf5` per finished chunk, published atomically with its
-datasets' digest. A re-run refuses another binding and embeds again a damaged chunk (saying so). The output
-is assembled from the chunks in line order and renamed into place, so it only appears whole, with the
-bytes of an uninterrupted run; it records its binding and `content_sha256`, checked by a re-run and a merge.
+`<output>.partial/` holds `binding.json` (model and input by content, the settings that change the numbers)
+and a `chunk-<k>.hdf5` per finished chunk, published atomically with its digest. The output is assembled
+from the chunks and renamed into place, so it only appears whole, with the bytes of an uninterrupted run.
 """
 
 import contextlib
@@ -15,7 +13,7 @@ import shutil
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy
 
@@ -70,7 +68,7 @@ def dataset_digest(items: Iterable[tuple[str, numpy.ndarray]]) -> str:
 
 
 def file_datasets(handle: Any) -> Iterator[tuple[str, numpy.ndarray]]:
-    """The datasets of an open output, shard or chunk file in line order (the order they were written)."""
+    """The datasets of an open output, shard or chunk file in line order."""
     for name in sorted(handle.keys(), key=int):
         yield name, handle[name][...]
 
@@ -107,18 +105,18 @@ def write_finished(
 
 
 # what a file given as an output or a shard must be, and what to do when it is not
-_ROLES = {
+ROLES = {
     "output": ("OUTPUT exists and is not an embed output", "give another output name"),
     "shard": ("not an embed shard", "give the files that `embed --shard` wrote"),
 }
 
 
-def read_binding(path: Path, what: str = "output") -> tuple[dict[str, Any], dict[str, Any]]:
-    """The binding and attributes of a finished output or shard (`what`), or an OutputError saying why it is
-    not one; only an HDF5 file is advised to be deleted (anything else is someone's file given by mistake)."""
+def read_binding(path: Path, what: str = "output") -> dict[str, Any]:
+    """The attributes of a finished output or shard (`what`), its binding parsed, or an OutputError saying why
+    it is not one; only an HDF5 file is advised to be deleted (anything else is someone's file given by mistake)."""
     import h5py
 
-    is_not, remedy = _ROLES[what]
+    is_not, remedy = ROLES[what]
     try:
         handle = h5py.File(path, "r")
     except OSError as err:
@@ -133,14 +131,13 @@ def read_binding(path: Path, what: str = "output") -> tuple[dict[str, Any], dict
     if attrs.get("format") != FORMAT or "binding" not in attrs:
         raise OutputError(f"{path}: {is_not} of this version (no {FORMAT!r} binding); {remedy}")
     try:
-        return json.loads(attrs["binding"]), attrs
+        return {**attrs, "binding": json.loads(attrs["binding"])}
     except (TypeError, ValueError):
         raise OutputError(f"{path}: its recorded binding is damaged; delete it and run again") from None
 
 
 def check_output_path(output: Path, inputs: Iterable[Path], what: str) -> None:
-    """Refuse, before anything is read or written, an output that is a directory or one of the files the
-    run reads (`what` names them), which a write would replace."""
+    """Refuse an output that is a directory or one of the files the run reads, which a write would replace."""
     if output.is_dir():
         raise ValueError(f"{output}: OUTPUT is a directory; give the name of an HDF5 file to write")
     if output.exists() and not output.is_file():  # a FIFO would be opened to read its binding, and wait
@@ -181,8 +178,7 @@ class PartialRun:
             )
 
     def finished_chunks(self) -> set[int]:
-        """The chunks already written whose datasets still have their digest; any other chunk file is
-        removed, with a warning, and embedded again."""
+        """The chunks whose datasets still have their digest; any other chunk file is removed, with a warning."""
         import h5py
 
         done = set()
@@ -204,6 +200,40 @@ class PartialRun:
             warnings.warn(f"{path}: {why}; removed, its lines are embedded again", EmbedWarning, stacklevel=2)
             path.unlink()
         return done
+
+    def finished(self) -> bool:
+        """Whether the output is there, finished, undamaged and bound to this binding (then a partial directory
+        left by a kill after publishing is removed); an OutputError when it is there and is not."""
+        if not self.output.exists():
+            return False
+        record = self.read_record()
+        differ = differences(record["binding"], self.binding)
+        if differ:
+            raise OutputError(
+                f"{self.output} already holds a finished output of another model, input or settings: "
+                f"{'; '.join(differ)}. Choose another output name, or delete it to embed again"
+            )
+        try:
+            digests = self.digests()
+        except self.damage_errors() as err:
+            raise OutputError(f"{self.output}: damaged ({err}); delete it and run again") from None
+        for key, actual in digests.items():
+            check_digest(self.output, actual, record.get(key), "output", "delete it and run again")
+        self.discard()
+        return True
+
+    def read_record(self) -> dict[str, Any]:
+        return read_binding(self.output)
+
+    def digests(self) -> dict[str, str]:
+        """The digests the output records of itself, computed from what it holds now."""
+        import h5py
+
+        with h5py.File(self.output, "r") as handle:
+            return {"content_sha256": dataset_digest(file_datasets(handle))}
+
+    def damage_errors(self) -> tuple[type[Exception], ...]:
+        return (OSError, KeyError, ValueError)
 
     def write_chunk(self, k: int, items: list[tuple[int, numpy.ndarray]]) -> None:
         """Publish chunk k with the digest of its datasets, written in the same atomic write."""
@@ -240,27 +270,3 @@ class PartialRun:
     def discard(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             shutil.rmtree(self.directory)
-
-
-def finished_output(output: Path, binding: dict[str, Any]) -> Optional[bool]:
-    """None when `output` does not exist; True when it is a finished, undamaged output bound to `binding`
-    (a partial directory left by a kill after publishing is removed); otherwise an OutputError."""
-    import h5py
-
-    if not output.exists():
-        return None
-    recorded, _ = read_binding(output)
-    differ = differences(recorded, binding)
-    if differ:
-        raise OutputError(
-            f"{output} already holds a finished output of another model, input or settings: {'; '.join(differ)}. "
-            "Choose another output name, or delete it to embed again"
-        )
-    try:
-        with h5py.File(output, "r") as handle:
-            actual, digest = dataset_digest(file_datasets(handle)), handle.attrs.get("content_sha256")
-    except (OSError, KeyError, ValueError) as err:
-        raise OutputError(f"{output}: damaged ({err}); delete it and run again") from None
-    check_digest(output, actual, digest, "output", "delete it and run again")
-    PartialRun(output, binding).discard()
-    return True

@@ -1,9 +1,6 @@
-"""ELMo columns on a Ray Data Dataset: `with_elmo(ds, settings)`.
-
-`map_batches` with `ArrowEmbedder` as a callable class over an actor pool: each actor loads the model once
-and embeds pyarrow batches; Ray Data schedules the batches, restarts an actor that dies and runs its batch
-again, to the same vectors (the biLM is batch-independent). GPUs: `num_gpus=1` and device "cuda" give each
-actor its own GPU.
+"""ELMo columns on a Ray Data Dataset: `map_batches` with `ArrowEmbedder` over an actor pool, each actor
+loading the model once. Ray restarts an actor that dies and runs its batch again, to the same vectors (the
+biLM is batch-independent).
 """
 
 from typing import Any, Optional
@@ -24,10 +21,9 @@ def with_elmo(
     batch_rows: int = 256,
     embedder: type = ArrowEmbedder,
 ) -> Any:
-    """`ds` with `tokens` (texts only) and `elmo` added (`embed.columns`: fixed-size lists of float32), as
-    `embed` computes them, by `workers` actors of `threads` CPUs (and `num_gpus` GPUs) each, `batch_rows`
-    rows a batch. `settings.model` must be readable where the actors run (a shipped model's name, or a path
-    on storage every node sees). `embedder`: the callable class the actors run (a subclass, to add to it)."""
+    """`ds` with `tokens` (texts only) and `elmo` added, as `embed` computes them, by `workers` actors.
+    `settings.model` must be readable where the actors run (a shipped model's name, or a path every node
+    sees); `embedder`: the class the actors run (a subclass, to add to it)."""
     check_table_dtype(settings.dtype, "a Ray Dataset")
     on_gpu = settings.device.split(":")[0] == "cuda"
     if bool(num_gpus) != on_gpu:

@@ -1,10 +1,8 @@
 """ELMo columns on a Spark DataFrame: `with_elmo(df, settings)`.
 
-`mapInArrow` rather than a pandas UDF: each task gets its partition as Arrow batches and returns Arrow
-batches, so the vectors go from numpy to Spark without a pandas object column of arrays in between, and the
-function sees a whole partition, so the model is loaded once a Python worker (kept across its tasks while
-Spark reuses the worker), not once a batch. Spark schedules the partitions and retries a failed task;
-a retried task embeds its rows again, to the same vectors (the biLM is batch-independent).
+`mapInArrow` rather than a pandas UDF: the vectors go from numpy to Spark without a pandas column of arrays
+in between, and the model is loaded once a Python worker, not once a batch. A task Spark retries embeds its
+rows again, to the same vectors (the biLM is batch-independent).
 """
 
 import functools
@@ -30,12 +28,9 @@ def with_elmo(
     threads: int = 1,
     batch_rows: int = 256,
 ) -> Any:
-    """`df` with `tokens` (texts only) and `elmo` added, as `embed` computes them: `elmo` is
-    array<array<float>> a row (tokens x D) for `layers` "top" or "average", array<array<array<float>>>
-    (layers x tokens x D) for "all" (Spark has no fixed-size arrays). `settings.model` is read by each
-    executor: a shipped model's name, a path every executor sees, or, with `ship_model`, a local file or
-    directory (a model, or an .onnx graph with runtime onnxruntime) that Spark copies to them. `threads`:
-    torch threads a Python worker; `batch_rows`: rows embedded at a time (bounds a worker's memory)."""
+    """`df` with `tokens` (texts only) and `elmo` added, as `embed` computes them (as plain arrays: Spark has
+    no fixed-size ones). `settings.model` is read by each executor: a shipped model's name, a path every
+    executor sees, or, with `ship_model`, a local file or directory that Spark copies to them."""
     from pyspark.sql.types import ArrayType, FloatType, StringType, StructField, StructType
 
     check_table_dtype(settings.dtype, "a Spark DataFrame")
@@ -58,7 +53,6 @@ def with_elmo(
             raise FileNotFoundError(f"ship_model: {settings.model} is not a local file or directory to ship")
         df.sparkSession.sparkContext.addFile(str(path.resolve()), recursive=path.is_dir())
         model_file = path.resolve().name
-    # a task calls it on its partition's batches, the last argument
     task = functools.partial(embed_partition, settings, text_column, tokens_column, threads, model_file, batch_rows)
     return df.mapInArrow(task, StructType([*df.schema.fields, *added]))
 
