@@ -1,9 +1,6 @@
-"""The catalog of published ELMo models (`catalog.json`, shipped as package data): names users can give
-wherever a model is asked for, each with its format, language, URLs and the public source it was taken from.
-
-Names are `publisher/model`: `allennlp/original`, `efml/ru` (ELMoForManyLangs by ISO 639 code), `nlpl/212`
-(an NLPL Vectors Repository ID). `SPACY_ELMO_CATALOG` names a catalog file of one's own (the same layout) that
-replaces the shipped one: a mirror inside a network without internet access, or a test server.
+"""The catalog of published ELMo models (`catalog.json`): `publisher/model` names (`allennlp/original`,
+`efml/ru`, `nlpl/212`) users can give wherever a model is asked for, each with its URLs and public source.
+`SPACY_ELMO_CATALOG` names a catalog of one's own that replaces it (a mirror, a test server).
 """
 
 import difflib
@@ -17,15 +14,12 @@ from typing import Any, Optional
 CATALOG_FILE = Path(__file__).with_name("catalog.json")
 CATALOG_ENV = "SPACY_ELMO_CATALOG"
 FORMATS = ("bilm-tf", "efml")
-# the URL roles of an entry: a bilm-tf model published as two files, or one archive (NLPL zips)
-PAIR_ROLES = ("options", "weights")
-ARCHIVE_ROLE = "archive"
+ARCHIVE_ROLE = "archive"  # an entry's one URL, or "options" and "weights" for a bilm-tf model as two files
 
 
 @dataclass(frozen=True)
 class CatalogEntry:
-    """One published model. `urls` holds either `options` and `weights` (a bilm-tf model as two files) or
-    `archive` (one zip); `sha256` the digests a public source states, by the same roles."""
+    """One published model: `urls` and `sha256` (digests a public source states) by role."""
 
     name: str
     language: str
@@ -60,10 +54,9 @@ def load_catalog(path: Optional[Path] = None) -> dict[str, CatalogEntry]:
     return dict(_read_catalog(path or catalog_path())[0])
 
 
-def canonical_url(url: str, path: Optional[Path] = None) -> str:
-    """`url` at the address the catalog lists it by: its `url_aliases` map older prefixes of the same files
-    (AllenNLP's bucket addressed path-style) to the current ones."""
-    for old, new in _read_catalog(path or catalog_path())[1]:
+def canonical_url(url: str) -> str:
+    """`url` at the address the catalog lists it by (its `url_aliases` map older prefixes to current ones)."""
+    for old, new in _read_catalog(catalog_path())[1]:
         if url.startswith(old):
             return new + url[len(old) :]
     return url
@@ -121,8 +114,7 @@ def entries_for(
 
 
 def entry_for_url(url: str, catalog: Optional[dict[str, CatalogEntry]] = None) -> Optional[CatalogEntry]:
-    """The entry one of whose URLs is `url` (or an older address of it): a weights URL given alone is then
-    fetched with the catalog's options, whatever their file name."""
+    """The entry one of whose URLs is `url` (or an older address of it)."""
     entries = load_catalog() if catalog is None else catalog
     url = canonical_url(url)
     return next((e for e in entries.values() if url in e.urls.values()), None)

@@ -1,22 +1,11 @@
 """Published models by name or URL, fetched once into a per-user cache and checked at every reuse.
 
-`resolve_model_source` is what every entry point that takes a model calls: a local path passes through
-untouched; a catalog name (`allennlp/original`, `efml/ru`, `nlpl/212`) or an http(s) URL becomes a local
-path in the cache, downloaded first if it is not there. A bilm-tf model published as two files is one model:
-its options and weights land in one folder (`options.json` and the weights file), which the bilm-tf reader
-takes as a model directory. A URL of a weights file finds its options by AllenNLP's naming
-(`..._weights.hdf5` -> `..._options.json` beside it; any other name: `options.json` beside it), unless the
-catalog lists that URL, whose options it then takes.
-
-The cache: `cache` (the CLI's --cache), else `SPACY_ELMO_CACHE`, else the user cache folder
-(`$XDG_CACHE_HOME/spacy-elmo`, `~/.cache/spacy-elmo` on Linux), laid out as `host/path` of each URL, so a
-cache filled on one machine works when copied to another. Downloads go through pooch (retries, placement by
-rename from a temporary in the same folder, so a killed download never leaves a file that looks complete)
-with a downloader that resumes a partial download (`NAME.part`, an HTTP Range request), shows a progress bar
-on stderr, refuses an HTML page, an HTTP error or a short body, and checks the catalog's digest where it has
-one. The SHA-256 of each file is recorded beside it (`NAME.sha256`, as `sha256sum` writes it) and checked at
-every reuse: a cached file changed since is refused, naming it. Offline (`offline=True` or
-`SPACY_ELMO_OFFLINE=1`), nothing is fetched and what is missing is named.
+`resolve_model_source` passes a local path through and turns a catalog name or an http(s) URL into a path in
+the cache (`cache`, else `SPACY_ELMO_CACHE`, else the user cache folder), laid out as `host/path` of each URL
+so that a copied cache works. A bilm-tf model published as two files lands in one folder (`options.json` and
+the weights). Downloads go through pooch, resumed from `NAME.part`, refused for an HTML page, an HTTP error, a
+short body or a wrong catalog digest; each file's SHA-256 is recorded beside it (`NAME.sha256`) and checked at
+every reuse. Offline (`offline=True` or `SPACY_ELMO_OFFLINE=1`), what is missing is named, not fetched.
 """
 
 import contextlib
@@ -59,8 +48,7 @@ class DownloadError(ValueError):
 
 
 class _Refused(Exception):
-    """Raised inside the downloader for what another try cannot mend (an HTTP 4xx, an HTML page, a wrong
-    digest): pooch retries only network errors and ValueErrors, so this one reaches `fetch` at once."""
+    """What another try cannot mend (an HTTP 4xx, an HTML page, a wrong digest): pooch does not retry it."""
 
 
 def is_url(spec: PathLike) -> bool:
@@ -87,10 +75,8 @@ def cache_dir(cache: Optional[PathLike] = None) -> Path:
 def resolve_model_source(
     spec: PathLike, cache: Optional[PathLike] = None, offline: Optional[bool] = None, progress: bool = True
 ) -> Path:
-    """A local path for `spec`: an existing path untouched, a catalog name or an http(s) URL fetched into the
-    cache (only if it is not there yet); anything else is returned as a path for the caller to refuse or
-    find among the shipped models. A name written as `publisher/model` that the catalog lacks is refused with
-    the names close to it."""
+    """A local path for `spec` (a name or URL fetched into the cache once); a `publisher/model` name the catalog
+    lacks is refused with the names close to it, anything else returned as a path for the caller to judge."""
     text = str(spec)
     if is_url(text):
         return download_url(text, cache, offline, progress)
@@ -108,8 +94,7 @@ def resolve_model_source(
 def download_entry(
     entry: CatalogEntry, cache: Optional[PathLike] = None, offline: Optional[bool] = None, progress: bool = True
 ) -> Path:
-    """Fetch a catalog entry (what is in the cache already is checked, not fetched); its local path: the
-    archive, or the folder holding a two-file model's options.json and weights."""
+    """Fetch a catalog entry (or check its cached copy): the archive, or a two-file model's folder."""
     files = local_files(entry.urls, cache)
     for role, url in entry.urls.items():
         fetch(url, files[role], entry.sha256.get(role), offline, progress)
@@ -119,8 +104,7 @@ def download_entry(
 def download_url(
     url: str, cache: Optional[PathLike] = None, offline: Optional[bool] = None, progress: bool = True
 ) -> Path:
-    """Fetch the model at `url`: a catalog entry one of whose URLs it is, a weights file with its options
-    (found by the publisher's naming, see the module docstring), or any other file (an archive) as it is."""
+    """Fetch the model at `url`: its catalog entry, a weights file with the options beside it, or an archive."""
     entry = entry_for_url(url)
     if entry is not None:
         return download_entry(entry, cache, offline, progress)
@@ -143,8 +127,7 @@ def options_url_for(weights_url: str) -> str:
 
 
 def local_files(urls: dict[str, str], cache: Optional[PathLike] = None) -> dict[str, Path]:
-    """Where each URL of a model lives in the cache: `host/path` of the URL; a two-file model's files in one
-    folder named after its weights file, the options as options.json."""
+    """Where each URL of a model lives in the cache; a two-file model's in a folder named after its weights."""
     if ARCHIVE_ROLE in urls:
         return {ARCHIVE_ROLE: _cache_path(urls[ARCHIVE_ROLE], cache)}
     weights = _cache_path(urls["weights"], cache)
@@ -167,9 +150,7 @@ def _cache_path(url: str, cache: Optional[PathLike]) -> Path:
 def fetch(
     url: str, target: Path, sha256: Optional[str] = None, offline: Optional[bool] = None, progress: bool = True
 ) -> Path:
-    """`url` at `target`: a file there already is checked against the digest recorded at its download (and
-    `sha256`, a digest a public source states); otherwise it is downloaded, resumed from `target.part` when
-    an earlier try left one, verified and placed by rename, and its digest recorded."""
+    """`url` at `target`: a cached file checked against its recorded digest (and `sha256`), else downloaded."""
     if not target.exists():
         if is_offline(offline):
             raise FileNotFoundError(
@@ -208,8 +189,7 @@ def _download(url: str, target: Path, sha256: Optional[str], progress: bool) -> 
 
 @contextlib.contextmanager
 def _download_lock(target: Path) -> Iterator[None]:
-    """An exclusive lock on downloading `target`, where the platform has flock: `.NAME.lock` beside it, kept
-    (removing a lock file others may be waiting on would let two downloads run at once)."""
+    """An exclusive flock on `.NAME.lock` beside `target`, never removed (others may be waiting on it)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         import fcntl
@@ -225,20 +205,17 @@ def _download_lock(target: Path) -> Iterator[None]:
 
 
 class _ResumingDownloader:
-    """pooch's downloader protocol (`downloader(url, output_file, pooch)`): streams `url` into `part`,
-    continuing a partial download with a Range request, and moves it to pooch's temporary `output_file` only
-    when it is whole (the length the server announced, and `sha256` when given)."""
+    """A pooch downloader that resumes `part` with a Range request and hands it to pooch only when whole
+    (the announced length, and `sha256` when given)."""
 
     def __init__(self, part: Path, sha256: Optional[str], progress: bool) -> None:
         self.part, self.expected, self.progress = part, sha256, progress
         self.sha256: Optional[str] = None
 
-    def __call__(self, url: str, output_file: str, pooch: Any, check_only: bool = False) -> Optional[bool]:
+    def __call__(self, url: str, output_file: str, pooch: Any) -> None:
         import requests
         from tqdm import tqdm
 
-        if check_only:
-            return requests.head(url, timeout=TIMEOUT_S, allow_redirects=True).ok
         have = self.part.stat().st_size if self.part.exists() else 0
         headers = {"Range": f"bytes={have}-"} if have else {}
         with requests.get(url, headers=headers, stream=True, timeout=TIMEOUT_S) as response:
@@ -276,12 +253,10 @@ class _ResumingDownloader:
                 f"{url}: SHA-256 {self.sha256} differs from the catalog's {self.expected}; the download was removed"
             )
         os.replace(self.part, output_file)  # pooch then renames it into place
-        return None
 
 
 def _refuse_answer(url: str, response: "requests.Response") -> None:
-    """Refuse what another try cannot mend (a 4xx but a timeout or too many requests, an HTML page where a
-    model file belongs); a 5xx raises requests' HTTPError, which pooch tries again."""
+    """Refuse a 4xx (but 408, 429) or an HTML page; a 5xx raises HTTPError, which pooch tries again."""
     status = response.status_code
     if 400 <= status < 500 and status not in (408, 429):
         raise _Refused(f"{url}: HTTP {status} {response.reason}")
@@ -299,22 +274,17 @@ def sha256_of_file(path: Path, hasher: bool = False) -> Any:
     return digest if hasher else digest.hexdigest()
 
 
-def _digest_file(target: Path) -> Path:
-    return target.with_name(target.name + DIGEST_SUFFIX)
-
-
 def _record_digest(target: Path, sha256: str) -> None:
-    record = _digest_file(target)
+    record = target.with_name(target.name + DIGEST_SUFFIX)
     temporary = record.with_name(record.name + ".tmp")
     temporary.write_text(f"{sha256}  {target.name}\n", encoding="utf-8")
     os.replace(temporary, record)
 
 
 def _check_cached(url: str, target: Path, sha256: Optional[str]) -> None:
-    """Refuse a cached file whose bytes differ from those recorded at its download or from `sha256`; a file
-    without a record (a cache copied without them) gets one."""
+    """Refuse a cached file changed since its download (or unlike `sha256`); one without a record gets one."""
     actual = sha256_of_file(target)
-    record = _digest_file(target)
+    record = target.with_name(target.name + DIGEST_SUFFIX)
     recorded = record.read_text(encoding="utf-8").split()[0] if record.exists() else None
     for expected, what in ((recorded, f"recorded in {record.name} at its download"), (sha256, "the catalog's")):
         if expected and actual != expected.lower():

@@ -1,15 +1,8 @@
-"""The zip container: a model inside a `.zip` archive (the NLPL repository's layout: a bilm-tf model, or a
-few ELMoForManyLangs ones, with a `meta.json`), read in place, never unpacked on disk. The model may be at
-the archive's root or in a folder, and must be the only one in the archive; which format it is in is the
-format readers' concern (`files.py`).
-
-Nothing is inflated without a bound: each member has a `Limit`, what its role can need, checked against
-the size the archive declares and against the bytes actually inflated. An encrypted member, one compressed
-with a method zipfile cannot inflate, or a name held twice (zipfile would read the last one silently) is
-refused, naming it.
+"""The zip container: one model in a `.zip` archive (the NLPL repository's layout), read in place, never
+unpacked. Each member is inflated within a `Limit`, what its role can need; an encrypted member, one
+zipfile cannot inflate, or a name held twice is refused, naming it.
 """
 
-import hashlib
 import posixpath
 import zipfile
 import zlib
@@ -26,7 +19,6 @@ WEIGHT_SUFFIXES = (".hdf5", ".h5")
 PICKLE_SUFFIX = ".pkl"  # ELMoForManyLangs' state dicts (token_embedder.pkl, encoder.pkl)
 VOCAB_MEMBER = "vocab.txt"
 _MiB = 1 << 20
-_BLOCK = _MiB
 _METHOD_NAMES: dict[int, str] = getattr(zipfile, "compressor_names", {})  # zipfile's names of zip methods
 _INFLATE_ERRORS: tuple[type[Exception], ...] = (zipfile.BadZipFile, OSError, EOFError, zlib.error)
 try:
@@ -58,7 +50,7 @@ WEIGHTS_SLACK = 16 * _MiB  # a container's own structure (HDF5 headers and B-tre
 
 
 def role_limit(member: str) -> Limit:
-    """A member's limit by its kind when nothing more is known (its file name's suffix)."""
+    """A member's limit by its file name's suffix, when nothing more is known."""
     if member.endswith(".json"):
         return JSON_LIMIT
     if member.endswith((".txt", ".dic")):
@@ -66,13 +58,8 @@ def role_limit(member: str) -> Limit:
     return WEIGHTS_LIMIT
 
 
-def is_archive(path: Path) -> bool:
-    return path.is_file() and path.suffix.lower() == ".zip"
-
-
 def _models(names: list[str]) -> dict[tuple[str, str], list[str]]:
-    """{(folder: "" for the root, else ending in "/"; format): its model files} for every place a model
-    is (options.json or an .hdf5/.h5 weight file: bilm-tf; a .pkl state dict: ELMoForManyLangs)."""
+    """{(folder, "" or ending in "/"; format): its model files} for every place a model is."""
     models: dict[tuple[str, str], list[str]] = {}
     for name in names:
         folder, _, base = name.rpartition("/")
@@ -87,10 +74,7 @@ def _models(names: list[str]) -> dict[tuple[str, str], list[str]]:
 
 
 def _refuse_repeated(archive: Path, where: str, names: list[str]) -> None:
-    """A zip may hold two members of one name (zipfile keeps both, and reads the last): which bytes are
-    the model's cannot be known, so such an archive is refused, naming the name. Names are compared as
-    an unzip tool writes them: backslashes as folder separators, "." and ".." segments and a leading "/"
-    resolved."""
+    """Refuse two members of one name as an unzip tool writes it (zipfile would read the last silently)."""
     seen: dict[str, list[str]] = {}
     for name in names:
         seen.setdefault(posixpath.normpath("/" + name.replace("\\", "/")).lstrip("/"), []).append(name)
@@ -105,8 +89,7 @@ def _refuse_repeated(archive: Path, where: str, names: list[str]) -> None:
 
 
 def member_names(archive: Path, where: str = "") -> tuple[str, dict[str, str]]:
-    """(the folder the model's files are in, {name inside it: full member name}); an archive holding
-    models in more than one place, or of two formats, or two members of one name, is refused, naming them."""
+    """(the model's folder, {name inside it: member name}); more than one model, or a repeated name, is refused."""
     try:
         with zipfile.ZipFile(archive) as handle:
             names = [info.filename for info in handle.infolist() if not info.is_dir()]
@@ -131,10 +114,9 @@ def member_names(archive: Path, where: str = "") -> tuple[str, dict[str, str]]:
     return prefix, {name[len(prefix) :]: name for name in names if name.startswith(prefix)}
 
 
-def _blocks(archive: Path, member: str, limit: Limit) -> Iterator[bytes]:
-    """A member's bytes in blocks, refused (ArchiveError naming it) when it is encrypted, compressed in a
-    way zipfile cannot inflate, or declares or inflates to more than `limit`; FileNotFoundError naming
-    it when the archive lacks it."""
+def member_blocks(archive: Path, member: str, limit: Optional[Limit] = None) -> Iterator[bytes]:
+    """A member's bytes in blocks, within `limit` (by default `role_limit`); FileNotFoundError when absent."""
+    limit = limit or role_limit(member)
     name = f"{archive}/{member}"
     beyond = f"more than {limit.what} can need ({limit.size} bytes)"
     why = "a damaged archive or a zip bomb (a model really this large loads from its unzipped directory)"
@@ -164,7 +146,7 @@ def _blocks(archive: Path, member: str, limit: Limit) -> Iterator[bytes]:
         try:
             with stream:
                 read = 0
-                while block := stream.read(min(_BLOCK, limit.size + 1 - read)):
+                while block := stream.read(min(_MiB, limit.size + 1 - read)):
                     read += len(block)
                     if read > limit.size:  # more than the header declares: stop at limit + 1 bytes
                         raise ArchiveError(f"{name}: inflates past {limit.size} bytes, {beyond}: {why}")
@@ -173,23 +155,8 @@ def _blocks(archive: Path, member: str, limit: Limit) -> Iterator[bytes]:
             raise ArchiveError(f"{name}: cannot be read from the archive ({err})") from None
 
 
-def read_member(archive: Path, member: str, limit: Optional[Limit] = None) -> bytes:
-    """A member's bytes (at most `limit`, by default what its kind can need: `role_limit`); FileNotFoundError
-    naming it when the archive lacks it."""
-    return b"".join(_blocks(archive, member, limit or role_limit(member)))
-
-
-def member_sha256(archive: Path, member: str, limit: Optional[Limit] = None) -> str:
-    """The SHA-256 of a member's bytes, streamed in blocks (within the same limit as `read_member`)."""
-    digest = hashlib.sha256()
-    for block in _blocks(archive, member, limit or role_limit(member)):
-        digest.update(block)
-    return digest.hexdigest()
-
-
 def bilm_tf_weights(archive: Path, inside: dict[str, str], where: str = "") -> str:
-    """The weight file of the bilm-tf model in the archive's model folder (`member_names`' `inside`), by its
-    name there; an ArchiveError naming what is missing or what is ambiguous."""
+    """The name of the one weight file beside options.json in the model's folder (`member_names`' `inside`)."""
     weights = sorted(short for short in inside if short.endswith(WEIGHT_SUFFIXES) and "/" not in short)
     if OPTIONS_MEMBER in inside and len(weights) > 1:
         raise ArchiveError(

@@ -1,7 +1,5 @@
-"""The biLM's weights as named arrays in the bilm-tf/AllenNLP layout, and back into the modules.
-
-Both file formats (the native msgpack format and bilm-tf's HDF5) hold these very arrays, so the
-mapping lives here once. The rules of the reference layout:
+"""The biLM's weights as named arrays in the bilm-tf/AllenNLP layout (which both file formats hold), and
+back into the modules. The rules of the reference layout:
 - `char_embed` has 261 rows; the AllenNLP id layout prepends a zero row for "no token" (id 0).
 - `CNN/W_cnn_i` is a TF conv2d kernel (1, width, dim, n); PyTorch's conv1d wants (n, dim, width).
 - Highway and projection matrices are (in, out), as stored here; the "carry" gate is the sigmoid one.
@@ -77,9 +75,7 @@ _FAMILIES = (
 
 
 def check_accounted_for(names: Iterable[str], options: BiLMOptions, source: str) -> None:
-    """Every array a file holds must be one the options describe (the softmax is always allowed):
-    weights left over mean the options describe a smaller model than the file, and loading would
-    silently drop layers."""
+    """Refuse arrays the options do not describe (the softmax aside): loading would silently drop layers."""
     known = set(expected_shapes(options)) | set(SOFTMAX_ARRAYS)
     extra = sorted(set(names) - known)
     if not extra:
@@ -120,9 +116,8 @@ def weight_range(arrays: Iterable[tuple[str, numpy.ndarray]]) -> tuple[float, st
 
 
 def _layout(bilm: BiLM) -> Iterator[tuple[str, tuple[torch.Tensor, ...]]]:
-    """Each reference array, in the reference order, with the parameters it holds: the embeddings without
-    their "no token" row, a conv kernel transposed, `W_0` the input and the recurrent matrices stacked;
-    every other array is its parameter as it is."""
+    """Each reference array, in order, with the parameters it holds (`W_0`: the input and recurrent matrices;
+    the embeddings without their "no token" row)."""
     o, enc, lstm = bilm.options, bilm.token_encoder, bilm.lstm
     yield "char_embed", (enc.char_embedding[1:],)
     if enc.word_embedding is not None:
@@ -165,8 +160,8 @@ def build_bilm(
     vocab: Optional[list[str]] = None,
     lexicon: Optional[Lexicon] = None,
 ) -> BiLM:
-    """A BiLM from reference-layout arrays, every name, shape and value checked (`check_values`); a model
-    with a character vocabulary (option `char_vocab_size`) needs its `lexicon`."""
+    """A BiLM from reference-layout arrays, every name, shape and value checked; a model with a character
+    vocabulary needs its `lexicon`."""
     options = BiLMOptions.from_dict(options.to_dict(), source=source)
     check_lexicon(options, lexicon, source)
     check_accounted_for(arrays, options, source)

@@ -1,8 +1,6 @@
-"""Writing files so that a reader, or a re-run after a crash, never sees half of one.
-
-Every file the package keeps goes to a temporary sibling `<name>.tmp<pid>` (the pid tells a dead writer's
-leftover from a live one's), is fsynced, renamed over the target, and the directory fsynced so that the
-rename survives a power cut. On an error the target is left as it was.
+"""Writing files so that a reader, or a re-run after a crash, never sees half of one: each goes to a sibling
+`<name>.tmp<pid>` (the pid tells a dead writer's leftover), is fsynced, renamed over the target, and the
+directory fsynced. On an error the target is left as it was.
 """
 
 import contextlib
@@ -37,11 +35,9 @@ def _alive(pid: int) -> bool:
 
 
 def remove_stale_temporaries(path: PathLike, pattern: Optional[str] = None, keep_own: bool = True) -> list[Path]:
-    """Remove what killed writers left behind: `<name>.tmp<pid>` siblings (files or directories) whose process
-    is gone, of the target `path`, or, with `pattern` (a glob such as "step_*.ckpt"), of every target in the
-    directory `path` whose name matches it. A live writer's temporary is kept, and this process's own unless
-    `keep_own` is False: a caller that writes none of them now knows that one was left by an earlier process
-    that had the same pid (containers reuse pids). Returns what was removed."""
+    """Remove, and return, the temporaries of dead writers: of the target `path`, or with `pattern` (a glob) of
+    each matching target in the directory `path`. This process's own are kept unless `keep_own` is False (a
+    caller writing none knows they are an earlier process's: containers reuse pids)."""
     directory = Path(path) if pattern is not None else Path(path).parent
     pattern = pattern if pattern is not None else glob.escape(Path(path).name)
     removed: list[Path] = []
@@ -77,8 +73,7 @@ def fsync_path(path: Path) -> None:
 
 @contextlib.contextmanager
 def atomic_path(path: PathLike) -> Iterator[Path]:
-    """A temporary path to write `path`'s content to (by any writer: h5py, numpy, open()); on leaving
-    the block without an error it is fsynced and renamed over `path`, else removed."""
+    """A temporary path to write `path`'s content to (by any writer), renamed over `path` if the block succeeds."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_sibling(target)
@@ -105,9 +100,8 @@ def atomic_write_text(path: PathLike, text: str) -> Path:
 
 @contextlib.contextmanager
 def atomic_directory(path: PathLike) -> Iterator[Path]:
-    """A temporary directory to fill; renamed to `path` when the block ends without an error. If
-    another process created `path` first (two ranks building the same cache entry), theirs is kept
-    and this one is discarded: the two hold the same content by construction."""
+    """A temporary directory to fill, renamed to `path` if the block succeeds; if another process made `path`
+    first (two ranks building one cache entry: the same content), theirs is kept."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_sibling(target)
@@ -130,8 +124,7 @@ def atomic_directory(path: PathLike) -> Iterator[Path]:
 
 
 def same_file(a: Path, b: Path) -> bool:
-    """Whether two paths are one file as the filesystem sees it (links, relative paths), so that a write
-    never lands on a file the same run reads; False where either is not there."""
+    """Whether two paths are one file as the filesystem sees it (False where either is not there)."""
     try:
         return os.path.samefile(a, b)
     except OSError:

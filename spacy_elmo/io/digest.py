@@ -1,10 +1,6 @@
-"""SHA-256 digests of files, the one digest of a model, and the digest a user pins a model to.
-
-bilm-tf's HDF5 format and ELMoForManyLangs' pickles carry no checksum, so a digest is the only way to tell
-a damaged or replaced model from the one a user validated. A pin must cover every file of a model (an
-options.json edited under a pin of the weights alone gives other vectors), so each model has ONE digest,
-`model_digest`, which `spacy elmo verify` prints and every pin is checked against (`check_pin`). Files are
-read in blocks, so a multi-gigabyte file is hashed in constant memory.
+"""SHA-256 digests of files, the one digest of a model, and the digest a user pins a model to. A pin must
+cover every file of a model (an edited options.json gives other vectors), so each model has ONE digest,
+`model_digest`, which `spacy elmo verify` prints and `check_pin` checks.
 """
 
 import hashlib
@@ -27,9 +23,8 @@ def file_sha256(path: PathLike) -> str:
 
 @dataclass(frozen=True)
 class ModelFile:
-    """One file a model is made of: its role in the model ("options", "weights", "vocab"; for
-    ELMoForManyLangs, the file's name in the model), where it is (a path, or `archive.zip/member`) and the
-    SHA-256 of its bytes (as `sha256sum` prints it)."""
+    """One file of a model: its role ("options", "weights", "vocab"; ELMoForManyLangs: its name), where it is
+    (a path, or `archive.zip/member`) and the SHA-256 of its bytes."""
 
     role: str
     path: str
@@ -37,9 +32,8 @@ class ModelFile:
 
 
 def model_digest(files: Iterable[ModelFile]) -> str:
-    """THE digest of a model made of files: the SHA-256 of the lines "role:sha256", one per file, sorted by
-    role, each ending in a newline. Roles rather than names or places, so a model has the same digest in a
-    directory, as an .hdf5 file with options.json beside it and in a .zip archive."""
+    """The SHA-256 of the sorted lines "role:sha256\\n": by role, not name or place, so a model has one digest
+    in a directory, beside its options.json and in a .zip archive."""
     digest = hashlib.sha256()
     for role, sha256 in sorted({file.role: file.sha256 for file in files}.items()):
         digest.update(f"{role}:{sha256}\n".encode())
@@ -57,9 +51,8 @@ def parse_pin(pin: Optional[str], option: str) -> Optional[str]:
 
 
 def check_pin(actual: str, pin: Optional[str], what: str, option: str, files: Sequence[ModelFile] = ()) -> None:
-    """Refuse a model whose digest `actual` is not the pinned one, naming both. A pin of one of the model's
-    `files` alone (the weight file's `sha256sum`) is refused too, naming the digest to pin instead: it would
-    not cover the options beside the weights."""
+    """Refuse a model whose digest `actual` is not the pinned one; a pin of one of its `files` alone (the
+    weights' `sha256sum`) is refused naming the digest to pin instead."""
     expected = parse_pin(pin, option)
     if expected is None or actual == expected:
         return

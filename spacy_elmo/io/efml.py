@@ -1,9 +1,6 @@
-"""ELMoForManyLangs (HIT-SCIR) models, read into a native biLM from a directory or a zip archive's folder.
-
-A model holds `config.json` (its `config_path` names the architecture JSON), `char.dic` and `word.dic`
-(`entry<TAB>id` lines), and `token_embedder.pkl` / `encoder.pkl`: PyTorch state dicts, read with
-`torch.load(weights_only=True)`, so nothing in them runs. What differs from bilm-tf is kept as data (options
-and a `Lexicon`), and each weight is a transpose, a slice or a permutation of the file's (`_name_table`):
+"""ELMoForManyLangs (HIT-SCIR) models read into a native biLM: `config.json` (its `config_path` names the
+architecture JSON), `char.dic`/`word.dic` (`entry<TAB>id` lines) and two state dicts read with
+`torch.load(weights_only=True)`. What differs from bilm-tf is data (options, a `Lexicon`, `_name_table`):
 - characters are looked up in `char.dic`, framed by the `<eow>` entry in front and `<bow>` behind
   (ELMoForManyLangs swaps the two; kept), padded with `<pad>`, unknown ones `<oov>`;
 - a word embedding (`word.dic`) joins the highway's output in front, before the projection;
@@ -16,7 +13,6 @@ import io
 import json
 import pickle
 import re
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy
@@ -65,10 +61,6 @@ class EfmlError(ModelFileError):
     """An ELMoForManyLangs model that is incomplete, unsafe, or whose parts disagree."""
 
 
-def is_efml(path: Path) -> bool:
-    return path.is_dir() and all((path / name).exists() for name in MODEL_FILES)
-
-
 def _read_efml(files: ModelFiles) -> BiLM:
     """The biLM of an ELMoForManyLangs model, every file, key and shape checked."""
     config = _json(files, CONFIG_FILE)
@@ -108,8 +100,7 @@ def _json(files: ModelFiles, name: str) -> dict[str, Any]:
 
 
 def _architecture(files: ModelFiles, config: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """The architecture JSON `config_path` names: in the model's directory (as given, or its file name), or
-    one that ELMoForManyLangs ships in its package."""
+    """The architecture JSON `config_path` names: beside config.json, or one ELMoForManyLangs ships."""
     named = config.get("config_path")
     if not isinstance(named, str) or not named:
         raise EfmlError(f"{files.where(CONFIG_FILE)}: no 'config_path' naming the architecture JSON")
@@ -142,8 +133,7 @@ def _sections(architecture: dict[str, Any], source: str) -> tuple[dict[str, Any]
 
 
 def _options(embedder: dict[str, Any], encoder: dict[str, Any], n_chars: int, n_words: int, source: str) -> BiLMOptions:
-    """The options the architecture JSON and the vocabularies describe; errors name the architecture JSON by
-    the keys of the options they map to."""
+    """The options the architecture JSON and the vocabularies describe."""
     data = {
         "char_cnn": {
             "embedding": {"dim": embedder["char_dim"]},
@@ -195,13 +185,9 @@ def _first_line(err: BaseException) -> str:
 
 
 def _dictionary(files: ModelFiles, name: str) -> tuple[list[str], dict[str, int]]:
-    """(entries in id order, {further entry: the id it shares}), read as ELMoForManyLangs reads a .dic
-    file: each line stripped and split at tabs, a line with one field being the entry '\u3000' (whitespace
-    that the strip removed), the id read by `int`, the last line of an entry winning. Its embedding has one
-    row per distinct entry, so the ids must be below that count: a file whose ids are not (a line removed,
-    an id out of range) is refused, as ELMoForManyLangs fails on it (a shape mismatch at load, an index
-    error at run time), before anything is allocated per id. Entries sharing an id all read its row; an
-    id no entry has (there is then one such id for each shared one) gets a `gap` that no text reaches."""
+    """(entries in id order, {further entry: the id it shares}), parsed as ELMoForManyLangs parses a .dic file
+    (a one-field line is the entry '\u3000'); ids must be below the entry count, as its embedding has a row
+    per entry. An id no entry has gets a `gap` that no text reaches."""
     try:
         text = files.read(name).decode("utf-8")
     except UnicodeDecodeError as err:
@@ -247,9 +233,8 @@ Row = tuple[str, str, Shapes, Callable[..., numpy.ndarray]]
 
 
 def _name_table(o: BiLMOptions) -> list[Row]:
-    """One row per reference array (`arrays.py`): its name, the file holding the ELMoForManyLangs tensors it
-    is made of, those tensors with the shapes the architecture JSON and vocabularies imply, and how it is
-    made of them. It drives both the shape check and the import."""
+    """(reference array, the file of its tensors, their expected shapes, how it is made of them): drives
+    both the shape check and the import."""
     F, P, C, D = o.n_filters, o.projection_dim, o.lstm_dim, o.char_embedding_dim
     E, L, same = TOKEN_EMBEDDER_FILE, ENCODER_FILE, numpy.asarray
     rows: list[Row] = [("char_embed", E, {"char_emb_layer.embedding.weight": (o.char_vocab_size, D)}, same)]

@@ -1,8 +1,5 @@
-"""A model's files by name, wherever they are: a directory, or a folder inside a zip archive.
-
-The format readers read through `ModelFiles` and never ask where a file is, so every format loads from
-every container; every read is hashed from the very bytes read (`digests`), so a model's digest covers
-exactly what loading it read.
+"""A model's files by name in a directory or a zip archive's folder: every format reads through
+`ModelFiles`, so every format loads from every container, and each read is hashed as it is read.
 """
 
 import hashlib
@@ -11,15 +8,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from .archive import Limit, member_sha256, read_member
+from .archive import Limit, member_blocks
 from .digest import file_sha256
 
 
 @dataclass(frozen=True)
 class ModelFiles:
-    """`root` is a directory, or a zip archive whose members under `prefix` are the files (read in place,
-    each within a `Limit`: by default what its kind can need). In a directory a name may be a path of its
-    own (an absolute one, or one relative to the working directory when `root` is `Path()`)."""
+    """`root` is a directory, or a zip archive whose members under `prefix` are the files; in a directory a
+    name may be a path of its own (absolute, or relative to the working directory when `root` is `Path()`)."""
 
     root: Path
     prefix: Optional[str] = None  # None: a directory; else the folder in the archive ("" for its root)
@@ -46,7 +42,7 @@ class ModelFiles:
     def read(self, name: str, limit: Optional[Limit] = None) -> bytes:
         """A file's bytes (FileNotFoundError naming it when absent), its SHA-256 recorded in `digests`."""
         if self.prefix is not None:
-            data = read_member(self.root, self.prefix + name, limit)
+            data = b"".join(member_blocks(self.root, self.prefix + name, limit))
         else:
             data = self._file(name).read_bytes()
         self.digests[name] = hashlib.sha256(data).hexdigest()
@@ -54,9 +50,12 @@ class ModelFiles:
 
     def sha256(self, name: str, limit: Optional[Limit] = None) -> str:
         """A file's SHA-256, streamed (a weight file is never held whole to hash it)."""
-        if self.prefix is not None:
-            return member_sha256(self.root, self.prefix + name, limit)
-        return file_sha256(self._file(name))
+        if self.prefix is None:
+            return file_sha256(self._file(name))
+        digest = hashlib.sha256()
+        for block in member_blocks(self.root, self.prefix + name, limit):
+            digest.update(block)
+        return digest.hexdigest()
 
     def _file(self, name: str) -> Path:
         if not (self.root / name).is_file():

@@ -1,9 +1,5 @@
-"""The bilm-tf/AllenNLP file format: `options.json` + one HDF5 file (+ `vocab.txt`), read and written.
-
-The arrays and their layout are `arrays.py`'s; this module moves them between HDF5 datasets and that
-mapping, checking each dataset as it reads it (h5py is imported only then, so `import spacy_elmo` does not
-need it). The format records no checksum, so a weight changed within range loads: only a pinned model
-digest (`digest.py`) tells such a file from the one a user validated.
+"""The bilm-tf/AllenNLP file format: `options.json` + one HDF5 file (+ `vocab.txt`), read and written,
+each dataset checked as it is read. It records no checksum: only a pinned model digest catches an edit.
 """
 
 import io
@@ -68,8 +64,7 @@ def load_bilm_tf(options_file: PathLike, weight_file: PathLike, vocab_file: Opti
 
 
 def _read_bilm_tf(files: ModelFiles, options_name: str, weights_name: str, vocab_name: Optional[str]) -> BiLM:
-    """A BiLM from the options, weight and vocabulary files of a container; a weight file in a directory
-    is read in place, a member of an archive within what the options describe (`weights_limit`)."""
+    """A BiLM from a container's files; a weight file inside an archive is read within `weights_limit`."""
     import h5py
 
     options = BiLMOptions.from_bytes(files.read(options_name, JSON_LIMIT), files.where(options_name))
@@ -90,9 +85,8 @@ def _read_bilm_tf(files: ModelFiles, options_name: str, weights_name: str, vocab
 
 
 def weights_limit(options: BiLMOptions, options_name: str) -> Limit:
-    """What a weight file can need: 8 bytes (float64, the widest any ELMo is stored in) for each weight of
-    the options' arrays and of the softmax their `n_tokens_vocab` announces (the files bilm-tf and this
-    package write announce theirs), and its container's structure; never more than `WEIGHTS_LIMIT`."""
+    """What a weight file can need: 8 bytes (float64) per weight the options describe, softmax included, and
+    `WEIGHTS_SLACK`; never more than `WEIGHTS_LIMIT`."""
     n_weights = sum(math.prod(shape) for shape in expected_shapes(options).values())
     n_weights += options.n_tokens_vocab * (options.projection_dim + 1)
     size = 8 * n_weights + WEIGHTS_SLACK
@@ -108,9 +102,8 @@ def save_bilm_tf(
     vocab_file: Optional[PathLike] = None,
     converted_from: Optional[dict[str, str]] = None,
 ) -> None:
-    """Write options.json + HDF5 in the reference layout (+ softmax and vocabulary when the model has them);
-    `converted_from` (format, file, sha256 of the source) goes into the file's attributes, which bilm-tf
-    and AllenNLP ignore. A model the layout cannot hold (ELMoForManyLangs features) is refused."""
+    """Write options.json + HDF5 in the reference layout (+ vocabulary); `converted_from` goes into attributes
+    that bilm-tf and AllenNLP ignore. A model the layout cannot hold (ELMoForManyLangs features) is refused."""
     if not bilm.options.bilm_tf_layout:  # refused before anything is written
         raise WeightsError(
             "the bilm-tf/AllenNLP layout cannot hold this model (a character or word vocabulary of its own, "
@@ -127,7 +120,7 @@ def save_bilm_tf(
 
 
 def read_vocab(path: PathLike) -> list[str]:
-    """A vocabulary file (`vocab.txt`): one word a line, `<S>`, `</S>`, `<UNK>` first in bilm-tf's convention."""
+    """A vocabulary file (`vocab.txt`): one word a line."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"vocabulary file not found: {path}")

@@ -1,11 +1,6 @@
-"""The native model format: options + weights + vocabulary in one msgpack blob, never pickle.
-
-Arrays are stored as (dtype, shape, raw bytes) and read back with `numpy.frombuffer` under a short list of
-allowed dtypes, so loading a file cannot execute code; names and orientations are the bilm-tf layout's
-(`arrays.py`). A SHA-256 digest of everything stored (the options, the vocabularies, every array and, for a
-converted model, `converted_from`: its source's format, file name and SHA-256) is written with them and
-checked on load, so a flipped bit is an error naming the file instead of silently different vectors.
-On disk a native model is a directory: `model.msgpack` and `options.json` (a readable copy).
+"""The native model format: options, vocabularies and bilm-tf-layout arrays (dtype, shape, raw bytes, a
+short list of dtypes) in one msgpack blob, never pickle, with a SHA-256 of everything stored that is checked
+on load. On disk: a directory of `model.msgpack` and `options.json` (a readable copy).
 """
 
 import hashlib
@@ -62,8 +57,7 @@ def payload_digest(
     converted_from: Optional[dict[str, Any]] = None,
     lexicon: Optional[dict[str, Any]] = None,
 ) -> str:
-    """SHA-256 of what a model file stores: the options, the vocabulary, each encoded array and, when
-    recorded, the source it was converted from and the model's own character/word vocabularies."""
+    """SHA-256 of everything a model file stores."""
     digest = hashlib.sha256()
     if converted_from is not None:
         digest.update(json.dumps({SOURCE_KEY: converted_from}, sort_keys=True).encode("utf-8"))
@@ -87,9 +81,8 @@ def bilm_to_bytes(
     keep_softmax: bool = True,
     converted_from: Optional[dict[str, Any]] = None,
 ) -> bytes:
-    """The model file's bytes. `softmax_dtype="float16"` halves the language-model head (it serves only
-    perplexity and fine-tuning, and is the largest array of a small model); `keep_softmax=False` drops it
-    and the vocabulary (an embedding-only model); `converted_from` records the source of a conversion."""
+    """The model file's bytes. `softmax_dtype="float16"` halves the language-model head (only perplexity and
+    fine-tuning use it); `keep_softmax=False` drops it and the vocabulary; `converted_from`: the source."""
     weights = {}
     for name, value in bilm_arrays(bilm):
         if name not in SOFTMAX_ARRAYS:
@@ -157,9 +150,8 @@ def bilm_from_bytes(data: bytes, source: str = "model bytes", remedy: str = REWR
 
 
 def _read_native(files: ModelFiles) -> tuple[BiLM, str, Optional[dict[str, Any]]]:
-    """The model in model.msgpack, its digest (recorded in the file and checked: the model's digest, which a
-    pin names) and, for a converted model, the format, file name and SHA-256 of what it was converted from;
-    options.json beside it (when there is one) is checked against the options stored there."""
+    """The model in model.msgpack, its checked digest and what it was converted from; options.json beside it
+    is checked against the stored options."""
     payload = _checked_payload(files.read(MODEL_FILE), files.where(MODEL_FILE))
     _check_readable_copy(files, payload["options"])
     return _bilm_from_payload(payload, files.where(MODEL_FILE)), payload[DIGEST_KEY], payload.get(SOURCE_KEY)

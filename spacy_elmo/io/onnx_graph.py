@@ -1,11 +1,7 @@
-"""What an exported graph says about itself, so that the `.onnx` file alone is a servable model. `spacy elmo
-export` writes the biLM's options and (for ELMoForManyLangs models) its lexicon into the graph's metadata, as
-JSON strings under `spacy_elmo.*` keys read back through ONNX Runtime: serving needs no torch and no `onnx`
-package. The graph also records the SHA-256 of its own bytes (all but that record, `graph_sha256`), so that a
-damaged weight is refused at load rather than served: ONNX Runtime checks nothing of the kind. The format
-(`FORMAT`) requires that record, so deleting it is no way around the check. The ModelProto's top-level fields
-are walked in protobuf's wire format, which copies nothing. None of this is security (anyone can write
-matching metadata); a pinned sha256 is what ties a graph to one the user trusts.
+"""What an exported graph says about itself, so that the `.onnx` file alone is a servable model: the biLM's
+options and lexicon as JSON under `spacy_elmo.*` metadata keys (read through ONNX Runtime: no torch, no
+`onnx`), and the SHA-256 of its own bytes, which its format requires, so a damaged weight is refused at load.
+The ModelProto's top-level fields are walked in protobuf's wire format. This is no security: a pin is.
 """
 
 import hashlib
@@ -44,14 +40,11 @@ class OnnxModelError(ModelFileError):
 
 @dataclass(frozen=True)
 class GraphMetadata:
-    """options: the biLM's (dims, ids); lexicon: its vocabularies (None: bilm-tf byte ids);
-    source_sha256: the digest of the model it was exported from, as `spacy elmo verify` prints it;
-    format: the graph's (`FORMAT`, the one export writes)."""
+    """lexicon None: bilm-tf byte ids; source_sha256: the digest of the model it was exported from."""
 
     options: BiLMOptions
     lexicon: Optional[Lexicon]
     source_sha256: Optional[str]
-    format: str = FORMAT
 
     def to_strings(self) -> dict[str, str]:
         from ..about import __version__
@@ -83,14 +76,13 @@ class GraphMetadata:
             lexicon = Lexicon.from_dict(json.loads(lexicon_json), source) if lexicon_json is not None else None
         except (KeyError, json.JSONDecodeError, LexiconError) as err:
             raise OnnxModelError(f"{source}: the ONNX graph's spacy-elmo metadata is damaged ({err})") from None
-        return cls(options, lexicon, strings.get(SOURCE_SHA256_KEY), found)
+        return cls(options, lexicon, strings.get(SOURCE_SHA256_KEY))
 
     def check_shapes(
         self, input_shape: Sequence[Any], output_shape: Sequence[Any], source: str, remedy: str = EXPORT_AGAIN
     ) -> None:
         """Refuse metadata that disagrees with the shapes the graph declares for its input (B, T, width) and
-        output (L+1, B, T, 2P), naming the key: an edited value would otherwise fail at the first doc (a
-        wrong width) or be placed into arrays of the wrong size, or be ignored by `embed`."""
+        output (L+1, B, T, 2P), naming the key."""
         o, lexicon = self.options, self.lexicon
         width_key = f"{OPTIONS_KEY} {FILE_KEYS['max_characters_per_token']}"
         if lexicon is not None and lexicon.max_characters_per_token != o.max_characters_per_token:
@@ -166,9 +158,8 @@ _MAX_MODEL_FIELDS = 4096  # an exported graph has a dozen top-level fields (its 
 
 
 def is_model_proto(data: memoryview) -> bool:
-    """Whether `data` is an ONNX ModelProto: an ir_version first, a graph, and nothing but ModelProto's
-    fields to its end. Only the fields' headers are read, so over a memory-mapped file a weight file or
-    text fails at its first bytes and a graph costs a few pages."""
+    """Whether `data` is an ONNX ModelProto: an ir_version first, a graph, and only ModelProto's fields (read
+    by their headers alone, so a memory-mapped file costs a few pages)."""
     seen: set[int] = set()
     try:
         for count, (number, wire_type, _, _, _) in enumerate(_fields(data)):
@@ -181,14 +172,6 @@ def is_model_proto(data: memoryview) -> bool:
     return _GRAPH in seen
 
 
-def _entry(payload: memoryview) -> tuple[bytes, bytes]:
-    """A StringStringEntryProto's (key, value)."""
-    found = {1: b"", 2: b""}
-    for number, _, _, _, value in _fields(payload):
-        found[number] = bytes(value)
-    return found[1], found[2]
-
-
 def graph_sha256(graph: bytes, source: str) -> tuple[str, Optional[str]]:
     """(the SHA-256 of the graph's bytes without its `GRAPH_SHA256_KEY` entry, the digest that entry
     records, or None for a graph without one)."""
@@ -198,9 +181,9 @@ def graph_sha256(graph: bytes, source: str) -> tuple[str, Optional[str]]:
     try:
         for number, _, start, end, payload in _fields(data):
             if number == _METADATA_PROPS:
-                key, value = _entry(payload)
-                if key == GRAPH_SHA256_KEY.encode():
-                    recorded = value.decode("ascii", "replace")
+                entry = {key: bytes(value) for key, _, _, _, value in _fields(payload)}  # key = 1, value = 2
+                if entry.get(1) == GRAPH_SHA256_KEY.encode():
+                    recorded = entry.get(2, b"").decode("ascii", "replace")
                     continue
             digest.update(data[start:end])
     except ValueError as err:
@@ -208,13 +191,13 @@ def graph_sha256(graph: bytes, source: str) -> tuple[str, Optional[str]]:
     return digest.hexdigest(), recorded
 
 
-def check_graph_sha256(graph: bytes, source: str, graph_format: str, remedy: str = EXPORT_AGAIN) -> None:
+def check_graph_sha256(graph: bytes, source: str, remedy: str = EXPORT_AGAIN) -> None:
     """Refuse a graph whose bytes are not those its recorded digest was taken of (a damaged weight, an
     edited metadata entry), or one that records none (its entry deleted). `remedy`: what to do instead."""
     actual, recorded = graph_sha256(graph, source)
     if recorded is None:
         raise OnnxModelError(
-            f"{source}: the ONNX graph is in format {graph_format!r} ({FORMAT_KEY}), which records the digest of "
+            f"{source}: the ONNX graph is in format {FORMAT!r} ({FORMAT_KEY}), which records the digest of "
             f"its content, and its {GRAPH_SHA256_KEY} entry is missing: the file was edited or damaged; {remedy}"
         )
     if actual != recorded:

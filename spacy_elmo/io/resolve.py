@@ -1,21 +1,12 @@
-"""Find and load a biLM from whatever the user points at: a native directory, a bilm-tf/AllenNLP
-directory or HDF5 file, an NLPL .zip archive, an ELMoForManyLangs directory or archive, or the name of a
-model shipped in the package ("" is the shipped default).
+"""Find and load a biLM from whatever the user points at: a native directory, a bilm-tf/AllenNLP directory
+or HDF5 file, an NLPL .zip archive, an ELMoForManyLangs directory or archive, a published or shipped model's
+name ("" is the shipped default). `resolve_model` makes it a container (`files.ModelFiles`) and a format;
+`load_model`, the one public loader, reads it with every check.
 
-`resolve_model` turns such a path into a container (`files.ModelFiles`: a directory or an archive's folder)
-and a format; `load_model`, the one public loader, reads it with every check. Each model has ONE digest
-(`LoadedModel.sha256`), which `spacy elmo verify` prints, a pin is checked against and `embed` outputs are
-bound to. It covers everything the model is made of:
-- native: the digest recorded in model.msgpack (the options, the vocabularies, every array and the source it
-  was converted from), checked against its contents; options.json beside it is a readable copy, checked
-  against the stored options;
-- bilm-tf/AllenNLP: `digest.model_digest` over options.json, the .hdf5 file and vocab.txt (when there is
-  one), by role, so a directory, an .hdf5 file with its options and an archive of them have one digest;
-- ELMoForManyLangs: `digest.model_digest` over exactly the files reading the model read, by name (config.json,
-  the architecture JSON it names unless ELMoForManyLangs ships it, char.dic, word.dic, token_embedder.pkl,
-  encoder.pkl): other files in the folder are no part of the model.
-What is not a model is said as such (an ONNX graph is served by the onnxruntime runtime), and a directory
-with two candidate weight files is refused rather than one chosen.
+Each model has ONE digest (`LoadedModel.sha256`), which `spacy elmo verify` prints, a pin is checked against
+and `embed` outputs are bound to. For a native model it is the digest recorded in (and checked against)
+model.msgpack; otherwise `digest.model_digest` over exactly the files loading read, by role, so a directory
+and an archive of it have one digest.
 """
 
 import mmap
@@ -27,10 +18,10 @@ from ..bilm.bilm import BiLM
 from ..bilm.options import BiLMOptions
 from ..hub.download import resolve_model_source
 from ..text import PathLike
-from .archive import OPTIONS_MEMBER, VOCAB_MEMBER, WEIGHT_MEMBERS, bilm_tf_weights, is_archive, member_names
+from .archive import OPTIONS_MEMBER, VOCAB_MEMBER, WEIGHT_MEMBERS, bilm_tf_weights, member_names
 from .atomic import same_file
 from .digest import ModelFile, check_pin, model_digest, parse_pin
-from .efml import CONFIG_FILE, ENCODER_FILE, MODEL_FILES, _read_efml, is_efml
+from .efml import CONFIG_FILE, ENCODER_FILE, MODEL_FILES, _read_efml
 from .files import ModelFiles, starts_as_hdf5
 from .hdf5 import _read_bilm_tf, weights_limit
 from .native import MODEL_FILE, OPTIONS_FILE, _read_native, is_native
@@ -48,9 +39,8 @@ EXPECTED = (
 
 @dataclass(frozen=True)
 class ModelSource:
-    """One model: its format (`kind`: "native", "bilm-tf" or "efml") and its container (`files`: a
-    directory or an archive's folder), with the names there of its options (ELMoForManyLangs: config.json),
-    its weights (ELMoForManyLangs: encoder.pkl) and its vocabulary. `path` is what the user gave."""
+    """One model: its format (`kind`: "native", "bilm-tf" or "efml"), its container, and the names there of
+    its options, weights and vocabulary; `path` is what the user gave."""
 
     kind: str
     path: Path
@@ -68,8 +58,8 @@ class ModelSource:
         return Path(self.files.where(self.weights))
 
 
-def shipped_model_path(name: str = DEFAULT_MODEL) -> Path:
-    return SHIPPED_MODELS_DIR / name
+def shipped_model_path() -> Path:
+    return SHIPPED_MODELS_DIR / DEFAULT_MODEL
 
 
 def available_models() -> list[str]:
@@ -101,7 +91,7 @@ def resolve_model(path: PathLike, options_file: Optional[PathLike] = None, optio
             '(embed --runtime onnxruntime; the pipe\'s runtime = "onnxruntime"); convert/verify/evaluate/export '
             "need the model it was exported from"
         )
-    if is_archive(target):
+    if target.is_file() and target.suffix.lower() == ".zip":
         prefix, inside = member_names(target, where)
         files = ModelFiles(target, prefix)
         if all(name in inside for name in MODEL_FILES):  # an ELMoForManyLangs model, zipped
@@ -110,7 +100,7 @@ def resolve_model(path: PathLike, options_file: Optional[PathLike] = None, optio
         return ModelSource(
             "bilm-tf", target, files, OPTIONS_MEMBER, weights, VOCAB_MEMBER if VOCAB_MEMBER in inside else None
         )
-    if is_efml(target):
+    if target.is_dir() and all((target / name).exists() for name in MODEL_FILES):  # ELMoForManyLangs
         return ModelSource("efml", target, ModelFiles(target), CONFIG_FILE, ENCODER_FILE)
     weight_file = target  # or, in a directory, the one weight file there
     if target.is_dir():
@@ -132,14 +122,12 @@ def resolve_model(path: PathLike, options_file: Optional[PathLike] = None, optio
         weight_file = found[0]
     options = Path(options_file) if options_file else weight_file.with_name(OPTIONS_FILE)
     vocab = weight_file.with_name(VOCAB_MEMBER)
-    # files anywhere, each named by its path as given (a directory container rooted at the working directory)
-    files = ModelFiles(Path())
+    files = ModelFiles(Path())  # each file named by its path as given
     return ModelSource("bilm-tf", target, files, str(options), str(weight_file), str(vocab) if vocab.exists() else None)
 
 
 def is_onnx_graph(path: Path) -> bool:
-    """Whether a file is an ONNX graph rather than a model this package loads: named .onnx (and not HDF5),
-    or, whatever its name, a protobuf ModelProto (`is_model_proto`, over the file memory-mapped)."""
+    """Whether a file is an ONNX graph: not HDF5, and named .onnx or a ModelProto (read memory-mapped)."""
     if starts_as_hdf5(path):
         return False
     if names_onnx_graph(str(path)):
@@ -153,8 +141,8 @@ def is_onnx_graph(path: Path) -> bool:
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """A biLM and what it was loaded from: `sha256` is the model's one digest (see the module docstring),
-    `sha256_of` says what it covers, `files` are the files the model is made of, each with its own SHA-256."""
+    """A biLM and what it was loaded from: `sha256` is the model's one digest, `sha256_of` what it covers,
+    `files` the files it is made of, each with its own SHA-256."""
 
     bilm: BiLM
     source: ModelSource
@@ -178,9 +166,8 @@ class LoadedModel:
         }
 
     def provenance(self) -> dict[str, str]:
-        """What a model converted from this one records of it: its format, the file that holds its weights
-        and that file's own SHA-256 (ELMoForManyLangs: the directory and the model digest; native: its
-        recorded digest, which converted models have always named)."""
+        """What a model converted from this one records of it: its format, weight file and that file's SHA-256
+        (ELMoForManyLangs: the directory and the model digest)."""
         kind, sha256 = self.source.kind, self.sha256
         if kind == "bilm-tf":
             sha256 = next(file.sha256 for file in self.files if file.role == "weights")
@@ -188,18 +175,15 @@ class LoadedModel:
         return {"format": kind, "file": name, "sha256": sha256}
 
     def paths(self) -> tuple[Path, ...]:
-        """The files on disk the model was read from: each of `files`, or for a model in a zip archive the
-        archive itself."""
+        """The files on disk the model was read from (the archive, for a zipped model)."""
         if self.source.files.zipped:
             return (self.source.path,)
         return tuple(Path(file.path) for file in self.files)
 
 
 def check_output(loaded: LoadedModel, output: Path, option: str, directory: bool) -> None:
-    """Refuse, before anything is written, an output that is a file of the model being read (writing it
-    would destroy the model) or, for an output `directory`, one holding such a file (the files written
-    there would replace the model's or sit beside them as a second model); a file output that is a
-    directory is refused too. Files are compared as the filesystem does (links, relative paths)."""
+    """Refuse, before anything is written, an output that is (or, for a `directory`, holds) a file of the
+    model being read, or a file output that is a directory."""
     if not directory and output.is_dir():
         raise ValueError(f"{output} ({option}) is a directory: give the file to write")
     for path in loaded.paths():
@@ -260,10 +244,8 @@ def _read(files: ModelFiles, roles: dict[str, str]) -> list[ModelFile]:
 
 
 def _bilm_tf_files(source: ModelSource) -> list[ModelFile]:
-    """The files of a bilm-tf model, by role: options.json, the HDF5 weights and, when there is one, the
-    vocabulary (the softmax's words), each hashed as it is stored (a member of an archive within what its
-    role can need: the weights within what the options describe), so an archive and the unzipped directory
-    have one digest."""
+    """The files of a bilm-tf model by role, each hashed as stored (in an archive, the weights within what
+    the options describe)."""
     files = source.files
     limit = None
     if files.zipped:

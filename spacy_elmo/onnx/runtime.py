@@ -71,7 +71,7 @@ def read_graph_file(path: Union[str, Path], option: str = "ONNX file") -> bytes:
 
 def load_graph(path: str, sha256: Optional[str], option: str, sha256_option: str) -> LoadedGraph:
     """The graph `path` serves, its `sha256` pin checked: an .onnx file as it is (no torch), any other model
-    exported (torch and the [onnx] extra). `option`, `sha256_option`: how errors name the two settings."""
+    exported (torch and the [onnx] extra); `option`, `sha256_option` name the two settings in errors."""
     if names_onnx_graph(path):
         graph = read_graph_file(path, option)
         check_pin(hashlib.sha256(graph).hexdigest(), sha256, path, sha256_option)
@@ -90,16 +90,12 @@ def load_graph(path: str, sha256: Optional[str], option: str, sha256_option: str
 
 
 class OnnxRunner(SentenceRunner):
-    """Runs an exported biLM with ONNX Runtime.
-
-    graph: the .onnx file's bytes, or None with `load`, which returns a `LoadedGraph` on first use;
-    source, remedy: how errors name `graph`, and what they advise about a damaged one;
-    n_threads: ONNX Runtime's intra-op threads (0: its default, at most the CPUs this process may use);
-    token_budget, max_batch_size: as for `BiLMRunner`.
-    """
+    """Runs an exported biLM with ONNX Runtime: `graph` (the .onnx file's bytes, named by `source`), or `load`
+    returning a `LoadedGraph` on first use; `n_threads`: intra-op threads (0: see `_threads`)."""
 
     stateful = False
     precision = "fp32"
+    max_batch_size: Optional[int] = DEFAULT_MAX_BATCH_SIZE
 
     def __init__(
         self,
@@ -109,8 +105,6 @@ class OnnxRunner(SentenceRunner):
         source: str = "ONNX graph",
         n_threads: int = 0,
         token_budget: int = 0,
-        max_batch_size: Optional[int] = DEFAULT_MAX_BATCH_SIZE,
-        remedy: str = EXPORT_AGAIN,
     ) -> None:
         if graph is None and load is None:
             raise ValueError("OnnxRunner needs a graph or a function that loads one")
@@ -119,10 +113,9 @@ class OnnxRunner(SentenceRunner):
         self._metadata: Optional[GraphMetadata] = None
         self.n_threads = n_threads
         self.token_budget = token_budget or DEFAULT_TOKEN_BUDGET  # 0: the default (a CPU's)
-        self.max_batch_size = max_batch_size
         self._register()
         if graph is not None:
-            self.set_graph(graph, source, remedy)
+            self.set_graph(graph, source)
 
     def _register(self) -> None:
         """A key of this object's own for `_sessions`; its session there is freed with it."""
@@ -202,9 +195,8 @@ class OnnxRunner(SentenceRunner):
         return session
 
     def _threads(self) -> int:
-        """`n_threads`; for 0, `OMP_NUM_THREADS` where set (as torch reads it) up to the CPUs this process may
-        use, else ONNX Runtime's default (a thread per physical core, affinity and quota unread) where it may
-        use every CPU, else a thread per CPU it may use."""
+        """`n_threads`; for 0, `OMP_NUM_THREADS` (as torch reads it) up to the usable CPUs, else ONNX Runtime's
+        default (0, which reads neither affinity nor quota) where every CPU is usable, else one per usable CPU."""
         if self.n_threads:
             return self.n_threads
         usable, asked = usable_cpus(), omp_threads()
@@ -224,7 +216,7 @@ class OnnxRunner(SentenceRunner):
                 f"a spacy-elmo graph takes [{INPUT_NAME!r}] and returns [{OUTPUT_NAME!r}]"
             )
         metadata.check_shapes(inputs[0].shape, outputs[0].shape, self.source, self.remedy)
-        check_graph_sha256(self._graph, self.source, metadata.format, self.remedy)
+        check_graph_sha256(self._graph, self.source, self.remedy)
         return metadata
 
     def batch_to_ids(self, sentences: Sequence[Sequence[str]]) -> numpy.ndarray:
