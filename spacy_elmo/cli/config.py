@@ -11,20 +11,6 @@ from . import elmo_cli, one_line_errors
 CONFIGS_DIR = Path(__file__).parent.parent / "configs"
 
 
-def shipped_configs() -> dict[str, Path]:
-    """The shipped configs by name (the file name without .cfg)."""
-    return {path.stem: path for path in sorted(CONFIGS_DIR.glob("*.cfg"))}
-
-
-def shipped_config(name: str) -> Path:
-    """A shipped config by name, with or without .cfg; an unknown name is an error listing the known ones."""
-    configs = shipped_configs()
-    stem = name[: -len(".cfg")] if name.endswith(".cfg") else name
-    if stem not in configs:
-        raise FileNotFoundError(f"no shipped config {name!r}; shipped: {', '.join(configs)}")
-    return configs[stem]
-
-
 @elmo_cli.command("config")
 def config_cli(
     name: Optional[str] = typer.Argument(
@@ -35,11 +21,15 @@ def config_cli(
     """Print or write a config shipped in the package; with no NAME, list them. For a pipeline:
     `config ner base.cfg`, then `python -m spacy init fill-config base.cfg config.cfg`."""
     with one_line_errors():
+        configs = {path.stem: path for path in sorted(CONFIGS_DIR.glob("*.cfg"))}
         if name is None:
-            for stem, path in shipped_configs().items():
+            for stem, path in configs.items():
                 typer.echo(f"{stem:20} {path}")
             return
-        text = shipped_config(name).read_text(encoding="utf-8")
+        shipped = configs.get(name.removesuffix(".cfg"))
+        if shipped is None:
+            raise FileNotFoundError(f"no shipped config {name!r}; shipped: {', '.join(configs)}")
+        text = shipped.read_text(encoding="utf-8")
         if output is None:
             typer.echo(text, nl=False)
             return

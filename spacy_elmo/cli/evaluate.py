@@ -44,15 +44,14 @@ def evaluate_cli(
         loaded = load_model(model)
         if output is not None:
             check_output(loaded, output, "--output", directory=False)
-        bilm = loaded.bilm
-        bilm.to(place)
+        loaded.bilm.to(place)
         settings = CorpusSettings(format=fmt or detect_format(text), text_field=text_field, max_tokens=max_tokens)
         with tempfile.TemporaryDirectory() as tmp, torch_threads(threads):
             if cache_dir is None:  # nothing to reuse: each file read once (a pipe too)
                 stream = tokenize_corpus(text, settings, Path(tmp) / "text")
             else:  # keyed by the text's digest
                 stream = prepare_corpus(text, settings, cache_dir)
-            results = stream_perplexity(bilm, stream)
+            results = stream_perplexity(loaded.bilm, stream)
     line = json.dumps({"model": str(model), "text": str(text), **results}, indent=2)
     typer.echo(line)
     if output is not None:

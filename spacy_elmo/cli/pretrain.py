@@ -6,8 +6,7 @@ from typing import Optional
 import typer
 
 from . import elmo_cli, one_line_errors
-
-CONFIGS_DIR = Path(__file__).parent.parent / "configs"
+from .config import CONFIGS_DIR
 
 
 def resolve_config_path(path: Path) -> Path:
@@ -58,7 +57,7 @@ def pretrain_cli(
             output_dir,
             resume=resume,
             init_from=init_from,
-            log=lambda m: typer.echo(m),
+            log=typer.echo,
             source=str(path),
             accept_changed_data=accept_changed_data,
         )

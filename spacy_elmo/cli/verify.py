@@ -38,13 +38,8 @@ def info_cli(
     entry = None if Path(model).exists() else find_entry(model)
     report = model_report(model, None, None)
     if entry is not None:
-        report["published"] = {
-            "name": entry.name,
-            "language": entry.language,
-            "description": entry.description,
-            "page": entry.page,
-            "licence": entry.licence,
-        }
+        fields = ("name", "language", "description", "page", "licence")
+        report["published"] = {field: getattr(entry, field) for field in fields}
         if not as_json:
             typer.echo(f"name     {entry.name} ({entry.language}): {entry.description}")
             typer.echo(f"source   {entry.page}; licence: {entry.licence}")
@@ -71,7 +66,7 @@ def model_report(model: str, options: Optional[Path], sha256: Optional[str]) -> 
         *(["the digest recorded in the file"] if loaded.source.kind == "native" else []),
         *(["the pinned digest (--sha256)"] if sha256 else []),
     ]
-    report: dict[str, Any] = {
+    return {
         "model": str(loaded.source.path),
         "format": loaded.source.kind,
         "sha256": loaded.sha256,
@@ -105,7 +100,6 @@ def model_report(model: str, options: Optional[Path], sha256: Optional[str]) -> 
         "parameters": params,
         "pinned": bool(sha256),
     }
-    return report
 
 
 def show(report: dict[str, Any], as_json: bool) -> None:

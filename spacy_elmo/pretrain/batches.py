@@ -1,10 +1,8 @@
 """Training and evaluation batches from a token stream, built with array indexing only.
 
-Training: the stream (sentences framed by `<S>`/`</S>`, one after the other) is tiled into windows
-of `window` tokens; an epoch visits every window once in an order drawn from (seed, epoch), starting
-from an offset drawn the same way. The whole schedule is a pure function of (seed, epoch, index), so
-a resumed run only needs those two numbers to continue with the very same batches. For a window
-starting at s the forward LM predicts tokens[s+1 : s+T+1] and the backward LM tokens[s-1 : s+T-1].
+Training: the stream is tiled into windows of `window` tokens; an epoch visits every window once in an
+order and from an offset drawn from (seed, epoch), so a resumed run continues with the very same batches.
+For a window starting at s the forward LM predicts tokens[s+1 : s+T+1] and the backward LM tokens[s-1 : s+T-1].
 
 Evaluation: whole sentences (`<S>` ... `</S>`), each starting from a zero state as the biLM is used
 for embedding; length-sorted batches padded with "no token" (id 0) and targets -100 (ignored).
@@ -44,11 +42,8 @@ class LMBatch:
 
 @dataclass
 class WindowBatcher:
-    """Fixed-length training windows over a token stream, deterministic in (seed, epoch, index).
-
-    `rank` / `world_size` give each data-parallel process its contiguous share of every global
-    batch, so N processes see exactly the rows that one process would see in one batch.
-    """
+    """Fixed-length training windows over a token stream, deterministic in (seed, epoch, index); each of
+    `world_size` processes gets its contiguous share of every global batch."""
 
     tokens: numpy.ndarray
     type_chars: numpy.ndarray
@@ -95,9 +90,9 @@ class WindowBatcher:
         rows = order[index * self.batch_size + self.rank * share : index * self.batch_size + (self.rank + 1) * share]
         starts = 1 + offset + rows.astype(numpy.int64) * self.window
         positions = starts[:, None] + numpy.arange(self.window)[None, :]
-        types = numpy.asarray(self.tokens[positions.reshape(-1)]).reshape(positions.shape)
-        before = numpy.asarray(self.tokens[(positions - 1).reshape(-1)]).reshape(positions.shape)
-        after = numpy.asarray(self.tokens[(positions + 1).reshape(-1)]).reshape(positions.shape)
+        types = numpy.asarray(self.tokens[positions])
+        before = numpy.asarray(self.tokens[positions - 1])
+        after = numpy.asarray(self.tokens[positions + 1])
         return LMBatch(
             char_ids=torch.from_numpy(self.type_chars[types].astype(numpy.int64)),
             next_ids=torch.from_numpy(self.type_to_vocab[after]),
@@ -112,10 +107,8 @@ def sentence_batches(
     token_budget: int = 4096,
     max_tokens: Optional[int] = None,
 ) -> Iterator[LMBatch]:
-    """Framed sentences of a stream in length-sorted padded batches (for perplexity), grouped by the biLM's one batcher.
-
-    `max_tokens` keeps the first sentences up to that many tokens (a fixed, reproducible subset).
-    """
+    """Framed sentences of a stream in length-sorted padded batches (for perplexity); `max_tokens` keeps the
+    first sentences up to that many tokens (a fixed, reproducible subset)."""
     tokens = numpy.asarray(tokens)
     type_to_vocab = numpy.asarray(type_to_vocab, dtype=numpy.int64)
     starts = numpy.flatnonzero(tokens == 0)

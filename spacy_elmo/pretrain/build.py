@@ -1,10 +1,8 @@
 """Pretraining a biLM language model: a run built from its config in steps, then trained (loop.py).
 
-`pretrain` reads the config (config.py), places the process (device, process group), finds the checkpoint
-to resume and checks its settings and data (resume.py), prepares the data, restores or starts the model,
-assembles the loop and runs it. Under `torchrun` each process trains on its contiguous share of every
-global batch inside DistributedDataParallel, all with the same negatives (identically seeded generators);
-rank 0 evaluates and writes the outputs:
+Under `torchrun` each process trains on its contiguous share of every global batch inside
+DistributedDataParallel, all with the same negatives (identically seeded generators); rank 0 evaluates and
+writes the outputs:
   model/          the trained biLM, native format (softmax and vocabulary included)
   checkpoints/    step_XXXXXXXX.ckpt (checkpoint.py); the newest that reads is resumed
   metrics.jsonl   one JSON object a line (metrics_log.py)
@@ -12,6 +10,7 @@ rank 0 evaluates and writes the outputs:
 """
 
 import time
+from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 from typing import Optional
@@ -59,9 +58,8 @@ def pretrain(
     source: str = "the pretraining config",
     accept_changed_data: bool = False,
 ) -> TrainResult:
-    """Train (or continue training) a biLM language model as the config says; see the module doc.
-    `source` names the config in its errors (the CLI gives the config file). `accept_changed_data`: resume
-    although the training or dev data differ from the checkpoint's (logged and recorded)."""
+    """Train (or continue training) a biLM language model as the config says. `source` names the config in
+    errors; `accept_changed_data` resumes on data that differ from the checkpoint's (logged and recorded)."""
     settings = PretrainSettings.from_config(config, source)
     owns_process_group = launch_env().distributed and not process_group_exists()
     try:
@@ -93,7 +91,11 @@ def build_loop(
     train, dev = prepare_data(settings, output_dir, place, say, digests)
     bilm, vocab = restore_or_start_model(settings, train, found, init_from or settings.paths.init_from, say)
     loop = assemble_loop(config, settings, amp_dtype, bilm, vocab, train, dev, digests, place, found, output_dir, say)
-    write_run_config(config, output_dir, found, place, say)
+    config_file = output_dir / "config.cfg"  # the config of a new run, or of a resumed one whose settings changed
+    if place.is_main and (found is None or found.changes or not config_file.exists()):
+        config_file.write_text(config.to_str(), encoding="utf-8")
+        if found is not None and found.changes:
+            say(f"{config_file} updated with the changed settings ({', '.join(found.changes)})")
     sampler = loop.optimization.sampler
     say(
         f"model: {sum(p.numel() for p in bilm.parameters()) / 1e6:.2f}M parameters (softmax {len(vocab)} x "
@@ -125,7 +127,6 @@ def prepare_data(
     """The training stream and the dev stream (rank 0 only; None without a dev corpus). Rank 0 tokenizes
     first; the others then read its cache entry instead of tokenizing the same text again."""
     C = settings.corpus
-    assert C.train is not None  # the schema refuses a config without it
     cache_dir = Path(C.cache_dir) if C.cache_dir else output_dir / "corpus-cache"
     train_settings = C.settings(C.max_train_tokens)
     if place.is_main:
@@ -268,26 +269,7 @@ def assemble_loop(
     output_dir.mkdir(parents=True, exist_ok=True)
     report.truncate_after(state.step)
     for change in found.data_changes if found is not None else []:
-        report.event(
-            "data_changed",
-            state.step,
-            data=change.role,
-            path=change.path,
-            checkpoint_sha256=change.recorded,
-            sha256=change.current,
-            accepted_with=ACCEPT_CHANGED_DATA,
+        report.write(
+            {"type": "data_changed", "step": state.step, **asdict(change), "accepted_with": ACCEPT_CHANGED_DATA}
         )
     return TrainingLoop(optimization, batcher, T, place, checkpointer, evaluate, report, output_dir, state)
-
-
-def write_run_config(
-    config: Config, output_dir: Path, found: Optional[ResumePoint], place: Placement, say: Log
-) -> None:
-    """config.cfg: the config of a new run, or of a resumed one whose settings changed (rank 0 writes)."""
-    if not place.is_main:
-        return
-    config_file = output_dir / "config.cfg"
-    if found is None or found.changes or not config_file.exists():
-        config_file.write_text(config.to_str(), encoding="utf-8")
-        if found is not None and found.changes:
-            say(f"{config_file} updated with the changed settings ({', '.join(found.changes)})")

@@ -1,10 +1,8 @@
 """Training checkpoints: pickle-free, checksummed, written atomically, resumed exactly.
 
-A checkpoint is one msgpack file, {"format", "sha256", "payload"}, the payload itself msgpack of the model
-(native model bytes), the optimizer state (tensors as encoded arrays), the loop's state (`TrainState`), every
-process's random states, the run's config and the SHA-256 of each data file (resume.py). Loading never
-executes code. A file whose checksum or structure is wrong is refused with `CheckpointError`, and
-`latest_checkpoint` falls back to the newest older one that reads, so a crash while writing costs one interval.
+A checkpoint is one msgpack file, {"format", "sha256", "payload"}, the payload itself msgpack (what
+`Checkpointer.save` writes). Loading never executes code; a file whose checksum or structure is wrong is
+refused, and `latest_checkpoint` falls back to the newest older one, so a crash while writing costs one interval.
 """
 
 import hashlib
@@ -45,9 +43,7 @@ def decode_tree(value: Any) -> Any:
     if isinstance(value, dict):
         if "__array__" in value:
             return torch.from_numpy(decode_array(value["__array__"], source="checkpoint"))
-        if "__dict__" in value:
-            return {decode_tree(k): decode_tree(v) for k, v in value["__dict__"]}
-        return {k: decode_tree(v) for k, v in value.items()}
+        return {decode_tree(k): decode_tree(v) for k, v in value["__dict__"]}
     if isinstance(value, list):
         return [decode_tree(v) for v in value]
     return value
@@ -89,9 +85,8 @@ def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
 
 
 def latest_checkpoint(directory: Path, warn=print) -> Optional[tuple[Path, dict[str, Any]]]:
-    """The newest checkpoint that reads. A corrupt one is reported and renamed to `*.corrupt`: kept
-    on disk to inspect, but out of the rotation, so that pruning never deletes a good checkpoint to
-    make room for it. Temporary files of killed writers are removed first."""
+    """The newest checkpoint that reads. A corrupt one is renamed to `*.corrupt`: kept to inspect, but out of
+    the rotation, so that pruning never deletes a good checkpoint to make room for it."""
     for stale in remove_stale_temporaries(directory, PATTERN, keep_own=False):
         warn(f"removed {stale.name}, left by a checkpoint writer that was stopped")
     for _, path in list_checkpoints(directory):
@@ -106,8 +101,7 @@ def latest_checkpoint(directory: Path, warn=print) -> Optional[tuple[Path, dict[
 
 @dataclass
 class TrainState:
-    """Everything besides the weights, the optimizer and the random generators that a resumed run needs to
-    continue exactly (a checkpoint's "trainer" entry)."""
+    """The loop's counters, which a resumed run needs besides the weights, optimizer and generators."""
 
     step: int = 0  # optimizer steps taken (checkpoints are named by it)
     epoch: int = 0  # epochs completed: with the seed, it picks the order of the windows (`WindowBatcher`)
@@ -118,9 +112,8 @@ class TrainState:
 
 @dataclass
 class Checkpointer:
-    """The checkpoints of a run in `directory`: what one holds (the model, the optimizer, the loop's state,
-    the sampler's generator and every process's torch generators, the config, the data's digests), pruning to the `keep`
-    newest, and restoring all of it. `save` is collective: every process calls it at the same step."""
+    """The checkpoints of a run: writing, pruning to the `keep` newest and restoring them. `save` is
+    collective: every process calls it at the same step."""
 
     directory: Path
     bilm: BiLM
@@ -152,16 +145,13 @@ class Checkpointer:
             "data": self.data,
         }
         path = write_checkpoint(self.directory, state.step, payload)
-        # all but the `keep` newest deleted, never fewer than 2: the newest may be damaged later, and the one
-        # before it is the fallback
+        # never fewer than 2 kept: the newest may be damaged later, and the one before it is the fallback
         for _, old in list_checkpoints(self.directory)[max(self.keep, 2) :]:
             old.unlink(missing_ok=True)
         self.say(f"checkpoint {path}")
 
     def restore(self, path: Path, payload: dict[str, Any]) -> TrainState:
-        """The state of checkpoint `payload` (its weights are already in the model): the optimizer, the
-        counters, the data position and every random generator, so that the losses repeat the
-        uninterrupted run's."""
+        """Restore all but the weights (already in the model), so that the losses repeat the uninterrupted run's."""
         self.optimizer.load_state_dict(decode_tree(payload["optimizer"]))
         state = TrainState(**payload["trainer"])
         self.sampler_rng.set_state(_state(payload["rng"]["sampler"]))
@@ -179,5 +169,4 @@ def _bytes(state: torch.Tensor) -> bytes:
 
 
 def _state(data: bytes) -> torch.Tensor:
-    """A random generator's state as `get_state` returned it."""
     return torch.frombuffer(bytearray(data), dtype=torch.uint8)

@@ -1,9 +1,7 @@
 """The pretraining config: spaCy/thinc config format, defaults filled in, overrides applied, validated once.
 
-A user config only needs what differs from spacy_elmo/configs/pretrain_default.cfg; `--section.key value`
-overrides (as `spacy train` takes them) apply after the defaults are merged. `PretrainSettings.from_config`
-makes the optimizer and the schedule with their registered functions and reads the rest against one strict
-schema; every problem is reported at once, each with its key, naming the config file.
+A user config only needs what differs from spacy_elmo/configs/pretrain_default.cfg. Every problem is
+reported at once, each with its key, naming the config file.
 """
 
 from pathlib import Path
@@ -58,9 +56,6 @@ def load_config(
     return Config().from_str(merged.to_str(), overrides=overrides or {}, interpolate=True)
 
 
-# --- the schema --------------------------------------------------------------------------------------
-
-
 def _null_is_zero(value: Any) -> Any:
     return 0 if value is None else value
 
@@ -100,7 +95,7 @@ class PathsSettings(_Section):
 class CorpusSection(_Section):
     """[corpus]: the training and dev text and how it is tokenized (corpus.py)."""
 
-    train: Optional[Files]
+    train: Files
     dev: Optional[Files]
     format: Format
     text_field: str
@@ -109,9 +104,9 @@ class CorpusSection(_Section):
     max_dev_tokens: Optional[Positive]
     cache_dir: Optional[str]
 
-    @field_validator("train")
+    @field_validator("train", mode="before")
     @classmethod
-    def _train_is_set(cls, value: Optional[Files]) -> Files:
+    def _train_is_set(cls, value: Any) -> Any:
         if not value:
             raise ValueError("is not set (give --paths.train PATH or set it in the config)")
         return value
@@ -187,8 +182,7 @@ class TrainingSection(_Section):
         return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[self.precision]
 
 
-# The [model] settings: the biLM's options (bilm/options.py), less the vocabulary size, which the run's
-# vocabulary sets.
+# The [model] settings: the biLM's options, less the vocabulary size, which the run's vocabulary sets.
 MODEL_KEYS = tuple(name for name in OPTION_NAMES if name != "n_tokens_vocab")
 
 
@@ -203,8 +197,7 @@ class PretrainSettings(_Section):
 
     @classmethod
     def from_config(cls, config: Config, source: str = "the pretraining config") -> "PretrainSettings":
-        """The settings of `config` (as `load_config` returns it); a PretrainConfigError lists every problem,
-        each with its key, and names `source` (the config file)."""
+        """The settings of `config`; a PretrainConfigError lists every problem and names `source`."""
         problems: list[str] = []
         values = dict(Config(config).interpolate())
         training = values.get("training")
@@ -246,8 +239,7 @@ _FAILED = object()  # stands in for a registered block that could not be made (a
 
 
 def _make(block: Any, key: str, problems: list[str]) -> Any:
-    """What the registered function of [training.`key`] ({"@optimizers": name, ...}) makes of its other keys
-    (`registry.resolve`); its problems, each with its key, are added to `problems`."""
+    """What the registered function of [training.`key`] makes; its problems are added to `problems`."""
     if not registry.is_promise(block):
         return block  # reported by the schema
     for at, name in block.items():

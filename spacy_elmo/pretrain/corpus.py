@@ -6,18 +6,17 @@ Input formats:
 - "jsonl": one JSON object a line (.jsonl or .jsonl.gz), its `text_field` tokenized as above.
 - "tokenized": whitespace-separated tokens, a line a paragraph; sentences split by the sentencizer.
 - "bilm-tf": bilm-tf's training format, one tokenized sentence a line.
-Every file is UTF-8, decoded strictly (`text.text_lines`): what does not decode is refused, naming the file,
-line and byte offset, never replaced by U+FFFD (the biLM would learn the replacement character).
+Every file is UTF-8, decoded strictly: what does not decode is refused, never replaced by U+FFFD (the biLM
+would learn the replacement character).
 
-The stream holds *type* ids (every distinct token string seen, not only the vocabulary's words), each
-sentence framed by `<S>` (type 0) and `</S>` (type 1): the biLM reads characters, so a rare word keeps its
-spelling as input and only its softmax target becomes `<UNK>`.
-
-A cache entry is keyed by the SHA-256 of every input file (`file_digests`, which a run records in its
-checkpoints anyway) and by the settings, and is written whole or not at all (spacy_elmo/io/atomic.py).
+The stream holds *type* ids (every distinct token string, not only the vocabulary's words), each sentence
+framed by `<S>` (type 0) and `</S>` (type 1): the biLM reads characters, so a rare word keeps its spelling as
+input and only its softmax target becomes `<UNK>`. A cache entry is keyed by the SHA-256 of every input file
+and by the settings, and is written whole or not at all.
 """
 
 import hashlib
+import itertools
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -135,9 +134,8 @@ def expand_paths(paths: Union[PathLike, Sequence[PathLike]]) -> list[Path]:
 
 
 def file_digests(paths: Union[PathLike, Sequence[PathLike]]) -> list[list[str]]:
-    """[path, SHA-256] of every file `expand_paths` finds, in its order (a directory's files sorted by name);
-    each file is read in blocks, never whole. A pipe is refused: a run reads its data again after this
-    (to tokenize it, on every rank, and on resume), and a pipe would be empty then."""
+    """[path, SHA-256] of every file `expand_paths` finds, in its order. A pipe is refused: a run reads its
+    data again after this, and a pipe would be empty then."""
     files = expand_paths(paths)
     for path in files:
         check_rereadable(path, "the corpus file", _REREAD, CorpusError)
@@ -149,16 +147,10 @@ _REREAD = "pretraining needs files it can read again (a run is bound to its data
 
 def iter_paragraphs(path: Path) -> Iterator[str]:
     """Paragraphs of a plain-text file: runs of non-blank lines, joined by single spaces."""
-    lines: list[str] = []
-    for line in text_lines(path, error=CorpusError):
-        line = line.strip()
-        if line:
-            lines.append(line)
-        elif lines:
-            yield " ".join(lines)
-            lines = []
-    if lines:
-        yield " ".join(lines)
+    lines = (line.strip() for line in text_lines(path, error=CorpusError))
+    for non_blank, paragraph in itertools.groupby(lines, key=bool):
+        if non_blank:
+            yield " ".join(paragraph)
 
 
 def iter_jsonl(path: Path, field: str) -> Iterator[str]:
@@ -203,35 +195,29 @@ def _tokenize(files: list[Path], settings: CorpusSettings) -> tuple[numpy.ndarra
     nlp = make_tokenizer(settings.lang, option="corpus.lang", error=CorpusError)
     strings = nlp.vocab.strings
     bos, eos = strings.add(BOS), strings.add(EOS)
+    fmt = settings.format
+
+    def pieces() -> Iterator[tuple[numpy.ndarray, numpy.ndarray]]:  # hashes and sentence starts, a piece of text each
+        for path in files:
+            if fmt == "bilm-tf":
+                for tokens in iter_lines(path):
+                    hashes = numpy.fromiter((strings.add(t) for t in tokens), dtype=numpy.uint64, count=len(tokens))
+                    yield hashes, numpy.zeros(len(tokens), dtype=bool)
+            elif fmt == "tokenized":
+                for tokens in iter_lines(path):
+                    yield _doc_arrays(nlp.sentencizer(Doc(nlp.vocab, words=tokens)))
+            else:
+                texts = iter_paragraphs(path) if fmt == "text" else iter_jsonl(path, settings.text_field)
+                texts = (t[i : i + nlp.max_length] for t in texts for i in range(0, max(len(t), 1), nlp.max_length))
+                yield from map(_doc_arrays, nlp.pipe(texts, batch_size=settings.pipe_batch_size))
+
     chunks: list[numpy.ndarray] = []
     n_words = 0
-    limit = settings.max_tokens
-
-    def add(hashes: numpy.ndarray, starts: numpy.ndarray) -> bool:
-        nonlocal n_words
+    for hashes, starts in pieces():
         if len(hashes):
             chunks.append(_frame(hashes, starts, bos, eos))
             n_words += len(hashes)
-        return limit is not None and n_words >= limit
-
-    for path in files:
-        fmt = settings.format
-        if fmt == "bilm-tf":
-            for tokens in iter_lines(path):
-                hashes = numpy.fromiter((strings.add(t) for t in tokens), dtype=numpy.uint64, count=len(tokens))
-                if add(hashes, numpy.zeros(len(tokens), dtype=bool)):
-                    break
-        elif fmt == "tokenized":
-            for tokens in iter_lines(path):
-                if add(*_doc_arrays(nlp.sentencizer(Doc(nlp.vocab, words=tokens)))):
-                    break
-        else:
-            texts = iter_paragraphs(path) if fmt == "text" else iter_jsonl(path, settings.text_field)
-            texts = (t[i : i + nlp.max_length] for t in texts for i in range(0, max(len(t), 1), nlp.max_length))
-            for doc in nlp.pipe(texts, batch_size=settings.pipe_batch_size):
-                if add(*_doc_arrays(doc)):
-                    break
-        if limit is not None and n_words >= limit:
+        if settings.max_tokens is not None and n_words >= settings.max_tokens:
             break
     if not chunks:
         raise CorpusError(f"no tokens in {', '.join(map(str, files))}")
@@ -245,7 +231,7 @@ def prepare_corpus(
     digests: Optional[list[list[str]]] = None,
 ) -> TokenStream:
     """The token stream of these files, from the cache when files of this content were tokenized with these
-    settings before. `digests`: their `file_digests`, when the caller has them (else they are computed)."""
+    settings before. `digests`: their `file_digests`, if the caller has them."""
     digests = file_digests(paths) if digests is None else digests
     if cache_dir is None:
         cache_dir = os.environ.get("SPACY_ELMO_CACHE", Path.home() / ".cache" / "spacy-elmo" / "corpus")

@@ -1,7 +1,6 @@
 """The process group of a `torchrun` launch: joined, used for the few collectives training needs, torn down.
 
-Every helper is a no-op for a single process (no WORLD_SIZE, or 1: see spacy_elmo/launch_env.py), so
-the loop has one code path. NCCL on GPUs, gloo on CPUs.
+Every helper is a no-op for a single process, so the loop has one code path. NCCL on GPUs, gloo on CPUs.
 """
 
 import importlib
@@ -44,10 +43,9 @@ def process_group_exists() -> bool:
 def init_distributed(device: torch.device) -> tuple[int, int]:
     """(rank, world size): joins the process group torchrun describes, unless the caller already has.
 
-    torch.distributed.nn binds the default group as a default argument (`group=group.WORLD`) when it is
-    first imported, and DistributedDataParallel's constructor imports it. Imported after the group is
-    made, it keeps the group, and gloo's threads, alive past `destroy_process_group`; a rank then tears
-    them down at exit and can abort (SIGABRT/SIGSEGV) after a successful run. Imported first, it binds None.
+    torch.distributed.nn, which DistributedDataParallel imports, binds the default group as a default argument
+    when first imported: imported after the group is made, it keeps gloo's threads alive past
+    `destroy_process_group`, and a rank can abort at exit after a successful run. Imported first, it binds None.
     """
     if not launch_env().distributed:
         return 0, 1
@@ -58,9 +56,8 @@ def init_distributed(device: torch.device) -> tuple[int, int]:
 
 
 def end_distributed() -> None:
-    """Tear down the process group this run created: left to interpreter exit, gloo's threads can be
-    destroyed while still joinable, and a rank then aborts (SIGABRT) after a successful run (see
-    `init_distributed` for what else must hold for the group to be really freed here)."""
+    """Tear down the process group: left to interpreter exit, gloo's threads can be destroyed while still
+    joinable, and a rank then aborts (SIGABRT) after a successful run."""
     if process_group_exists():
         dist.destroy_process_group()
 
@@ -72,8 +69,7 @@ def barrier(world: int) -> None:
 
 
 def any_process(flag: bool, world: int, device: torch.device) -> bool:
-    """`flag` or'ed over all processes: a stop (limit reached, signal) must be taken by all at the same
-    step, although wall time and signals differ between them, or the others hang in the next all-reduce."""
+    """`flag` or'ed over all processes: all must stop at the same step, or the others hang in the next all-reduce."""
     if world == 1:
         return flag
     tensor = torch.tensor([1.0 if flag else 0.0], device=device)
@@ -82,8 +78,7 @@ def any_process(flag: bool, world: int, device: torch.device) -> bool:
 
 
 def gather_bytes(value: bytes, world: int) -> list[Optional[bytes]]:
-    """`value` of every process, in rank order: each rank draws its own dropout randomness, and an exact
-    resume restores every rank's generator from rank 0's checkpoint."""
+    """`value` of every process, in rank order (each rank's generator state, for rank 0's checkpoint)."""
     if world == 1:
         return [value]
     gathered: list[Optional[bytes]] = [None] * world

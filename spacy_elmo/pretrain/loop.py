@@ -60,9 +60,8 @@ class TrainResult:
 
 @dataclass
 class Optimization:
-    """One optimization step on a batch, as the config describes it: the learning rate of the step, the
-    sampled softmax's negatives (drawn from `sampler_rng`, the same on every process), the forward and
-    backward (in `amp_dtype` autocast; float16 with a gradient scaler), clipping, the update."""
+    """One optimization step as the config describes it; the negatives are drawn from `sampler_rng`, the same on
+    every process."""
 
     bilm: BiLM
     module: nn.Module  # LanguageModelLoss(bilm), wrapped in DistributedDataParallel when there are peers
@@ -80,8 +79,8 @@ class Optimization:
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
 
     def step(self, batch: LMBatch, step: int, meanwhile: Callable[[], None] = lambda: None) -> float:
-        """Step number `step` (0-based) on `batch`: the loss, checked to be finite. `meanwhile` runs once the
-        step's work is queued and before its loss is read: on a GPU, host work done while the step runs."""
+        """The loss of step `step` (0-based), checked to be finite. `meanwhile` runs once the step's work is
+        queued and before its loss is read: on a GPU, host work done while the step runs."""
         samples = self.sampler.sample(self.sampler_rng).to(self.device) if self.sampler is not None else None
         optimizer, scaler, dropout = self.optimizer, self.scaler, self.settings.dropout
         for group in optimizer.param_groups:
@@ -108,9 +107,8 @@ class Optimization:
 class TrainingLoop:
     """The loop over the parts build.py made; one per process under torchrun, rank 0 writing the outputs.
 
-    Stops at the first of the configured limits, or at SIGTERM/SIGINT after finishing the step, with a
-    checkpoint either way, so that `--resume` continues exactly where it stopped; evaluates (rank 0, with a
-    dev corpus) at the start, every `eval_every` steps and at the end; saves the model to OUTPUT_DIR/model.
+    Stops at the first limit, or at SIGTERM/SIGINT after finishing the step, with a checkpoint either way, so
+    that `--resume` continues exactly where it stopped.
     """
 
     optimization: Optimization
@@ -158,9 +156,7 @@ class TrainingLoop:
         return TrainResult(self.output_dir, self.state, self.last_eval, self.report.losses)
 
     def _step(self) -> None:
-        """One optimization step on the next batch of the data order; advances the counters. The batch after
-        it is made while the device runs this step (the data order is the same: batches are a function of
-        their position)."""
+        """One optimization step on the next batch; the batch after it is made while the device runs this step."""
         state = self.state
         t0 = time.perf_counter()
         here = (state.epoch, state.index)
@@ -196,14 +192,12 @@ class TrainingLoop:
         return any_process(done, self.place.world, self.place.device)
 
     def _evaluate(self) -> None:
-        """Dev perplexity (rank 0, when there is a dev corpus): logged, written to metrics.jsonl, kept."""
         self.evaluated_step = self.state.step
         self.last_eval = self.evaluate() if self.evaluate is not None else None
         if self.last_eval is not None:
             self.report.eval(self.state, self.last_eval)
 
     def _report(self) -> None:
-        """A train record of the steps since the last one, with the rate of the last step."""
         self.report.train(self.state, self.optimization.learn_rate(max(self.state.step - 1, 0)))
 
     def _restart_clock(self) -> None:
@@ -213,9 +207,8 @@ class TrainingLoop:
 
 @contextmanager
 def stop_signals() -> Iterator[list[int]]:
-    """SIGTERM/SIGINT while the loop runs: appended to the list yielded, so that every process finishes its
-    step and stops with a checkpoint (under torchrun a stop reaches all); the previous handlers come back
-    afterwards, also when training fails."""
+    """SIGTERM/SIGINT while the loop runs, appended to the list yielded, so that every process finishes its
+    step and stops with a checkpoint; the previous handlers come back afterwards."""
     received: list[int] = []
     previous: dict[signal.Signals, Any] = {}
     for sig in (signal.SIGTERM, signal.SIGINT):

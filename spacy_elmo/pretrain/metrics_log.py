@@ -1,6 +1,5 @@
-"""What a run reports: metrics.jsonl (one JSON object a line, {"type": "train" | "eval", "step", "tokens",
-...}, and events such as {"type": "data_changed", "step", ...}) and the lines of its log, written by rank 0
-only."""
+"""What a run reports, written by rank 0 only: metrics.jsonl (one JSON object a line, {"type": "train" | "eval"
+| an event such as "data_changed", "step", ...}) and the lines of its log."""
 
 import json
 import math
@@ -23,8 +22,7 @@ class TrainingLog:
         self._interval_first, self._interval_tokens, self._interval_time = 0, 0, 0.0
 
     def truncate_after(self, step: int) -> None:
-        """Drop the records after the resumed `step`, so that a resumed run's file reads as if the run had
-        never stopped."""
+        """Drop the records after the resumed `step`, so that the file reads as if the run had never stopped."""
         if not self.enabled or not self.path.exists():
             return
         kept = [
@@ -69,10 +67,6 @@ class TrainingLog:
             f"ppl {math.exp(min(mean, 50.0)):9.2f}  {tps:8.0f} tokens/s"
         )
         self._interval_first, self._interval_tokens, self._interval_time = len(self.losses), 0, 0.0
-
-    def event(self, kind: str, step: int, **fields: Any) -> None:
-        """A record of something that happened to the run at `step` (not a measurement), e.g. "data_changed"."""
-        self.write({"type": kind, "step": step, **fields})
 
     def eval(self, state: TrainState, result: dict[str, float]) -> None:
         self.write(

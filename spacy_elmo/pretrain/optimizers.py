@@ -1,7 +1,6 @@
 """Pretraining's optimizers, chosen in the config by their registered names (`@optimizers`), as spaCy
-chooses its own. Each returns a factory that makes the torch optimizer from the model's parameters (thinc's
-own `Adam.v1` makes a thinc one, for `spacy train`), its arguments checked strictly by pydantic; `learn_rate`
-is the peak rate of [training.schedule] (schedule.py).
+chooses its own. Each returns a factory of a torch optimizer (thinc's own `Adam.v1` makes a thinc one, for
+`spacy train`); `learn_rate` is the peak rate of [training.schedule].
 """
 
 from collections.abc import Iterable

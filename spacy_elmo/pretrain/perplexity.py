@@ -1,10 +1,9 @@
 """Forward, backward and average perplexity of a biLM with its full softmax.
 
 Each sentence is `<S> w1 .. wn </S>` read from a zero state (as the biLM is used for embedding): the
-forward LM predicts w1 .. wn, `</S>`, the backward LM predicts `<S>`, w1 .. wn, so each direction has
-n + 1 targets a sentence. Words outside the model's vocabulary are predicted as `<UNK>` (reported as
-`oov_rate`; it makes perplexities over different vocabularies incomparable). `average_ppl` is
-exp of the mean of the two directions' mean NLL (the geometric mean of the two perplexities).
+forward LM predicts w1 .. wn, `</S>`, the backward LM `<S>`, w1 .. wn. Words outside the model's vocabulary
+are predicted as `<UNK>` (reported as `oov_rate`: it makes perplexities over different vocabularies
+incomparable). `average_ppl` is the geometric mean of the two perplexities.
 """
 
 import math
@@ -33,12 +32,11 @@ def perplexity_of_batches(bilm: BiLM, batches: Iterable[LMBatch]) -> dict[str, f
         )
     was_training = bilm.training
     bilm.eval()
-    device = bilm.device
     total_f = total_b = 0.0
     n = n_unk = 0
     try:
         for batch in batches:
-            batch = batch.to(device)
+            batch = batch.to(bilm.device)
             out = bilm(batch.char_ids)
             f, b, count = directional_nll(
                 out.layers[-1], batch.next_ids, batch.prev_ids, bilm.softmax.weight, bilm.softmax.bias

@@ -1,11 +1,9 @@
 """Resuming a run: the checkpoint it continues from, checked against this run's config and data.
 
-A checkpoint records its run's config: resuming with other settings is refused, except for those in
-`RESUMABLE_CHANGES` (allowed and logged). It also records the SHA-256 of each training and dev file; on
-resume they are compared with the data's now, before anything is written, and a difference is a
-`ResumeDataError` naming the file and both digests, unless `--accept-changed-data` is given: then each
-change is logged, recorded in metrics.jsonl and bound from the next checkpoint on. The dev data is not
-compared when the config changed `corpus.dev` (an allowed change).
+A checkpoint records its run's config and the SHA-256 of each training and dev file. Before anything is
+written, other settings than `RESUMABLE_CHANGES` are refused, and so is changed data unless
+`--accept-changed-data` is given: then each change is logged, recorded in metrics.jsonl and bound from the
+next checkpoint on.
 """
 
 from dataclasses import dataclass, field
@@ -25,11 +23,8 @@ DATA_ROLES = {"train": "training data", "dev": "dev data"}
 DataDigests = dict[str, list[list[str]]]
 """{"train": [[path, sha256], ...], "dev": [...]}: what a checkpoint records of the data (no "dev": none)."""
 
-# Settings that may differ between a run and its resumption: when to stop, how often to log, evaluate and
-# checkpoint, what to evaluate on, where the corpus cache lives, and how many threads or which device run
-# it (the last two change speed, or the last bits of the numbers, not what is trained). Anything else
-# (model, data, vocabulary, batches, optimizer, schedule, seed) would continue a run that was not trained
-# that way.
+# Settings that may differ between a run and its resumption: they change when it stops, what it reports, or its
+# speed (threads, device), not what is trained. Anything else would continue a run that was not trained that way.
 RESUMABLE_CHANGES = (
     "training.max_steps",
     "training.max_epochs",
@@ -54,23 +49,23 @@ class ResumeDataError(ValueError):
 
 @dataclass(frozen=True)
 class DataChange:
-    """A data file whose content differs from the checkpoint's record (None: absent on that side)."""
+    """A data file whose content differs from the checkpoint's record: its "data_changed" record in metrics.jsonl."""
 
-    role: str  # "train" or "dev"
+    data: str  # "train" or "dev"
     path: str
-    recorded: Optional[str]  # its SHA-256 in the checkpoint
-    current: Optional[str]  # its SHA-256 now
+    checkpoint_sha256: Optional[str]
+    sha256: Optional[str]  # now
 
     def describe(self) -> str:
-        was = f"SHA-256 {self.recorded} in the checkpoint" if self.recorded else "not in the checkpoint's data"
-        now = f"{self.current} now" if self.current else "no longer in the data"
-        return f"{DATA_ROLES[self.role]} {self.path}: {was}, {now}"
+        before, after = self.checkpoint_sha256, self.sha256  # None: absent on that side
+        was = f"SHA-256 {before} in the checkpoint" if before else "not in the checkpoint's data"
+        now = f"{after} now" if after else "no longer in the data"
+        return f"{DATA_ROLES[self.data]} {self.path}: {was}, {now}"
 
 
 @dataclass
 class ResumePoint:
-    """The checkpoint a resumed run continues from, the (allowed) settings it changes and the data changes
-    accepted with `--accept-changed-data`."""
+    """The checkpoint a resumed run continues from, the settings it changes and the data changes accepted."""
 
     path: Path
     payload: dict[str, Any]
@@ -79,9 +74,8 @@ class ResumePoint:
 
 
 def find_resume_point(config: Config, checkpoint_dir: Path, say: Log) -> Optional[ResumePoint]:
-    """The newest readable checkpoint (None: there is none) and the settings its config and this one differ
-    in, as {key: (saved, now)}. A change to anything but `RESUMABLE_CHANGES` is a PretrainConfigError
-    naming every such key: the checkpoint was not trained that way."""
+    """The newest readable checkpoint (None: none) and its settings that `config` changes, {key: (saved, now)};
+    a change outside `RESUMABLE_CHANGES` is refused: the checkpoint was not trained that way."""
     found = latest_checkpoint(checkpoint_dir, warn=say)
     if found is None:
         say(f"no readable checkpoint in {checkpoint_dir}: starting from the beginning")
@@ -106,7 +100,6 @@ def find_resume_point(config: Config, checkpoint_dir: Path, say: Log) -> Optiona
 def data_digests(settings: PretrainSettings) -> DataDigests:
     """The SHA-256 of every training file and every dev file (corpus.py `file_digests`)."""
     C = settings.corpus
-    assert C.train is not None  # the schema refuses a config without it
     digests = {"train": file_digests(C.train)}
     if C.dev:
         digests["dev"] = file_digests(C.dev)
@@ -114,23 +107,22 @@ def data_digests(settings: PretrainSettings) -> DataDigests:
 
 
 def check_resume_data(found: ResumePoint, digests: DataDigests, accept: bool, say: Log) -> list[DataChange]:
-    """The data files whose content differs from `found`'s record. Any is a ResumeDataError naming each
-    (data, path, both digests) unless `accept`; accepted, each is logged as a warning. The dev data is not
-    compared when the config changed corpus.dev (allowed and logged by `find_resume_point`)."""
+    """The data files whose content differs from `found`'s record: refused unless `accept`, then logged. The dev
+    data is not compared when the config changed corpus.dev (an allowed change)."""
     recorded = found.payload["data"]
     changes: list[DataChange] = []
     for role in DATA_ROLES:
         if role == "dev" and "corpus.dev" in found.changes:
             continue
-        before = {path: digest for path, digest in recorded.get(role) or []}
-        after = {path: digest for path, digest in digests.get(role) or []}
+        before = dict(recorded.get(role) or [])  # {path: sha256}
+        after = dict(digests.get(role) or [])
         changes.extend(
             DataChange(role, path, before.get(path), after.get(path))
             for path in dict.fromkeys([*after, *before])
             if before.get(path) != after.get(path)
         )
     if changes and not accept:
-        roles = " and the ".join(dict.fromkeys(DATA_ROLES[change.role] for change in changes))
+        roles = " and the ".join(dict.fromkeys(DATA_ROLES[change.data] for change in changes))
         raise ResumeDataError(
             f"cannot resume from {found.path}: the {roles} changed since it was written "
             f"({'; '.join(change.describe() for change in changes)}). Restore the data the run was trained on, "

@@ -68,11 +68,8 @@ def directional_nll(
     samples: Optional[torch.Tensor] = None,
     log_expected: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Summed NLL of the forward LM (next tokens, forward half) and the backward LM (previous
-    tokens, backward half) of the top layer (B, T, 2P), and the number of targets each.
-
-    Positions whose target is negative are skipped. Full softmax when `samples` is None.
-    """
+    """Summed NLL of the forward LM (next tokens, forward half of the top layer (B, T, 2P)) and the backward LM
+    (previous tokens, backward half), and the number of targets each; negative targets are skipped."""
     P = top.shape[-1] // 2
     sums = []
     count = 0

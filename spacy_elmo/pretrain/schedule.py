@@ -1,8 +1,7 @@
 """The learning rate as a pure function of the step: linear warm-up, then constant or decaying.
 
-Being a function of the step alone keeps resume exact (a resumed run needs only the step) and lets a
-resumed run take a new peak rate from the command line. The config chooses a schedule by its registered
-name ([training.schedule], `@schedules`, thinc's registry); another schedule is one more registered function.
+Being a function of the step alone keeps resume exact (a resumed run needs only the step). The config
+chooses a schedule by its registered name ([training.schedule], `@schedules`).
 """
 
 import math
@@ -14,9 +13,8 @@ from thinc.api import registry
 from .optimizers import checked
 
 LearnRate = Callable[[int, float, Optional[int]], float]
-"""rate(step, peak, last_step): the rate of `step` (0-based) given the peak rate (training.optimizer.learn_rate)
-and the run's last step (training.max_steps, or max_epochs of steps; None when only max_minutes ends it, which
-a schedule that needs the last step refuses with a ValueError, whatever the step)."""
+"""rate(step, peak, last_step): the rate of `step` (0-based); `last_step` is None when only max_minutes ends the
+run, which a schedule that needs it refuses with a ValueError, whatever the step."""
 
 
 @registry.schedules("spacy-elmo.warmup_decay.v1")

@@ -55,10 +55,8 @@ class Vocab:
         max_size: Optional[int] = None,
         min_count: int = 1,
     ) -> "Vocab":
-        """The most frequent words (ties broken by the word, for a reproducible order).
-
-        `max_size` counts the three special tokens; words seen fewer than `min_count` times are left out.
-        """
+        """The most frequent words (ties broken by the word, for a reproducible order); `max_size` counts the
+        three special tokens."""
         if max_size is not None and max_size < len(SPECIALS) + 1:
             raise VocabError(f"vocab.max_size is {max_size}; it must leave room for at least one word after {SPECIALS}")
         count_array = numpy.asarray(counts, dtype=numpy.int64)
