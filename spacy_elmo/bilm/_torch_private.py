@@ -63,13 +63,12 @@ def linear_unavailable(dtype: torch.dtype) -> Optional[str]:
 
 
 def pack(w: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A (K, N) float32 weight as oneDNN's packed (N, K) weight in `dtype`, for `linear`.
-    Only where `linear_unavailable(dtype)` is None."""
+    """A (K, N) float32 weight packed for `linear` in `dtype` (where `linear_unavailable(dtype)` is None)."""
     return torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous().to(dtype), None)
 
 
 def linear(x: torch.Tensor, packed: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
-    """x (M, K) @ w + bias (N,), in the dtype of the packed weight; `packed`: a weight from `pack`."""
+    """x (M, K) @ w + bias (N,), in the dtype of the `pack`ed weight."""
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
@@ -95,14 +94,11 @@ def pack_int8(rows: torch.Tensor) -> torch.Tensor:
 def qlinear(
     shifted: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, zero_points: torch.Tensor
 ) -> torch.Tensor:
-    """Activations (M, K) as uint8 with zero point 128 (int8 + 128) times a `pack_int8` weight: the exact
-    int32 product, each column multiplied by its scale in float32, (M, N) float32."""
+    """uint8 activations (M, K), int8 + 128, times a `pack_int8` weight: the exact int32 product, each column
+    times its scale, (M, N) float32."""
     return torch.ops.onednn.qlinear_pointwise(
         shifted, 1.0, 128, packed, scales, zero_points, None, 1.0, 0, torch.float32, "none", [], ""
     )
-
-
-FBGEMM_OPS = ("linear_prepack", "linear_with_input_q_dq_qweight_dq_output_fp32")
 
 
 def fbgemm_unavailable() -> Optional[str]:
@@ -111,15 +107,14 @@ def fbgemm_unavailable() -> Optional[str]:
         return outside_the_range()
     if "fbgemm" not in torch.backends.quantized.supported_engines:
         return "this torch build has no fbgemm"
-    ops = torch.ops.quantized
-    if not all(hasattr(ops, name) for name in FBGEMM_OPS):
+    names = ("linear_prepack", "linear_with_input_q_dq_qweight_dq_output_fp32")
+    if not all(hasattr(torch.ops.quantized, name) for name in names):
         return "this torch build has no fbgemm int8 linear operators"
     return None
 
 
 def pack_fbgemm(rows: torch.Tensor, scales: torch.Tensor) -> object:
-    """int8 weight rows (N, K), one scale a row, packed once for `fbgemm_linear` (only where
-    `fbgemm_unavailable()` is None)."""
+    """int8 weight rows (N, K), one scale a row, packed for `fbgemm_linear` (where `fbgemm_unavailable()` is None)."""
     engine = torch.backends.quantized.engine
     try:
         torch.backends.quantized.engine = "fbgemm"  # which library packs: the global engine's
@@ -134,17 +129,16 @@ def pack_fbgemm(rows: torch.Tensor, scales: torch.Tensor) -> object:
 
 
 def fbgemm_linear(quantized: torch.Tensor, packed: object, zero_point: int) -> torch.Tensor:
-    """Activations (M, K) as float32 integers q, taken as uint8 q + `zero_point` (scale 1), times a
-    `pack_fbgemm` weight: the int32 product, each column multiplied by its scale in float32, (M, N) float32
-    (exact only where `vpmaddubsw`'s int16 pair sums cannot saturate or the CPU has VNNI)."""
+    """Activations (M, K) as float32 integers q, taken as uint8 q + `zero_point`, times a `pack_fbgemm` weight:
+    the int32 product, each column times its scale, (M, N) float32 (exact where `vpmaddubsw`'s int16 pair sums
+    cannot saturate or the CPU has VNNI)."""
     return torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(
         quantized.contiguous(), 1.0, zero_point, packed
     )
 
 
 def int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """The exact int32 product of int8 matrices a (M, K) and b (K, N): `torch._int_mm` where it is exact
-    here (`int_mm_exact`), else in float64 (exact for int8 sums)."""
+    """The exact int32 product of int8 a (M, K) and b (K, N): `torch._int_mm` where exact, else in float64."""
     if int_mm_exact():
         return torch._int_mm(a, b)
     return torch.mm(a.double(), b.double()).to(torch.int32)
@@ -170,28 +164,19 @@ def private_int_mm_is_exact() -> bool:
     return torch.equal(got, (a.long() @ b.long()).to(torch.int32))
 
 
-class TensorBytes:
-    """A copy of a tensor's bytes, equal only where every byte is (unlike `torch.equal`: -0.0 is not 0.0)."""
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __init__(self, tensor: torch.Tensor) -> None:
-        self.bytes = tensor.detach().reshape(-1).clone().view(torch.uint8)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, TensorBytes) and torch.equal(self.bytes, other.bytes)
-
-
 # `Tensor._version`, the counter autograd bumps on every in-place change, is on every tensor of every torch
-# this package supports and has kept its meaning; it is not version-gated like the operators above because
-# its stand-in copies a whole weight at every use (every forward, outside the range).
+# this package supports; it is not version-gated like the operators above because its stand-in copies a
+# whole weight at every use (every forward, outside the range).
 VERSION_COUNTER = hasattr(torch.empty(0), "_version")
 
 
 def tensor_state(tensor: torch.Tensor) -> tuple:
     """A value equal to a later `tensor_state(tensor)` only while the tensor is unchanged (its storage,
-    dtype, device, shape, and `Tensor._version`, or a copy of its bytes where there is no counter)."""
-    changes: object = tensor._version if VERSION_COUNTER else TensorBytes(tensor)
+    dtype, device, shape, and `Tensor._version`, or a copy of its bytes, where -0.0 is not 0.0)."""
+    if VERSION_COUNTER:
+        changes: object = tensor._version
+    else:
+        changes = tensor.detach().reshape(-1).view(torch.uint8).cpu().numpy().tobytes()
     return (changes, tensor.data_ptr(), tensor.dtype, tensor.device, tuple(tensor.shape))
 
 

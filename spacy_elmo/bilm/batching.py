@@ -7,9 +7,8 @@ from typing import Optional
 
 import numpy
 
+# A token budget of 0 means the device's default; a GPU's keeps it busy (benchmarks/RESULTS.md, "GPU").
 DEFAULT_TOKEN_BUDGET = 4096
-# A GPU's default: a batch large enough to keep it busy (benchmarks/RESULTS.md, "GPU"). A token budget of 0
-# means the device's default, one of these two.
 GPU_TOKEN_BUDGET = 32768
 DEFAULT_MAX_BATCH_SIZE = 1024
 DEFAULT_WINDOW_SIZE = 128
@@ -23,7 +22,7 @@ def token_budget_batches(
     sort: bool = True,
 ) -> list[list[int]]:
     """Indices of `lengths` in batches whose padded size stays within `token_budget`, longest first (stable)
-    or with `sort` False in the order given; at most `max_batch_size` rows a batch (None: no limit)."""
+    unless not `sort`; at most `max_batch_size` rows a batch."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i]) if sort else range(len(lengths))
     batches: list[list[int]] = []
     current: list[int] = []
@@ -80,8 +79,7 @@ class SentenceRunner:
         raise NotImplementedError
 
     def embed_sentences(self, sentences: Sequence[Sequence[str]]) -> list[numpy.ndarray]:
-        """Any number of sentences, in length-sorted batches under the token budget (stateless only; long
-        sentences cut into the pipe's windows: `embed_windowed`)."""
+        """Any number of sentences, in length-sorted batches under the token budget (stateless only)."""
         return embed_windowed(self, sentences, window_size=None)
 
 
@@ -91,10 +89,9 @@ def embed_windowed(
     window_size: Optional[int],
     window_context: int = 0,
 ) -> list[numpy.ndarray]:
-    """Sentences -> one (L+1, n_tokens, 2P) array each, run by `runner.embed_batch` in length-sorted batches
-    under its token budget. Every sentence longer than `window_size` tokens (None: no limit) is cut into
-    the pipe's overlapping windows and stitched back, so memory is bounded by the window and the budget,
-    not by the longest sentence; sentences that fit are run whole (window_size None: `embed_sentences`)."""
+    """Sentences -> one (L+1, n_tokens, 2P) array each, in length-sorted batches under the runner's token budget.
+    A sentence longer than `window_size` tokens is cut into the pipe's overlapping windows and stitched back,
+    so memory is bounded by the window and the budget, not by the longest sentence."""
     if runner.stateful:
         raise ValueError("stateful embedding keeps the caller's batches: call embed_batch per batch")
     # pieces: (sentence index, start, end, keep_start, keep_end)

@@ -41,7 +41,7 @@ class BiLM(nn.Module):
         self.options = options
         self.token_encoder = CharacterEncoder(options)
         self.lstm = BiLSTMStack(options)
-        # The LM head exists only for models with a vocabulary (pretraining, or an export that kept it).
+        # only for models with a vocabulary (pretraining, or an export that kept it)
         self.softmax: Optional[SoftmaxHead] = (
             SoftmaxHead(options.n_tokens_vocab, options.projection_dim) if with_softmax else None
         )
@@ -82,8 +82,8 @@ class BiLM(nn.Module):
         return self.lstm.bias[0].device
 
     def embed_tokens(self, char_ids: torch.Tensor, products: Products = FP32) -> torch.Tensor:
-        """The context-independent layer for (B, T, chars) ids -> (B, T, P), zero at padding; each distinct
-        token through the CNN once (`dedupe_tokens`), and at inference not again if in the `token_cache`."""
+        """(B, T, chars) ids -> the token layer (B, T, P), zero at padding; each distinct token through the CNN
+        once (`dedupe_tokens`), and at inference not again if in the `token_cache`."""
         mask = char_ids.gt(0).any(-1)
         flat = char_ids[mask]
         cache = self.token_cache if not self.training and not torch.is_grad_enabled() else None

@@ -84,8 +84,7 @@ class CharacterEncoder(nn.Module):
             self.projection_b.zero_()
 
     def forward(self, char_ids: torch.Tensor, products: Products = FP32) -> torch.Tensor:
-        """char_ids (n_tokens, max_chars) int -> (n_tokens, P), in chunks of at most ROW_CHUNK tokens (a GPU's:
-        GPU_ROW_CHUNK)."""
+        """char_ids (n_tokens, max_chars) int -> (n_tokens, P), in the chunks of `chunk_rows`."""
         n_rows = char_ids.shape[0]
         sizes = chunk_rows(n_rows, ROW_CHUNK if char_ids.device.type == "cpu" else GPU_ROW_CHUNK)
         if not sizes:

@@ -2,11 +2,9 @@
 activations per row, at run time. The integer product is exact and the scales are per row and per column,
 so a token's result does not depend on its batch, bit for bit.
 
-The kernel is chosen by what the CPU has (`choose_kernel`): oneDNN's packed product where torch's kernels
-are AVX-512 ones, fbgemm's where they are not, else `_int_mm`. Without VNNI, fbgemm's and oneDNN's integer
-products (`vpmaddubsw`) sum pairs of uint8 x int8 products in int16, saturating, so there weights keep to
-7 bits (`weight_levels`). Every kernel computes the same exact integers, so on one CPU they give the same
-bits.
+The kernel is chosen by the CPU (`choose_kernel`). Without VNNI, integer products (`vpmaddubsw`) sum pairs
+in int16, saturating, so there weights keep to 7 bits (`weight_levels`). Every kernel computes the same
+exact integers, so on one CPU they give the same bits.
 """
 
 import contextlib
@@ -32,22 +30,16 @@ INT8_COLUMN_BLOCK = 2048
 KERNELS = ("onednn", "fbgemm", "int_mm")
 
 
-def avx512_kernels() -> bool:
-    """Whether torch's best kernels here are AVX-512 ones (`ATEN_CPU_CAPABILITY` caps it)."""
-    return torch.backends.cpu.get_cpu_capability().startswith("AVX512")
-
-
 def weight_levels() -> float:
-    """The largest weight code: 127 where torch's kernels are AVX-512 ones, else 63 (integer products
-    without VNNI are exact only there). Fixed by the CPU, never by the kernel, so every kernel on one CPU,
-    the public stand-ins included, gives the same bits."""
-    return INT8_MAX if avx512_kernels() else SEVEN_BIT_LEVELS
+    """The largest weight code: 127 where torch's kernels are AVX-512 ones (`ATEN_CPU_CAPABILITY` caps them),
+    else 63. Fixed by the CPU, never by the kernel, so every kernel on one CPU gives the same bits."""
+    return INT8_MAX if torch.backends.cpu.get_cpu_capability().startswith("AVX512") else SEVEN_BIT_LEVELS
 
 
 @functools.cache
 def fbgemm_exact(levels: float) -> bool:
     """Whether fbgemm's product is exact here for weights up to `levels` (once a process): the largest
-    activation codes times the largest weights, where a saturating kernel would clip."""
+    activation codes times the largest weights, which a saturating kernel would clip."""
     if _torch_private.fbgemm_unavailable() is not None:
         return False
     k, n = 64, 48
@@ -67,8 +59,7 @@ def fbgemm_exact(levels: float) -> bool:
 
 
 def choose_kernel() -> str:
-    """The int8 kernel for this CPU: oneDNN's where torch's kernels are AVX-512 ones and oneDNN's int8
-    operators exist, else fbgemm's where it is exact at `weight_levels()`, else `_int_mm`."""
+    """The int8 kernel for this CPU: oneDNN's where it runs, else fbgemm's where it is exact, else `_int_mm`."""
     if _torch_private.qlinear_unavailable() is None:
         return "onednn"
     if _torch_private.fbgemm_unavailable() is None and fbgemm_exact(weight_levels()):  # the probe is cached
@@ -77,8 +68,8 @@ def choose_kernel() -> str:
 
 
 class Int8Weight:
-    """A (K, N) weight quantized to integers in [-levels, levels], one scale per output column: packed for
-    oneDNN (`pack`, where it can be) or for fbgemm (`fbgemm`), else int8 (N, K) `rows` for `_int_mm`."""
+    """A (K, N) weight as integers in [-levels, levels], one scale per output column: packed for oneDNN
+    (`pack`) or fbgemm (`fbgemm`) where it can be, else int8 (N, K) `rows` for `_int_mm`."""
 
     def __init__(self, w: torch.Tensor, pack: bool = False, fbgemm: bool = False, levels: float = INT8_MAX) -> None:
         w = w.float()
@@ -100,8 +91,7 @@ class Int8Weight:
 
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x (..., M, K) float -> (q (..., M, K), scale (..., M, 1)) float32: each row symmetric, scale = max |row| /
-    127 (1 for a row of zeros), its integers q in [-127, 127] (fbgemm's input; oneDNN and `_int_mm` take them
-    as uint8 codes q + 128)."""
+    127 (1 for a row of zeros), q in [-127, 127]."""
     scale = x.abs().amax(dim=-1, keepdim=True) / INT8_MAX  # faster than linalg.vector_norm's inf norm
     scale = torch.where(scale > 0, scale, 1.0)
     return torch.round(x / scale), scale
@@ -110,16 +100,14 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def int8_product(
     x: torch.Tensor, weight: Int8Weight, bias: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None
 ) -> torch.Tensor:
-    """x (M, K) float (+ bias (N,) or (M, N)) -> (M, N) float32 (into `out` if given) through exact
-    int8 x int8 -> int32 products, each scaled by its column's scale, then by its row's and biased."""
+    """[bias (N,) or (M, N) +] x (M, K) @ the weight -> (M, N) float32, through exact int32 products."""
     return scaled_product(*quantize_rows(x), weight, bias, out)
 
 
 def scale_rows(
     result: torch.Tensor, scale: torch.Tensor, bias: Optional[torch.Tensor], out: Optional[torch.Tensor]
 ) -> torch.Tensor:
-    """[bias +] result (M, N) * scale (M, 1) in one pass (into `out`, else in place): every kernel's last
-    step, so that they round alike."""
+    """[bias +] result (M, N) * scale (M, 1) in one pass: every kernel's last step, so that they round alike."""
     target = result if out is None else out
     if bias is None:
         return torch.mul(result, scale, out=target)
@@ -133,9 +121,8 @@ def scaled_product(
     bias: Optional[torch.Tensor] = None,
     out: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
-    """`quantize_rows`' (q (M, K), scale (M, 1)) times the weight, scaled and biased: float32 (M, N), by fbgemm,
-    oneDNN or `_int_mm` (a block of columns at a time); each computes the int32 products exactly and they are
-    scaled alike (the column's scale, then `scale_rows`), so all give the same bits."""
+    """`quantize_rows`' (q (M, K), scale (M, 1)) times the weight, scaled and biased: float32 (M, N). Every kernel
+    computes the int32 products exactly and scales them alike, so all give the same bits."""
     if weight.fbgemm is not None:
         return scale_rows(_torch_private.fbgemm_linear(quantized, weight.fbgemm, ZERO_POINT), scale, bias, out)
     if weight.packed is not None:  # oneDNN takes q + 128: a uint8 with zero point 128
@@ -155,9 +142,8 @@ def scaled_product(
 
 
 class Int8:
-    """The int8 `precision.Strategy` (inference only, no fallback): `kernel` one of KERNELS (default: this
-    CPU's, `choose_kernel`; `pack`: oneDNN's or `_int_mm`), weights in [-levels, levels] (default: this
-    CPU's, `weight_levels`)."""
+    """The int8 `precision.Strategy` (inference only, no fallback): `kernel` one of KERNELS (`pack`: oneDNN's
+    or `_int_mm`), weights in [-levels, levels]; both by default this CPU's."""
 
     differentiable = False
     keep = True

@@ -49,9 +49,6 @@ class LSTMState:
     h: torch.Tensor
     c: torch.Tensor
 
-    def select(self, rows: torch.Tensor) -> "LSTMState":
-        return LSTMState(self.h[:, :, rows], self.c[:, :, rows])
-
 
 def reverse_within_lengths(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """Reverse each row of x (B, T, ...) within its first lengths[b] steps; padding stays in place."""
@@ -118,7 +115,7 @@ class BiLSTMStack(nn.Module):
         if tokens.device.type == "cuda" and tokens.shape[0] and int(lengths.max()) > 0:
             return self.forward_static(tokens, lengths, initial_state, return_final_state, dropout, products)
         # the CPU's loop: rows sorted longest first, the batch shrinking as they end
-        n_rows, n_steps, _ = tokens.shape
+        n_rows = tokens.shape[0]
         lengths_cpu = lengths.detach().to("cpu", torch.long)
         order = torch.argsort(lengths_cpu, descending=True, stable=True)
         sorted_lengths = lengths_cpu[order]
@@ -130,7 +127,7 @@ class BiLSTMStack(nn.Module):
         lengths_dev = sorted_lengths.to(tokens.device)
         both = torch.stack([x, reverse_within_lengths(x, lengths_dev)])  # (2, B, T, P)
         frames = both.transpose(1, 2).contiguous()  # time-major (2, T, B, P)
-        state = (initial_state or self.zero_state(n_rows, tokens.device, tokens.dtype)).select(order_dev)
+        state = initial_state or self.zero_state(n_rows, tokens.device, tokens.dtype)
         final_h: list[torch.Tensor] = []
         final_c: list[torch.Tensor] = []
         layer_outputs: list[torch.Tensor] = []
@@ -138,7 +135,7 @@ class BiLSTMStack(nn.Module):
             inputs = frames
             if dropout > 0.0 and self.training:
                 inputs = nn.functional.dropout(inputs, dropout, training=True)
-            h0, c0 = state.h[layer], state.c[layer]
+            h0, c0 = state.h[layer][:, order_dev], state.c[layer][:, order_dev]
             out, h_last, c_last = self._run_layer(layer, inputs, batch_sizes, h0, c0, return_final_state, products)
             if self.options.use_skip_connections and layer > 0:
                 out = out + frames
@@ -163,14 +160,16 @@ class BiLSTMStack(nn.Module):
         dropout: float,
         products: Products,
     ) -> tuple[list[torch.Tensor], Optional[LSTMState]]:
-        """`forward` with every row running every step (the GPU's loop): no sorting, no per-step slicing; a row's
-        state stops at its length and its outputs past it are zero. Operands stay in the products' dtype (or the
-        autocast dtype) from the first product to the last, the cell's state in float32. At inference without
-        dropout the loop runs through `cuda_graphs` on a GPU."""
+        """`forward` with every row running every step (the GPU's loop, through `cuda_graphs` at inference without
+        dropout): a row's state stops at its length, its outputs past it are zero. Operands stay in the products'
+        dtype (or the autocast dtype) from the first product to the last, the cell's state in float32."""
         n_rows = tokens.shape[0]
         lengths = lengths.to(tokens.device, torch.long)
         n_steps = int(lengths.max())  # at least 1: `forward` takes batches without tokens
-        dtype = static_dtype(products, tokens)
+        if torch.is_autocast_enabled(tokens.device.type):  # then autocast's dtype, else the products' precision
+            dtype = torch.get_autocast_dtype(tokens.device.type)
+        else:
+            dtype = HALF_DTYPES.get(products.precision, tokens.dtype)
         x = tokens[:, :n_steps]
         frames = torch.stack([x, reverse_within_lengths(x, lengths)]).transpose(1, 2).to(dtype).contiguous()
         running = (torch.arange(n_steps, device=tokens.device).unsqueeze(1) < lengths.unsqueeze(0)).unsqueeze(-1)
@@ -345,13 +344,6 @@ class BiLSTMStack(nn.Module):
             # One view a step: the backward of `unbind` stacks the steps' gradients once, where indexing
             # the result in the loop would allocate and add a gradient the size of all of it every step.
             yield from product(x, bias).view(2, stop - start, kept, four_c).unbind(1)
-
-
-def static_dtype(products: Products, tokens: torch.Tensor) -> torch.dtype:
-    """The dtype of `forward_static`'s operands: autocast's where it is on, else the products' precision."""
-    if torch.is_autocast_enabled(tokens.device.type):
-        return torch.get_autocast_dtype(tokens.device.type)
-    return HALF_DTYPES.get(products.precision, tokens.dtype)
 
 
 def merge_directions(

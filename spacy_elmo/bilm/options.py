@@ -1,8 +1,8 @@
 """The biLM's configuration: bilm-tf/AllenNLP's `options.json` schema, validated once.
 
-`BiLMOptions` is a strict pydantic model shaped like the file (only an integral float such as 4096.0 counts
-as an integer); unknown keys are kept, so a round trip writes them back. Every problem is reported at once,
-at its key. The biLM reads and Python makes the options flat (`options.lstm_dim`): one `_Flat` line each.
+`BiLMOptions` is a strict pydantic model shaped like the file (an integral float such as 4096.0 counts as an
+integer); unknown keys are kept and written back. Every problem is reported at once, at its key. The biLM
+reads and Python makes the options flat (`options.lstm_dim`).
 """
 
 import functools
@@ -81,8 +81,7 @@ class Embedding(_Section):
 
 class CharCnn(_Section):
     """options.json's `char_cnn`; the keys after `activation` are ELMoForManyLangs-style models' (absent:
-    bilm-tf's values): a character vocabulary (0 = byte ids), a word embedding, and which branch the
-    highway's gate scales ("transform": bilm-tf; "input": AllenNLP's parametrisation)."""
+    bilm-tf's): a character vocabulary (0 = byte ids), a word embedding, the branch the highway's gate scales."""
 
     embedding: Embedding
     filters: Filters
@@ -108,8 +107,7 @@ class CharCnn(_Section):
 
 
 class Lstm(_Section):
-    """options.json's `lstm`; a clip absent (or null) is none, and so are absent skip connections (as bilm-tf
-    reads them); `forget_bias` is added at run time (bilm-tf: 1.0)."""
+    """options.json's `lstm`; an absent (or null) clip is none, and so are absent skip connections, as in bilm-tf."""
 
     dim: Positive
     projection_dim: Positive
@@ -131,7 +129,7 @@ class Lstm(_Section):
 
 
 class _Flat(Generic[T]):
-    """One flat option: where it is in options.json, and its value when made in Python without it."""
+    """One flat option: where it is in options.json, and its default in Python."""
 
     def __init__(self, path: str, default: Any = ...) -> None:
         self.path, self.keys, self.default = path, tuple(path.split(".")), default

@@ -1,12 +1,10 @@
 """The biLM's matrix products at a chosen precision: every product goes through a `Products`.
 
-"fp32" (default); "bf16"/"fp16": 16-bit operands, float32 accumulation and results, elementwise work in
-float32 ("fp16" is for GPUs); "int8": CPU inference only (`int8.py`). At CPU inference fp32 and bf16 run
-through oneDNN with each weight packed once (`OneDNN`), else torch's products (`TorchFloat`, `TorchHalf`).
-On a CPU without bf16 instructions, bf16 inference runs oneDNN's float32 products of operands rounded to
-bf16 (`OneDNNRoundedToBf16`: bf16's rounding at fp32's speed, where torch's bf16 products are emulated
-many times slower than fp32).
-Prepared weights live in the `Products`, never in the model, so a model always saves float32 weights.
+"fp32" (default); "bf16"/"fp16": 16-bit operands, float32 accumulation, results and elementwise work ("fp16"
+is for GPUs); "int8": CPU inference only (`int8.py`). At CPU inference fp32 and bf16 run through oneDNN, each
+weight packed once; on a CPU without bf16 instructions, on operands rounded to bf16 (`OneDNNRoundedToBf16`:
+torch's bf16 products are emulated there, many times slower). Prepared weights live in the `Products`, never
+in the model, so a model always saves float32 weights.
 """
 
 import functools
@@ -44,10 +42,8 @@ def check_device(precision: str, device: torch.device) -> None:
 
 
 def slower_than_fp32_here(precision: str) -> Optional[str]:
-    """Why `precision` runs slower than fp32 on this CPU, or None: bf16 needs oneDNN (its bf16 kernels, or
-    its float32 ones on rounded operands) and int8 oneDNN's AVX-512 or fbgemm's integer products; without
-    them torch's fallbacks are many times slower than fp32 (benchmarks/RESULTS.md, "Reduced precision
-    without bf16/VNNI instructions")."""
+    """Why `precision` runs slower than fp32 on this CPU (torch's fallbacks: benchmarks/RESULTS.md, "Reduced
+    precision without bf16/VNNI instructions"), or None."""
     if precision == "bf16":
         reason = _torch_private.linear_unavailable(torch.bfloat16)
         if reason is None or _torch_private.linear_unavailable(torch.float32) is None:
@@ -61,9 +57,8 @@ def slower_than_fp32_here(precision: str) -> Optional[str]:
 
 
 class Strategy(Protocol):
-    """How one precision multiplies: [bias +] x @ w, float32 out, for w (K, N), or w (D, K, N) and x (D, M, K)
-    (one matrix a direction). `prepare` returns the form `multiply` takes, or None (the `Products` falls back
-    to its next strategy); two strategies with the same `kernels` give the same bits."""
+    """How one precision multiplies: [bias +] x @ w, float32 out, for w (K, N), or w (D, K, N) and x (D, M, K).
+    `prepare` returns None where the `Products` falls back to its next strategy; equal `kernels`, equal bits."""
 
     kernels: str = ""
     differentiable: bool = False  # gradients flow through prepare and multiply
@@ -87,9 +82,8 @@ class TorchFloat(Strategy):
     def prepare(self, w: torch.Tensor) -> torch.Tensor:
         return w
 
-    def multiply(self, x: torch.Tensor, prepared: object, bias: Optional[torch.Tensor]) -> torch.Tensor:
-        assert isinstance(prepared, torch.Tensor)
-        w = prepared
+    def multiply(self, x: torch.Tensor, w: object, bias: Optional[torch.Tensor]) -> torch.Tensor:
+        assert isinstance(w, torch.Tensor)
         if bias is None:
             return torch.bmm(x, w) if x.dim() == 3 and w.dim() == 3 else torch.matmul(x, w)
         return torch.baddbmm(bias, x, w) if x.dim() == 3 else torch.addmm(bias, x, w)
@@ -131,10 +125,9 @@ DETECT_ROWS = 512
 
 
 def onednn_linear(
-    x: torch.Tensor, packed: torch.Tensor, bias: Optional[torch.Tensor], block_rows: Optional[int] = None
+    x: torch.Tensor, packed: torch.Tensor, bias: Optional[torch.Tensor], block_rows: Optional[int]
 ) -> torch.Tensor:
-    """`_torch_private.linear` of x (M, K), in calls of exactly `block_rows` rows (zero rows pad the last),
-    or in one call where `block_rows` is None."""
+    """`_torch_private.linear` of x (M, K) in calls of exactly `block_rows` rows (zero rows pad the last)."""
     rows = x.shape[0]
     if block_rows is None or rows == block_rows:
         return _torch_private.linear(x, packed, bias)
@@ -150,7 +143,7 @@ def onednn_linear(
 @functools.cache
 def depends_on_row_count(dtype: torch.dtype) -> bool:
     """Whether oneDNN's product in `dtype` gives a row other bits in products of other row counts (once a
-    process; many rows, as rounding to bf16 hides most differences of the float32 sums)."""
+    process; many rows: rounding to bf16 hides most differences of the float32 sums)."""
     generator = torch.Generator().manual_seed(0)
     w = torch.randn(512, 4096, generator=generator)
     try:
@@ -176,12 +169,9 @@ def pack_for_onednn(w: torch.Tensor, dtype: torch.dtype, block_rows: Optional[in
     generator = torch.Generator().manual_seed(0)
     probe = torch.randn(PROBE_ROWS[-1], w.shape[0], generator=generator).to(dtype)
     longest = onednn_linear(probe, packed, None, block_rows)
-    for rows in PROBE_ROWS[:-1]:  # every row, those of a short product's tail block included
-        if not torch.equal(onednn_linear(probe[:rows], packed, None, block_rows), longest[:rows]):
+    for rows in [slice(rows) for rows in PROBE_ROWS[:-1]] + [slice(PROBE_OFFSET, PROBE_OFFSET + PROBE_ROWS[1])]:
+        if not torch.equal(onednn_linear(probe[rows], packed, None, block_rows), longest[rows]):
             return None
-    shifted = slice(PROBE_OFFSET, PROBE_OFFSET + PROBE_ROWS[1])
-    if not torch.equal(onednn_linear(probe[shifted], packed, None, block_rows), longest[shifted]):
-        return None
     return packed
 
 
@@ -231,9 +221,8 @@ class OneDNN(Strategy):
 
 
 class OneDNNRoundedToBf16(OneDNN):
-    """bf16 CPU inference where oneDNN has no bf16 kernels here: its packed float32 products of weights,
-    inputs and bias rounded to bf16 (products of bf16 values are exact in float32, so only the order of
-    the float32 sums differs from a bf16 kernel's)."""
+    """bf16 CPU inference without oneDNN bf16 kernels: float32 products of operands rounded to bf16 (exact in
+    float32, so only the order of the sums differs from a bf16 kernel's)."""
 
     def __init__(self) -> None:
         super().__init__("fp32")
@@ -245,10 +234,6 @@ class OneDNNRoundedToBf16(OneDNN):
     def multiply(self, x: torch.Tensor, prepared: object, bias: Optional[torch.Tensor]) -> torch.Tensor:
         rounded_bias = None if bias is None else bias.to(torch.bfloat16).float()
         return super().multiply(x.to(torch.bfloat16).float(), prepared, rounded_bias)
-
-
-# `Products.bind`'s result: (x, bias) -> [bias +] x @ w, float32.
-BoundProduct = Callable[..., torch.Tensor]
 
 
 class Products:
@@ -278,10 +263,9 @@ class Products:
 
     def bind(
         self, w: torch.Tensor, like: torch.Tensor, source: Optional[torch.Tensor] = None, grad: Optional[bool] = None
-    ) -> BoundProduct:
-        """(x, bias) -> [bias +] x @ w, the strategy chosen and `w` prepared once for a loop. `like`: an input
-        of the loop (its device); `grad`: whether gradients flow (default: through `like` or to `w`), and
-        then the weight is prepared at every call, so that the gradient reaches `w`."""
+    ) -> Callable[..., torch.Tensor]:
+        """(x, bias) -> [bias +] x @ w, the strategy chosen and `w` prepared once for a loop (`like`: an input of
+        it). Where gradients flow (`grad`), `w` is prepared at every call, so that the gradient reaches it."""
         if grad is None:
             grad = torch.is_grad_enabled() and (w.requires_grad or like.requires_grad)
         for strategy in self.strategies:
@@ -297,8 +281,7 @@ class Products:
         raise RuntimeError(f"precision {self.precision!r} is for inference: its products have no gradient")
 
     def _prepared_weight(self, strategy: Strategy, w: torch.Tensor, source: Optional[torch.Tensor]) -> Optional[object]:
-        """The strategy's prepared `w`, prepared again when its parameter changes. The entry holds the
-        parameter, so its id stays its own."""
+        """The strategy's prepared `w`, prepared again when its parameter changes (held, so its id stays its own)."""
         parameter = w if source is None else source
         state = (_torch_private.tensor_state(parameter), tuple(w.shape))
         key = (strategy.kernels, id(parameter))

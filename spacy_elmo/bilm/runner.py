@@ -53,8 +53,7 @@ def check_threads(n_threads: int, option: str = "--threads") -> int:
 @contextlib.contextmanager
 def torch_threads(n_threads: int) -> Iterator[None]:
     """Run with `n_threads` intra-op threads, then restore the caller's. 0: torch's setting, but no more
-    threads than the CPUs this process may use (torch reads neither affinity nor cgroup quota); a count
-    above 0 is the user's choice, used as given."""
+    threads than the CPUs this process may use (torch reads neither affinity nor cgroup quota)."""
     before = torch.get_num_threads()
     during = n_threads
     if n_threads <= 0:  # the limits are read only where they could lower torch's count
@@ -100,8 +99,8 @@ class CarriedState:
 
 
 class BiLMRunner(torch.nn.Module, SentenceRunner):
-    """Runs a BiLM: `run` for a batch of character ids (the pipe), `embed_sentences` for words (numpy).
-    bilm: the model, or None with `load`, a function that returns it on first use."""
+    """Runs a BiLM: `run` for a batch of character ids (the pipe), `embed_sentences` for words (numpy); the
+    model given, or returned by `load` on first use."""
 
     def __init__(
         self,
@@ -150,8 +149,6 @@ class BiLMRunner(torch.nn.Module, SentenceRunner):
     def token_budget(self, value: int) -> None:
         self._token_budget = value
 
-    # --- the model ----------------------------------------------------------------------------
-
     @property
     def loaded(self) -> bool:
         return self.bilm is not None
@@ -179,8 +176,6 @@ class BiLMRunner(torch.nn.Module, SentenceRunner):
     def reset_state(self) -> None:
         """Stateful mode: forget the carried LSTM state."""
         self._carried.reset()
-
-    # --- character ids in, layers out (tensors) -------------------------------------------------
 
     def forward(self, batches: list[torch.Tensor]) -> list[torch.Tensor]:
         """Several batches in one call (the shim's entry: one backward pass for a whole doc batch)."""
@@ -225,8 +220,6 @@ class BiLMRunner(torch.nn.Module, SentenceRunner):
         if self.stateful:
             self._carried.store(output.final_state)
         return output.layers.float()
-
-    # --- words in, per-sentence arrays out (numpy) ------------------------------------------------
 
     @torch.no_grad()
     def embed_batch(self, sentences: Sequence[Sequence[str]]) -> list[numpy.ndarray]:

@@ -25,16 +25,13 @@ class TokenCache:
     def __len__(self) -> int:
         return len(self._slots)
 
-    def clear(self) -> None:
-        self._slots.clear()
-        self._store = torch.empty(0)
-
     def encode(self, unique_ids: torch.Tensor, encoder: torch.nn.Module, products: Products) -> torch.Tensor:
-        """Vectors of distinct token rows (n, chars): cached ones gathered, the rest encoded (`encoder(ids,
-        products)`) and stored; the cache empties when the encoder's weights or the products' kernels change."""
+        """Vectors of distinct token rows (n, chars): cached ones gathered, the rest encoded and stored; the cache
+        empties when the encoder's weights or the products' kernels change."""
         weights_key = (products.kernels, *(tensor_state(p) for p in encoder.parameters()))
         if weights_key != self._weights_key:
-            self.clear()
+            self._slots.clear()
+            self._store = torch.empty(0)
             self._weights_key = weights_key
         rows = unique_ids.detach().to("cpu").numpy()
         keys = [row.tobytes() for row in numpy.ascontiguousarray(rows, dtype=numpy.int32)]
