@@ -5,6 +5,7 @@ pipeline served with the onnxruntime runtime runs where torch is not installed; 
 below are imported on first access.
 """
 
+import importlib
 from typing import Any
 
 from .about import __version__
@@ -21,8 +22,6 @@ _TORCH_EXPORTS = {
 
 def __getattr__(name: str) -> Any:
     if name in _TORCH_EXPORTS:
-        import importlib
-
         return getattr(importlib.import_module(_TORCH_EXPORTS[name]), name)
     raise AttributeError(f"module 'spacy_elmo' has no attribute {name!r}")
 

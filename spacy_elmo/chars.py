@@ -34,23 +34,18 @@ def batch_to_ids(
     add_boundaries: bool = True,
     max_characters_per_token: int = MAX_CHARACTERS_PER_TOKEN,
 ) -> numpy.ndarray:
-    """Character ids for a batch of tokenized sentences, shape (batch, max_len, max_chars), int32.
-
-    With `add_boundaries`, each sentence is framed by `<S>` and `</S>` (the biLM was trained so).
-    Rows shorter than the longest sentence are padded with id 0. A token longer than
-    `max_characters_per_token - 2` bytes is truncated (its end-of-word marker is kept).
-    """
+    """Character ids (batch, max_len, max_chars), int32, rows padded with id 0; with `add_boundaries` each
+    sentence is framed by `<S>` and `</S>`, as the biLM was trained. A token longer than
+    `max_characters_per_token - 2` bytes is truncated (its end-of-word marker is kept)."""
     if max_characters_per_token < 3:
         raise ValueError(f"max_characters_per_token must be at least 3, got {max_characters_per_token}")
     width = max_characters_per_token
-    n_bytes_max = width - 2
+    n_rows = len(sentences)
+    if n_rows == 0:
+        return numpy.zeros((0, 0, width), dtype=numpy.int32)
     offset = 1 if add_boundaries else 0
     lengths = numpy.asarray([len(s) for s in sentences], dtype=numpy.int64)
-    n_rows = len(sentences)
-    max_len = int(lengths.max()) + 2 * offset if n_rows else 0
-    out = numpy.zeros((n_rows, max_len, width), dtype=numpy.int32)
-    if n_rows == 0:
-        return out
+    out = numpy.zeros((n_rows, int(lengths.max()) + 2 * offset, width), dtype=numpy.int32)
     # Positions (row, column) of every real token, in order.
     rows = numpy.repeat(numpy.arange(n_rows), lengths)
     starts = numpy.cumsum(lengths) - lengths
@@ -58,7 +53,7 @@ def batch_to_ids(
     flat = [tok for sent in sentences for tok in sent]
     encoded = [tok.encode("utf-8", "ignore") for tok in flat]  # lone surrogates dropped
     byte_lengths = numpy.fromiter((len(b) for b in encoded), dtype=numpy.int64, count=len(encoded))
-    kept = numpy.minimum(byte_lengths, n_bytes_max)
+    kept = numpy.minimum(byte_lengths, width - 2)
     token_chars = numpy.full((len(encoded), width), PAD_CHAR + ID_SHIFT, dtype=numpy.int32)
     token_chars[:, 0] = BOW_CHAR + ID_SHIFT
     token_chars[numpy.arange(len(encoded)), kept + 1] = EOW_CHAR + ID_SHIFT

@@ -13,10 +13,8 @@ V1_CPU_MOUNTS = ("cpu", "cpu,cpuacct", "cpuacct,cpu")  # the cpu controller's mo
 
 
 def usable_cpus(root: Optional[Path] = None) -> int:
-    """The CPUs this process may use, at least 1: its affinity (else `os.cpu_count()`), at most the tightest
-    cgroup quota rounded up. Up, because a quota is CPU time per period shared by all the cgroup's threads:
-    with 1.5 CPUs, 2 threads use it all (throttled together for the rest of each period) where 1 thread
-    would leave a third of it unused."""
+    """The CPUs this process may use, at least 1: its affinity, at most the tightest cgroup quota rounded up
+    (with a quota of 1.5 CPUs, 2 threads use it all where 1 would leave a third of it unused)."""
     root = FILES_ROOT if root is None else root
     affinity = getattr(os, "sched_getaffinity", None)
     count = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
@@ -33,8 +31,7 @@ def omp_threads() -> Optional[int]:
 
 
 def cgroup_cpu_quota(root: Path) -> Optional[float]:
-    """The tightest CPU quota (in CPUs) over this process's cgroup and those above it, v2 and v1; None where
-    none is set or the files are not there (not Linux, no cgroup file system)."""
+    """The tightest CPU quota (in CPUs) over this process's cgroup and those above it, v2 and v1, or None."""
     own = _own_cgroups(root)
     mount = root / "sys/fs/cgroup"
     quotas = [_quota(*_read(d / "cpu.max").partition(" ")[::2]) for d in _lineage(mount, own.get("", "/"))]
@@ -67,8 +64,7 @@ def _lineage(mount: Path, path: str) -> list[Path]:
 
 
 def _quota(quota: str, period: str) -> Optional[float]:
-    """quota / period (microseconds each) in CPUs: v2's cpu.max holds "QUOTA PERIOD", v1 one file each. None
-    for no limit ("max" in v2, -1 in v1) or a missing or unreadable file."""
+    """quota / period in CPUs; None for no limit ("max" in v2, -1 in v1) or a missing or unreadable file."""
     try:
         quota_us, period_us = int(quota), int(period)
     except ValueError:

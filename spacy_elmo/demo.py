@@ -36,8 +36,8 @@ def main(model: str = DEFAULT_MODEL) -> None:
         print(f"  {' '.join(sentence)[:50]:50s} layers {array.shape}  (n_layers, n_tokens, 2P)")
     bank = [array[-1, sentence.index("bank")] for sentence, array in zip(SENTENCES, layers)]
     print("top-layer cosine of 'bank' (river, money, money, river):")
-    for i in range(len(bank)):
-        print("  " + "  ".join(f"{cosine(bank[i], bank[j]):+.3f}" for j in range(len(bank))))
+    for a in bank:
+        print("  " + "  ".join(f"{cosine(a, b):+.3f}" for b in bank))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,9 @@
 """The Doc, Span and Token extensions the `elmo` pipe fills, and its opt-in vector hooks.
 
-- doc._.elmo_layers: (n_layers, n_tokens, 2P) biLM layer outputs (layer 0 = [token; token], layer
-  j = [forward_j; backward_j]), or None when the pipe was told not to keep them.
-- doc._.elmo_mix: the (n_layers,) weights of the pipe's default mix ("average", "top" or given).
-- doc._.elmo / span._.elmo / token._.elmo: per-token ELMo vectors (n, 2P) / (2P,) under that mix,
-  computed from the layers on access, or the stored vectors when the pipe keeps vectors. On a doc the
-  pipe has not run on (or told to keep nothing) reading them raises `ElmoNotSetError`, naming why, rather
-  than giving a None that fails later; `getattr(doc._, "elmo", None)` still gives None there.
+- doc._.elmo_layers: (n_layers, n_tokens, 2P) layer outputs (layer 0 = [token; token], layer j =
+  [forward_j; backward_j]), or None; doc._.elmo_mix: the (n_layers,) weights of the pipe's default mix.
+- doc._.elmo / span._.elmo / token._.elmo: the vectors under that mix, stored or mixed on access; where there
+  are none, reading them raises `ElmoNotSetError` saying why (`getattr(doc._, "elmo", None)` gives None).
 
 Only plain arrays are stored (in `doc.user_data`), so `Doc.to_bytes`, `DocBin(store_user_data=True)`
 and `nlp.pipe(n_process=...)` keep them (numpy arrays; cupy arrays kept on the GPU do not serialize).
@@ -30,33 +27,25 @@ class ElmoNotSetError(AttributeError):
     and `hasattr` work as for any missing attribute."""
 
 
-def _slice(doc: Doc, start: int, end: int) -> Optional[Any]:
-    stored = doc._.get(STORED_VECTORS)
+def _rows(obj: Union[Doc, Span, Token]) -> Optional[Any]:
+    """The ELMo vectors of a doc's, span's or token's tokens; None where the doc has none."""
+    span = obj.doc[obj.i : obj.i + 1] if isinstance(obj, Token) else obj[:]
+    stored = obj.doc._.get(STORED_VECTORS)
     if stored is not None:
-        return stored[start:end]
-    layers, weights = doc._.get(LAYERS), doc._.get(MIX)
+        return stored[span.start : span.end]
+    layers, weights = obj.doc._.get(LAYERS), obj.doc._.get(MIX)
     if layers is None or weights is None:
         return None
-    return mix_layers(layers[:, start:end], weights)
-
-
-def _tokens(obj: Union[Doc, Span, Token]) -> tuple[Doc, int, int]:
-    """(doc, start, end) of a doc's, span's or token's tokens."""
-    if isinstance(obj, Doc):
-        return obj, 0, len(obj)
-    if isinstance(obj, Span):
-        return obj.doc, obj.start, obj.end
-    return obj.doc, obj.i, obj.i + 1
+    return mix_layers(layers[:, span.start : span.end], weights)
 
 
 def _elmo(obj: Union[Doc, Span, Token]) -> Any:
     """The `._.elmo` getter: the mixed vectors, or an error that says why there are none."""
-    doc, start, end = _tokens(obj)
-    rows = _slice(doc, start, end)
+    rows = _rows(obj)
     if rows is not None:
         return rows[0] if isinstance(obj, Token) else rows
     where = f"{type(obj).__name__.lower()}._.elmo"
-    if doc._.get(MIX) is None:
+    if obj.doc._.get(MIX) is None:
         raise ElmoNotSetError(
             f"{where}: the `elmo` pipe has not run on this doc. Docs get ELMo from nlp(text) or "
             f'nlp.pipe(texts) with the pipe in nlp.pipe_names (nlp.add_pipe("elmo")); a doc made by '
@@ -79,8 +68,7 @@ def install_extensions() -> None:
 
 def _vector(obj: Union[Doc, Span, Token]) -> numpy.ndarray:
     """The hooks' .vector: the mean of the tokens' ELMo vectors (a token's own); zeros without any."""
-    doc, start, end = _tokens(obj)
-    rows = _slice(doc, start, end)
+    rows = _rows(obj)
     if rows is None or not len(rows):  # an empty span's rows are (0, width)
         return numpy.zeros((0 if rows is None else rows.shape[-1],), dtype="float32")
     mean = rows.astype("float32").mean(axis=0)
@@ -109,7 +97,7 @@ def set_vector_hooks(doc: Doc) -> None:
     for hooks in (doc.user_hooks, doc.user_span_hooks, doc.user_token_hooks):
         hooks["vector"] = _vector
         hooks["vector_norm"] = lambda obj: _norm(_vector(obj))
-        hooks["has_vector"] = lambda obj: _slice(obj.doc, 0, 0) is not None
+        hooks["has_vector"] = lambda obj: _rows(obj.doc[0:0]) is not None
         hooks["similarity"] = cosine
 
 

@@ -18,8 +18,8 @@ def softmax(s: Any) -> Any:
     return e / e.sum()
 
 
-def named_mix_weights(mix: Union[str, Sequence[float]], n_layers: int, owner: str = "elmo") -> numpy.ndarray:
-    """The float32 weights of "average", "top", or `n_layers` given weights; `owner` names the setting."""
+def named_mix_weights(mix: Union[str, Sequence[float]], n_layers: int) -> numpy.ndarray:
+    """The float32 weights of the `elmo` pipe's default_mix: "average", "top", or `n_layers` given weights."""
     if mix == "average":
         return numpy.full((n_layers,), 1.0 / n_layers, dtype="float32")
     if mix == "top":
@@ -27,7 +27,7 @@ def named_mix_weights(mix: Union[str, Sequence[float]], n_layers: int, owner: st
     weights = numpy.asarray(mix, dtype="float32")
     if weights.shape != (n_layers,):
         raise ValueError(
-            f"{owner}: default_mix has {weights.size} weights but the biLM has {n_layers} layers "
+            f"elmo: default_mix has {weights.size} weights but the biLM has {n_layers} layers "
             f"(token layer + {n_layers - 1} LSTM layers); give {n_layers} weights, 'average' or 'top'"
         )
     return weights

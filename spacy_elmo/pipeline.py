@@ -1,11 +1,5 @@
 """The `elmo` pipeline component: runs the biLM over docs, stores its layers, feeds its listeners.
 
-    nlp = spacy.blank("en")
-    nlp.add_pipe("elmo")                      # the shipped model; no nlp.initialize() needed
-    doc = nlp("The biLM reads every sentence in both directions.")
-    doc._.elmo_layers.shape                    # (L+1, len(doc), 2P)
-    doc[1]._.elmo                              # (2P,) under the default mix
-
 The pipe owns what is stored on the docs, its listeners (spaCy's ListenedToComponent protocol, as on
 `Tok2Vec`), each learning its own mix, and the bounded cache that gives a frozen biLM's layers in training;
 its model, a `spacy-elmo.BiLM.v1` layer, owns the weights and how they run.
@@ -49,8 +43,7 @@ STORE_DTYPES = ("float32", "float16")
 class Elmo(TrainablePipe):
     """The `elmo` component, built by `nlp.add_pipe("elmo", config=...)`; its settings:
 
-    model: the biLM layer, spacy-elmo.BiLM.v1: the weights (`path`; "" = shipped default) and how they
-        run (token_budget, stateful, fine_tune, n_threads, precision, windows).
+    model: the biLM layer, spacy-elmo.BiLM.v1: the weights and how they run (its docstring lists them).
     default_mix: the mix behind doc._.elmo / span._.elmo / token._.elmo: "average", "top", or a
         list of n_layers weights used as given.
     store: what is kept on each doc: "layers" (doc._.elmo_layers; vectors mixed on access), "vectors"
@@ -76,10 +69,9 @@ class Elmo(TrainablePipe):
         to_cpu: bool,
         cache_size_mb: int,
     ) -> None:
-        if store not in STORE_OPTIONS:
-            raise ValueError(f"elmo: store={store!r}; expected one of {STORE_OPTIONS}")
-        if store_dtype not in STORE_DTYPES:
-            raise ValueError(f"elmo: store_dtype={store_dtype!r}; expected one of {STORE_DTYPES}")
+        for setting, value, allowed in (("store", store, STORE_OPTIONS), ("store_dtype", store_dtype, STORE_DTYPES)):
+            if value not in allowed:
+                raise ValueError(f"elmo: {setting}={value!r}; expected one of {allowed}")
         if isinstance(default_mix, str) and default_mix not in MIX_NAMES:
             raise ValueError(f"elmo: default_mix={default_mix!r}; expected 'average', 'top' or a list of weights")
         if cache_size_mb < 0:
@@ -126,12 +118,12 @@ class Elmo(TrainablePipe):
     @property
     def runtime(self) -> str:
         """ "torch" or "onnxruntime" (the model's setting)."""
-        return bilm_model.layer_settings(self.model).runtime
+        return self.model.attrs["settings"].runtime
 
     @property
     def fine_tune(self) -> bool:
         """Whether the biLM trains with the listeners (the model's setting)."""
-        return bilm_model.layer_settings(self.model).fine_tune
+        return self.model.attrs["settings"].fine_tune
 
     @property
     def stateful(self) -> bool:
@@ -140,7 +132,7 @@ class Elmo(TrainablePipe):
 
     def listener_dims(self) -> tuple[int, int]:
         """(width, n_layers) of the biLM's outputs, loading it if need be: what a listener is built for."""
-        options = bilm_model.ensure_options(self.model)
+        options = bilm_model.ensure_loaded(self.model).options
         return options.output_dim, options.n_output_layers
 
     # --- listeners (spaCy's ListenedToComponent protocol, as on spaCy's Tok2Vec) ------------------
@@ -184,16 +176,12 @@ class Elmo(TrainablePipe):
         """Stateful mode: forget the carried LSTM state."""
         bilm_model.runner_of(self.model).reset_state()
 
-    @property
-    def caching(self) -> bool:
-        """Whether layer outputs are cached: frozen, stateless, and in training (after initialize/update)."""
-        return self._cache_active and not self.fine_tune and not self.stateful and self.cache.max_bytes > 0
-
     # --- prediction ---------------------------------------------------------------------------
 
     def predict(self, docs: Iterable[Doc]) -> list[Floats3d]:
         docs = list(docs)
-        if not self.caching:
+        # layers are cached for a frozen, stateless biLM in training (after initialize or update)
+        if not self._cache_active or self.fine_tune or self.stateful or not self.cache.max_bytes:
             return self.model.predict(docs) if docs else []
         keys = [doc_key(doc) for doc in docs]
         found: list[Optional[Floats3d]] = [self.cache.get(key) for key in keys]
@@ -208,7 +196,9 @@ class Elmo(TrainablePipe):
     def set_annotations(self, docs: Iterable[Doc], layers: list[Floats3d]) -> None:
         keep_layers = self.store in ("layers", "both") or bool(self.listener_map)
         keep_vectors = self.store in ("vectors", "both")
-        hooks = self._vector_hooks_on()  # once a batch, as the mix weights: every doc has the model's layers
+        # "auto" is decided per batch: static vectors may be added after the pipe (`[initialize] vectors`)
+        auto = self.store != "none" and self.vocab.vectors.size == 0
+        hooks = auto if self.set_vector_hooks == "auto" else bool(self.set_vector_hooks)
         weights = named_mix_weights(self.default_mix, int(layers[0].shape[0])) if len(layers) else None
         for doc, doc_layers in zip(docs, layers):
             if self.to_cpu:
@@ -220,12 +210,6 @@ class Elmo(TrainablePipe):
             doc._.set(extensions.STORED_VECTORS, mix_layers(stored, weights) if keep_vectors else None)
             if hooks:
                 extensions.set_vector_hooks(doc)
-
-    def _vector_hooks_on(self) -> bool:
-        """ "auto" is decided per call: static vectors may be added after the pipe (`[initialize] vectors`)."""
-        if self.set_vector_hooks == "auto":
-            return self.store != "none" and self.vocab.vectors.size == 0
-        return bool(self.set_vector_hooks)
 
     # --- training -----------------------------------------------------------------------------
 

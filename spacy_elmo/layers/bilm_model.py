@@ -6,7 +6,6 @@ One forward and init for every runtime; a runtime is a thinc shim holding a runn
 """
 
 import copy
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, cast
 
@@ -23,13 +22,12 @@ from ..bilm.batching import (
     token_budget_batches,
     token_slice,
 )
-from ..bilm.options import BiLMOptions
 from ..io.digest import parse_pin
 from ..io.onnx_graph import names_onnx_graph
 from ..onnx.runtime import RUNTIMES
 from .bilm_names import ARCHITECTURE, BILM_LAYER_NAME, PATH_OPTION, SHA256_OPTION
 from .bilm_names import saved_weights_at as saved_weights_at  # the pipe's from_disk
-from .segments import Segment, segment_docs
+from .segments import segment_docs
 
 TORCH_MISSING = (
     f'{ARCHITECTURE}: this pipeline runs its biLM with runtime "torch", and torch is not installed: install '
@@ -49,10 +47,6 @@ class BiLMLayerSettings:
     runtime: str = "torch"
 
 
-def layer_settings(model: Model) -> BiLMLayerSettings:
-    return model.attrs["settings"]
-
-
 class Runtime(Protocol):
     """What the layer asks of its shim: run the batches' ids; the backprop is None where nothing trains."""
 
@@ -66,23 +60,30 @@ def runner_of(model: Model) -> Any:
     return model.shims[0]._model
 
 
-def ensure_options(model: Model) -> BiLMOptions:
-    """Load the biLM if nothing has been loaded yet, make the layer's dims match it, return its options."""
-    options = runner_of(model).load().options
-    set_dims_from_options(model, options)
-    return options
+def ensure_loaded(model: Model, X: Any = None, Y: Any = None) -> Any:
+    """The biLM or graph, loaded if need be, with the layer's dims made to match it; also the layer's init,
+    so that a bad path or a mismatched weight file fails at `nlp.initialize()`."""
+    loaded = runner_of(model).load()
+    for dim, value in (("nO", loaded.options.output_dim), ("nL", loaded.options.n_output_layers)):
+        if model.has_dim(dim) and model.get_dim(dim) != value:
+            raise ValueError(
+                f"{model.name}: the biLM has {dim}={value} but the layer was saved with "
+                f"{dim}={model.get_dim(dim)}; the weights do not belong to this pipeline"
+            )
+        if not model.has_dim(dim):
+            model.set_dim(dim, value)
+    return loaded
 
 
 def ensure_bilm(model: Model, what: str = "the biLM") -> Any:
     """The PyTorch biLM, loaded if need be (runtime "torch" only; `what` names the caller's need)."""
-    runtime = layer_settings(model).runtime
+    runtime = model.attrs["settings"].runtime
     if runtime != "torch":
         raise ValueError(
             f"{what} needs the PyTorch biLM, and this pipe runs with runtime {runtime!r} (an exported graph, "
             f'no torch module): build the pipe with {ARCHITECTURE} runtime = "torch"'
         )
-    ensure_options(model)
-    return runner_of(model).load()
+    return ensure_loaded(model)
 
 
 def bilm_parameters(model: Model) -> dict[str, numpy.ndarray]:
@@ -91,33 +92,10 @@ def bilm_parameters(model: Model) -> dict[str, numpy.ndarray]:
     return {name: p.detach().cpu().numpy().copy() for name, p in bilm.named_parameters()}
 
 
-def set_dims_from_options(model: Model, options: BiLMOptions) -> None:
-    for dim, value in (("nO", options.output_dim), ("nL", options.n_output_layers)):
-        if model.has_dim(dim) and model.get_dim(dim) != value:
-            raise ValueError(
-                f"{model.name}: the biLM has {dim}={value} but the layer was saved with "
-                f"{dim}={model.get_dim(dim)}; the weights do not belong to this pipeline"
-            )
-        if not model.has_dim(dim):
-            model.set_dim(dim, value)
-
-
-def placements(segments: Sequence[Segment], batches: Sequence[Sequence[int]], xp: Any) -> Iterator[tuple]:
-    """Where each segment's answer sits: (doc index, token positions in the doc, batch, row, columns of
-    the row), the columns counted as the runners return them (after `<S>`)."""
-    for b, batch in enumerate(batches):
-        for row, index in enumerate(batch):
-            seg = segments[index]
-            keep = seg.positions[seg.keep_start : seg.keep_end]
-            columns = token_slice(seg.keep_start, seg.keep_end)
-            yield seg.doc, (keep if xp is numpy else xp.asarray(keep)), b, row, columns
-
-
 def forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[list[Floats3d], Callable]:
     runner = runner_of(model)
-    loaded = runner.load()
-    set_dims_from_options(model, loaded.options)
-    settings = layer_settings(model)
+    loaded = ensure_loaded(model)
+    settings: BiLMLayerSettings = model.attrs["settings"]
     segments = segment_docs(docs, settings.window_size, settings.window_context)
     # stateful: text order, no row limit (row i continues row i); stateless: length-sorted
     max_rows = None if runner.stateful else runner.max_batch_size
@@ -131,9 +109,14 @@ def forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[list[Floats3
     arrays, backprop_batches = runtime.run_batches(ids, is_train and settings.fine_tune, model.ops)
     n_layers, width, xp = model.get_dim("nL"), model.get_dim("nO"), model.ops.xp
     outputs = [model.ops.alloc3f(n_layers, len(doc), width) for doc in docs]
-    placed = list(placements(segments, batches, xp))  # where each segment's rows go, for backprop too
-    for doc_index, keep, b, row, columns in placed:
-        outputs[doc_index][:, keep] = arrays[b][:, row, columns]
+    placed = []  # where each segment's rows go, for backprop too
+    for b, batch in enumerate(batches):
+        for row, index in enumerate(batch):
+            seg = segments[index]
+            keep = xp.asarray(seg.positions[seg.keep_start : seg.keep_end])
+            columns = token_slice(seg.keep_start, seg.keep_end)  # counted after <S>, as the runners return them
+            outputs[seg.doc][:, keep] = arrays[b][:, row, columns]
+            placed.append((seg.doc, keep, b, row, columns))
 
     def backprop(d_outputs: list[Floats3d]) -> list[Doc]:
         if backprop_batches is not None:
@@ -144,11 +127,6 @@ def forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[list[Floats3
         return []
 
     return outputs, backprop
-
-
-def init(model: Model, X: Optional[list[Doc]] = None, Y: Any = None) -> None:
-    """Load and check the configured weights or graph (unless saved ones were loaded) and take their dims."""
-    ensure_options(model)
 
 
 def replace_listener(model: Model, listener: Model, pipe: Any) -> Model:
@@ -226,38 +204,28 @@ def BiLM_v1(
             '[components.elmo.model] runtime = "onnxruntime" (with add_pipe: config={"model": {"runtime": '
             '"onnxruntime", ...}})'
         )
-    if isinstance(n_threads, bool) or not isinstance(n_threads, int) or n_threads < 0:
-        raise ValueError(
-            f"{ARCHITECTURE}: n_threads must be an integer >= 0 (0 = the runtime's own setting), got {n_threads!r}"
-        )
-    if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 0:
-        raise ValueError(
-            f"{ARCHITECTURE}: token_budget must be an integer >= 1, or 0 for the device's default, got {token_budget!r}"
-        )
+    for name, value, allowed in (
+        ("n_threads", n_threads, "an integer >= 0 (0 = the runtime's own setting)"),
+        ("token_budget", token_budget, "an integer >= 1, or 0 for the device's default"),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{ARCHITECTURE}: {name} must be {allowed}, got {value!r}")
     shim: Shim
     if runtime == "onnxruntime":
-        from .onnx_bilm import build_onnx_shim, check_onnx_settings
+        from .onnx_bilm import build_onnx_shim
 
-        check_onnx_settings(stateful=stateful, fine_tune=fine_tune, precision=precision)
-        shim = build_onnx_shim(path, sha256, token_budget, n_threads)
+        shim = build_onnx_shim(path, sha256, token_budget, stateful, fine_tune, n_threads, precision)
     else:
         try:
-            from ..bilm.precision import check_precision
             from .torch_bilm import build_torch_shim
         except ModuleNotFoundError as err:
             if err.name != "torch" and not (err.name or "").startswith("torch."):
                 raise
             raise ModuleNotFoundError(TORCH_MISSING, name=err.name) from None
-        check_precision(precision, f"{ARCHITECTURE} precision")
-        if fine_tune and precision == "int8":
-            raise ValueError(
-                f"{ARCHITECTURE}: fine_tune = true needs gradients, and precision 'int8' has none; fine-tune with "
-                "precision 'fp32' or 'bf16', or keep the biLM frozen (fine_tune = false) to use int8"
-            )
-        shim = build_torch_shim(path, sha256, token_budget, stateful, n_threads, precision)
+        shim = build_torch_shim(path, sha256, token_budget, stateful, fine_tune, n_threads, precision)
     attrs = {
         "settings": BiLMLayerSettings(window_size, window_context, fine_tune, runtime),
         "replace_listener": replace_listener,
         "replace_listener_cfg": replace_listener_cfg,
     }
-    return Model(BILM_LAYER_NAME, forward, init=init, dims={"nO": None, "nL": None}, shims=[shim], attrs=attrs)
+    return Model(BILM_LAYER_NAME, forward, init=ensure_loaded, dims={"nO": None, "nL": None}, shims=[shim], attrs=attrs)

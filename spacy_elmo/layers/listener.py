@@ -18,10 +18,6 @@ LISTENER_ARCHITECTURE = "spacy-elmo.ElmoListener.v1"
 STANDALONE_ARCHITECTURE = "spacy-elmo.Elmo.v1"
 
 
-def _no_backprop(d_outputs: Any) -> list[Doc]:
-    return []
-
-
 class ElmoListener(Model):
     """The node of a task model that stands in for the `elmo` pipe's biLM. Dims: nO = 2P (a layer's width),
     nL = L+1 (the number of layers), from the upstream pipe (a configured `width` is checked against it)."""
@@ -48,21 +44,6 @@ class ElmoListener(Model):
         self._outputs = outputs
         self._backprop = backprop
 
-    def verify_inputs(self, inputs: list[Doc]) -> bool:
-        if self._batch_id is None and self._outputs is None:
-            raise ValueError(
-                f"ElmoListener: no ELMo layers were received from the upstream '{self.upstream_name}' "
-                f"pipe for this batch"
-            )
-        batch_id = self.get_batch_id(inputs)
-        if batch_id != self._batch_id:
-            raise ValueError(
-                f"ElmoListener: got a batch ({batch_id}) that differs from the one the upstream "
-                f"'{self.upstream_name}' pipe embedded ({self._batch_id}); a listening component "
-                f"must be updated with the same examples as its upstream"
-            )
-        return True
-
     def set_upstream_dims(self, width: int, n_layers: int) -> None:
         """Take the upstream biLM's width and layer count, or check them against those configured."""
         upstream = f"the upstream '{self.upstream_name}' biLM"
@@ -87,14 +68,22 @@ class ElmoListener(Model):
         return result
 
 
-def _layers_from_docs(model: ElmoListener, docs: list[Doc], is_train: bool) -> list[Floats3d]:
-    ops = model.ops
+def forward(model: ElmoListener, docs: list[Doc], is_train: bool) -> tuple[list[Floats3d], Callable]:
+    if is_train and model._batch_id is not None:
+        batch_id = model.get_batch_id(docs)
+        if batch_id != model._batch_id:
+            raise ValueError(
+                f"ElmoListener: got a batch ({batch_id}) that differs from the one the upstream "
+                f"'{model.upstream_name}' pipe embedded ({model._batch_id}); a listening component "
+                f"must be updated with the same examples as its upstream"
+            )
+        return model._outputs, model.backprop_and_clear  # type: ignore[return-value]
     outputs = []
     missing = 0
     for doc in docs:
         layers = doc._.get(LAYERS)
         if layers is not None:
-            outputs.append(ops.asarray3f(layers))
+            outputs.append(model.ops.asarray3f(layers))
             continue
         if is_train and len(doc):
             raise ValueError(
@@ -104,21 +93,14 @@ def _layers_from_docs(model: ElmoListener, docs: list[Doc], is_train: bool) -> l
             )
         if len(doc):
             missing += 1
-        outputs.append(ops.alloc3f(model.get_dim("nL"), len(doc), model.get_dim("nO")))
+        outputs.append(model.ops.alloc3f(model.get_dim("nL"), len(doc), model.get_dim("nO")))
     if missing and docs is not model._init_inputs:
         warnings.warn(
             f"ElmoListener: {missing} doc(s) have no ELMo layers (doc._.elmo_layers is None): the "
             f"'{model.upstream_name}' pipe did not run before this component, so zeros were used",
-            stacklevel=2,
+            stacklevel=1,
         )
-    return outputs
-
-
-def forward(model: ElmoListener, docs: list[Doc], is_train: bool) -> tuple[list[Floats3d], Callable]:
-    if is_train and model._batch_id is not None:
-        model.verify_inputs(docs)
-        return model._outputs, model.backprop_and_clear  # type: ignore[return-value]
-    return _layers_from_docs(model, docs, is_train), _no_backprop
+    return outputs, lambda d_outputs: []
 
 
 def init(model: ElmoListener, X: Optional[list[Doc]] = None, Y: Any = None) -> None:
@@ -140,8 +122,7 @@ def ElmoListener_v1(
 ) -> Model[list[Doc], list[Floats2d]]:
     """Per-token ELMo vectors from an upstream `elmo` pipe, under this task's own scalar mix.
 
-    width: the width of the ELMo vectors (2 x the biLM's projection_dim); 0 = take it from the
-        upstream pipe. Give it when a downstream layer needs the width when it is built.
+    width: 2 x the biLM's projection_dim, for a downstream layer that needs it when built; 0 = the upstream's.
     upstream: the name of the `elmo` pipe to listen to ("*" = any).
     mix: the scalar mix (default: spacy-elmo.ScalarMix.v1 with its defaults).
     """

@@ -1,13 +1,14 @@
 """The biLM layer's onnxruntime runtime: an exported graph served by ONNX Runtime on the CPU, with no torch.
 
 The shim saves the graph as the layer's weights, so a saved pipeline loads where only spaCy, this package
-and onnxruntime are installed. A graph is fp32, stateless and frozen (`check_onnx_settings`).
+and onnxruntime are installed. A graph is fp32, stateless and frozen (`build_onnx_shim`).
 """
 
 import functools
 from typing import Any, Callable, Optional, cast
 
 import numpy
+import srsly
 from thinc.api import Ops
 from thinc.shims import Shim
 from thinc.types import Floats4d
@@ -16,30 +17,11 @@ from ..onnx.runtime import OnnxRunner, load_graph
 from .bilm_names import ARCHITECTURE, PATH_OPTION, SAVED_REMEDY, SHA256_OPTION, saved_weights_source
 
 
-def check_onnx_settings(stateful: bool, fine_tune: bool, precision: str) -> None:
-    """Refuse, naming the option, what an exported graph cannot do."""
-    where = f'{ARCHITECTURE} runtime = "onnxruntime"'
-    if fine_tune:
-        raise ValueError(f"{where}: fine_tune = true needs gradients, which a graph has none of; use runtime 'torch'")
-    if stateful:
-        raise ValueError(
-            f"{where}: stateful = true carries LSTM state between batches, and the exported graph starts every "
-            "sentence from zero; use runtime 'torch' for stateful embedding"
-        )
-    if precision != "fp32":
-        raise ValueError(
-            f"{where}: precision {precision!r}: the exported graph runs in fp32; use precision 'fp32', or "
-            "runtime 'torch' for bf16/int8/fp16"
-        )
-
-
 def graph_from_weights(data: bytes, source: str) -> bytes:
     """Saved weights as a graph: a graph as it is, a torch-runtime pipeline's weights exported."""
     if data.startswith(b"\x08"):  # an ONNX ModelProto starts with its ir_version field
         return data
     try:
-        import srsly
-
         native = srsly.msgpack_loads(data)["state"]
     except Exception:  # msgpack raises several unrelated types on corrupt input
         raise ValueError(
@@ -88,7 +70,23 @@ class OnnxRuntimeShim(Shim):
         """A frozen graph: nothing to update."""
 
 
-def build_onnx_shim(path: str, sha256: Optional[str], token_budget: int, n_threads: int) -> OnnxRuntimeShim:
-    """The runtime `spacy-elmo.BiLM.v1` builds for `runtime = "onnxruntime"` (arguments checked there)."""
+def build_onnx_shim(
+    path: str, sha256: Optional[str], token_budget: int, stateful: bool, fine_tune: bool, n_threads: int, precision: str
+) -> OnnxRuntimeShim:
+    """The runtime `spacy-elmo.BiLM.v1` builds for `runtime = "onnxruntime"`; it refuses, naming the option, what
+    an exported graph cannot do (the other arguments are checked there)."""
+    where = f'{ARCHITECTURE} runtime = "onnxruntime"'
+    if fine_tune:
+        raise ValueError(f"{where}: fine_tune = true needs gradients, which a graph has none of; use runtime 'torch'")
+    if stateful:
+        raise ValueError(
+            f"{where}: stateful = true carries LSTM state between batches, and the exported graph starts every "
+            "sentence from zero; use runtime 'torch' for stateful embedding"
+        )
+    if precision != "fp32":
+        raise ValueError(
+            f"{where}: precision {precision!r}: the exported graph runs in fp32; use precision 'fp32', or "
+            "runtime 'torch' for bf16/int8/fp16"
+        )
     load = functools.partial(load_graph, path, sha256, PATH_OPTION, SHA256_OPTION)  # module-level: it pickles
     return OnnxRuntimeShim(OnnxRunner(load=load, n_threads=n_threads, token_budget=token_budget))

@@ -103,10 +103,9 @@ def ScalarMix_v1(
 ) -> Model[list[Floats3d], list[Floats2d]]:
     """A learned softmax-weighted mix of the biLM's layers, scaled by gamma.
 
-    n_layers: the number of biLM layers (L+1); 0 infers it from the biLM at initialization.
-    dropout: dropout rate on the mixed vectors while training.
-    layer_norm: normalise each layer per token before mixing.
-    l2: L2 penalty on the (pre-softmax) layer weights; pulls the mix toward the plain average.
+    n_layers: L+1; 0 infers it from the biLM at initialization. dropout: on the mixed vectors in training.
+    layer_norm: normalise each layer per token before mixing. l2: a penalty on the pre-softmax layer weights,
+    pulling the mix toward the plain average.
     """
     if n_layers < 0 or dropout < 0 or dropout >= 1 or l2 < 0:
         raise ValueError(

@@ -10,10 +10,11 @@ from thinc.api import ArgsKwargs, Ops, PyTorchShim, get_torch_default_device, to
 from thinc.types import Floats4d
 
 from ..bilm.bilm import BiLM
+from ..bilm.precision import check_precision
 from ..bilm.runner import BiLMRunner
 from ..io.native import bilm_from_bytes, bilm_to_bytes
 from ..io.resolve import load_model
-from .bilm_names import PATH_OPTION, SAVED_REMEDY, SHA256_OPTION, saved_weights_source
+from .bilm_names import ARCHITECTURE, PATH_OPTION, SAVED_REMEDY, SHA256_OPTION, saved_weights_source
 
 
 def prepare_for_pipe(bilm: BiLM) -> BiLM:
@@ -71,9 +72,15 @@ class TorchRuntimeShim(PyTorchShim):
 
 
 def build_torch_shim(
-    path: str, sha256: Optional[str], token_budget: int, stateful: bool, n_threads: int, precision: str
+    path: str, sha256: Optional[str], token_budget: int, stateful: bool, fine_tune: bool, n_threads: int, precision: str
 ) -> TorchRuntimeShim:
-    """The runtime `spacy-elmo.BiLM.v1` builds for `runtime = "torch"` (arguments checked there)."""
+    """The runtime `spacy-elmo.BiLM.v1` builds for `runtime = "torch"` (its other arguments checked there)."""
+    check_precision(precision, f"{ARCHITECTURE} precision")
+    if fine_tune and precision == "int8":
+        raise ValueError(
+            f"{ARCHITECTURE}: fine_tune = true needs gradients, and precision 'int8' has none; fine-tune with "
+            "precision 'fp32' or 'bf16', or keep the biLM frozen (fine_tune = false) to use int8"
+        )
     runner = BiLMRunner(
         load=functools.partial(load_for_pipe, path, sha256),
         precision=precision,
