@@ -28,15 +28,19 @@ class ElmoNotSetError(AttributeError):
 
 
 def _rows(obj: Union[Doc, Span, Token]) -> Optional[Any]:
-    """The ELMo vectors of a doc's, span's or token's tokens; None where the doc has none."""
-    span = obj.doc[obj.i : obj.i + 1] if isinstance(obj, Token) else obj[:]
+    """The ELMo vectors of a doc's, span's or token's tokens; None where the doc has none. The bounds are read,
+    not sliced: `token._.elmo` runs once a token, and a new Span each time would cost more than the lookup."""
+    if isinstance(obj, Token):
+        start, end = obj.i, obj.i + 1
+    else:
+        start, end = (obj.start, obj.end) if isinstance(obj, Span) else (0, len(obj))
     stored = obj.doc._.get(STORED_VECTORS)
     if stored is not None:
-        return stored[span.start : span.end]
+        return stored[start:end]
     layers, weights = obj.doc._.get(LAYERS), obj.doc._.get(MIX)
     if layers is None or weights is None:
         return None
-    return mix_layers(layers[:, span.start : span.end], weights)
+    return mix_layers(layers[:, start:end], weights)
 
 
 def _elmo(obj: Union[Doc, Span, Token]) -> Any:

@@ -67,11 +67,12 @@ def merge_shards(shard_files: Sequence[Path], output_path: Path) -> int:
     check_output_path(output_path, paths, "shard file")
     remove_stale_temporaries(output_path)
     first = paths[0]  # each shard is compared with the first
-    binding, n_lines = _shard_binding(first)
+    first_record = _shard_binding(first)
+    binding, n_lines = first_record
     count = binding["shard"][1]
     shards: dict[int, Path] = {}
     for path in paths:
-        other, other_lines = _shard_binding(path)
+        other, other_lines = first_record if path is first else _shard_binding(path)  # each read once, in order
         index, other_count = other["shard"]
         differ = differences(binding, other, ignore=(*INFORMATIONAL, "shard"))
         if other_count != count:
