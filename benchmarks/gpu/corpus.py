@@ -1,15 +1,21 @@
 """The GPU session's pretraining text, made on this machine so the GPU spends no time tokenizing:
 the Gutenberg 10M-word sample tokenized as `pretrain` tokenizes "text" (spaCy's tokenizer and
 sentencizer), one sentence a line, plus the project tasks' training text (never dev or test), and the
-dev text (the first 20,000 words of Gutenberg valid, likewise). Both in the "bilm-tf" format.
+dev text (the first 20,000 words of Gutenberg valid, likewise). Both in the "bilm-tf" format. Beside them
+the held-out texts that the shipped model's card measures perplexity on, as it reads them (raw Gutenberg
+test text, its first 40,000 words: `evaluate --max-tokens 30000` counts raw words; WikiText-103 valid as it
+is), so the session measures a new model at once, and the shipped one to the card's figures.
 
     python benchmarks/gpu/corpus.py DATA_DIR TASK_TEXT OUT_DIR
     # DATA_DIR: shared/data; TASK_TEXT: project/scripts/task_text.py's output for the WNUT-17 train
-    # split and MR's seed-0 train split -> OUT_DIR/train.txt.xz, OUT_DIR/dev.txt
+    # split and MR's seed-0 train split -> OUT_DIR/train.txt.xz, OUT_DIR/dev.txt,
+    # OUT_DIR/gutenberg_test.txt.gz, OUT_DIR/wikitext_valid.tokens
 """
 
 import argparse
+import gzip
 import lzma
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,6 +49,15 @@ def main() -> None:
             out.write(args.task_text.read_text(encoding="utf-8"))
         dev = list(sentences(gutenberg / "valid.txt.gz", Path(cache), max_tokens=20000))
         (args.out_dir / "dev.txt").write_text("".join(line + "\n" for line in dev), encoding="utf-8")
+    with gzip.open(gutenberg / "test.txt.gz", "rt", encoding="utf-8") as text:
+        with gzip.open(args.out_dir / "gutenberg_test.txt.gz", "wt", encoding="utf-8") as out:
+            words = 0
+            for line in text:
+                out.write(line)
+                words += len(line.split())
+                if words > 40000:
+                    break
+    shutil.copyfile(args.data_dir / "wikitext" / "wiki103.valid.tokens", args.out_dir / "wikitext_valid.tokens")
 
 
 if __name__ == "__main__":
