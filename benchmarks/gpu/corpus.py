@@ -11,7 +11,7 @@ is), so the session measures a new model at once, and the shipped one to the car
     # split and MR's seed-0 train split -> OUT_DIR/train.txt.xz, OUT_DIR/dev.txt,
     # OUT_DIR/gutenberg_test.txt.gz, OUT_DIR/wikitext_valid.tokens
 
-All that a GPU session carries in `.whl` (about 27 MB), from a fresh clone (3 minutes on the Xeon):
+All that a GPU session carries in `.whl` (about 27 MB), from a fresh clone (4 minutes on the Xeon, the same bytes):
 
     python project/scripts/tasks.py convert --mr-seed 0
     python project/scripts/task_text.py /tmp/task_text.txt corpus/ner/train.spacy corpus/textcat/train.spacy
