@@ -182,14 +182,16 @@ save_native(load_model('/tmp/pretrain/model').bilm, '/tmp/ship/model', softmax_d
     cp /tmp/pretrain/config.cfg /tmp/ship/
     # the card's held-out perplexities (full softmax, the first 30,000 words), the new model's beside the shipped
     # one's: comparable only where both have the same vocabulary (an INIT_FROM model's, or --vocab.file)
+    rm -rf /tmp/ppl && mkdir -p /tmp/ppl
     for model in new:/tmp/ship/model shipped:spacy_elmo/models/en_elmo_small; do
-      for text in "gutenberg_test.txt.gz --format text" "wikitext_valid.tokens --format tokenized"; do
+      for text in "gutenberg_test.txt.gz text" "wikitext_valid.tokens tokenized"; do
         set -- $text
-        step "perplexity-${model%%:*}-${1%%.*}" "$held_out_s" bash -c "$PY -m spacy_elmo evaluate ${model#*:} \
-          .whl/$1 $2 $3 --max-tokens 30000 --device $dev --output /tmp/ppl.json && $PY -c \"import json; \
-print(json.dumps({**json.load(open('/tmp/ppl.json')), 'which': '${model%%:*}', 'text': '$1'}))\" >> $out/perplexity.jsonl"
+        step "perplexity-${model%%:*}-${1%%.*}" "$held_out_s" $PY -m spacy_elmo evaluate "${model#*:}" ".whl/$1" \
+          --format "$2" --max-tokens 30000 --device "$dev" --output "/tmp/ppl/${model%%:*}-${1%%.*}.json"
       done
     done
+    $PY -c "import json, pathlib, sys; sys.stdout.writelines(json.dumps({'run': p.stem, **json.loads(p.read_text())}) \
++ '\n' for p in sorted(pathlib.Path('/tmp/ppl').glob('*.json')))" > "$out/perplexity.jsonl"
     tar -cf - -C /tmp/ship model config.cfg | split -b 15M - "$out/pretrained.tar.part-"
   fi
 fi
