@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import settings as hypothesis_settings
+from thinc.api import fix_random_seed
 
 from fixture_paths import ELMO_FIXTURE
 from run_wide import run_wide
@@ -19,6 +21,19 @@ from spacy_elmo.io.hdf5 import load_bilm_tf
 # suite runs one worker a CPU (run.sh: pytest-xdist), so the processes tests start get one thread too.
 torch.set_num_threads(1)
 os.environ["OMP_NUM_THREADS"] = "1"
+
+# CI must not fail by chance: under CI, hypothesis draws the same examples every run (`derandomize`); on a
+# developer's machine it explores, and a failure it finds is printed with the example to reproduce it.
+hypothesis_settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    hypothesis_settings.load_profile("ci")
+
+
+@pytest.fixture(autouse=True)
+def seeded_random_state() -> None:
+    """Every test starts from the same random state (Python, numpy, torch, thinc/cupy), whatever ran before it on
+    its worker: a test that draws (dropout masks, random weights) gives the same result in every run."""
+    fix_random_seed(0)
 
 
 # The test files that take longest on 2 cores, longest first. `bash run.sh test` gives each worker a whole
