@@ -9,13 +9,43 @@
 #                        the dev extra is installed on first use)
 #   bash run.sh types    mypy over spacy_elmo/ (likewise)
 # Environment: VENV (default .venv), PYTHON (default python3), TORCH_SPEC (default torch==2.13.0),
-# TORCH_PIP_ARGS (extra pip arguments for torch, e.g. an index holding CPU-only or CUDA wheels).
+# TORCH_INDEX (default PyTorch's CPU index, tried first; if it cannot be reached, or pip fails there, torch comes
+# from pip's default index, which on Linux with PyPI is the CUDA build; "" skips it; a CUDA index such as
+# https://download.pytorch.org/whl/cu126 gives that build), TORCH_PIP_ARGS (pip arguments for torch used as
+# they are, instead of the index choice).
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
-TORCH_PIP_ARGS=${TORCH_PIP_ARGS:-}
+TORCH_INDEX=${TORCH_INDEX-https://download.pytorch.org/whl/cpu}
+
+# torch first, from TORCH_INDEX when it answers (PyPI's Linux torch is the CUDA build: several GB of nvidia-*
+# wheels), else from pip's default index; says which one it used
+install_torch() {
+  local py=$1
+  if [ -n "${TORCH_PIP_ARGS+set}" ]; then
+    echo "torch: $TORCH_SPEC with TORCH_PIP_ARGS=$TORCH_PIP_ARGS"
+    # shellcheck disable=SC2086
+    "$py" -m pip install -q $TORCH_PIP_ARGS "$TORCH_SPEC"
+    return
+  fi
+  if [ -n "$TORCH_INDEX" ]; then
+    if "$py" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1].rstrip("/") + "/torch/", timeout=15)' \
+      "$TORCH_INDEX" 2>/dev/null; then
+      echo "torch: $TORCH_SPEC from $TORCH_INDEX"
+      if "$py" -m pip install -q --index-url "$TORCH_INDEX" "$TORCH_SPEC"; then
+        return
+      fi
+      echo "torch: pip could not install $TORCH_SPEC from $TORCH_INDEX; trying pip's default index" >&2
+    else
+      echo "torch: $TORCH_INDEX cannot be reached; $TORCH_SPEC from pip's default index instead (on Linux with" \
+        "PyPI that is the CUDA build; set TORCH_INDEX or TORCH_PIP_ARGS to choose)"
+    fi
+  fi
+  [ -n "$TORCH_INDEX" ] || echo "torch: $TORCH_SPEC from pip's default index (TORCH_INDEX is empty)"
+  "$py" -m pip install -q "$TORCH_SPEC"
+}
 
 if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
@@ -27,8 +57,7 @@ if [ ! -f "$stamp" ]; then
   echo "setting up $VENV (torch: $TORCH_SPEC) ..."
   "$VENV/bin/python" -m pip install -q --upgrade pip setuptools wheel
   # torch first: with it installed, the package's torch requirement pulls nothing more
-  # shellcheck disable=SC2086
-  "$VENV/bin/python" -m pip install -q $TORCH_PIP_ARGS "$TORCH_SPEC"
+  install_torch "$VENV/bin/python"
   "$VENV/bin/python" -m pip install -q -e ".[test,project,onnx]"
   touch "$stamp"
 fi
