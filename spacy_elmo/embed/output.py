@@ -257,6 +257,7 @@ def embed_file(
         raise ValueError(f"--format must be one of {', '.join(OUTPUT_FORMATS)}, got {output_format!r}")
     if output_format == "parquet":
         check_table_dtype(settings.dtype, "Parquet output")
+    make_tokenize(settings)  # an unknown --tokenizer language is refused before any file is read or written
     if shard is not None:
         output_path = shard_path(output_path, shard)
     check_paths(input_path, output_path)
@@ -281,34 +282,41 @@ def embed_file(
         run = ParquetRun(output_path, bound, tokens, model_shape(settings, model), settings.chunk_size)
     if run.finished():
         return 0
+    started_here = not run.directory.exists()
     run.open()
-    done = run.finished_chunks()
     read = [0]
-    lines = input_texts(input_path, settings)
-    chunks = _chunks(lines, settings.chunk_size, shard, read)
-    todo = ((k, chunk) for k, chunk in chunks if k not in done)
     written = 0
-    results: Iterable[tuple[int, list[tuple[int, numpy.ndarray]]]]
-    with contextlib.ExitStack() as stack:
-        if workers <= 1:
-            _init_worker(settings, threads=None, model=model)
-            results = ((k, _embed_chunk(chunk)) for k, chunk in todo)
-        else:
-            # an exported graph goes to spawned workers: a fork of a process that has run torch's exporter or
-            # ONNX Runtime may inherit a lock some thread held, and hang; a torch model is loaded by each fork
-            if model.graph is not None:
-                context = multiprocessing.get_context("spawn")
-                pool = ProcessPoolExecutor(workers, context, initializer=_init_worker, initargs=(settings, 1, model))
+    try:
+        done = run.finished_chunks()
+        lines = input_texts(input_path, settings)
+        chunks = _chunks(lines, settings.chunk_size, shard, read)
+        todo = ((k, chunk) for k, chunk in chunks if k not in done)
+        results: Iterable[tuple[int, list[tuple[int, numpy.ndarray]]]]
+        with contextlib.ExitStack() as stack:
+            if workers <= 1:
+                _init_worker(settings, threads=None, model=model)
+                results = ((k, _embed_chunk(chunk)) for k, chunk in todo)
             else:
-                del model
-                pool = ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(settings, 1))
-            stack.callback(pool.shutdown, cancel_futures=True)
-            results = _pooled(pool, todo, in_flight=2 * workers)
-        for k, chunk_result in results:
-            run.write_chunk(k, chunk_result)
-            written += len(chunk_result)
-            if progress is not None:
-                progress(len(chunk_result))
+                # an exported graph goes to spawned workers: a fork of a process that has run torch's exporter or
+                # ONNX Runtime may inherit a lock some thread held, and hang; a torch model is loaded by each fork
+                if model.graph is not None:
+                    context = multiprocessing.get_context("spawn")
+                    initargs: tuple[Any, ...] = (settings, 1, model)
+                    pool = ProcessPoolExecutor(workers, context, initializer=_init_worker, initargs=initargs)
+                else:
+                    del model
+                    pool = ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(settings, 1))
+                stack.callback(pool.shutdown, cancel_futures=True)
+                results = _pooled(pool, todo, in_flight=2 * workers)
+            for k, chunk_result in results:
+                run.write_chunk(k, chunk_result)
+                written += len(chunk_result)
+                if progress is not None:
+                    progress(len(chunk_result))
+    except BaseException:  # a failure (or Ctrl-C) before any chunk was kept leaves no partial directory behind
+        if started_here:
+            run.discard_if_unstarted()
+        raise
     names = [str(index) for index in range(read[0]) if _in_shard(index, shard)]  # the lines this output holds
     run.publish(-(-len(names) // settings.chunk_size), names, read[0])
     if read[0] == 0:  # likely the wrong file; the empty output is still what was asked for

@@ -270,3 +270,10 @@ class PartialRun:
     def discard(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             shutil.rmtree(self.directory)
+
+    def discard_if_unstarted(self) -> None:
+        """Remove the directory unless it holds a finished chunk: a run that failed before embedding anything
+        leaves no trace, while one stopped after a chunk keeps its work for the re-run that resumes it."""
+        with contextlib.suppress(FileNotFoundError):
+            if not any(_CHUNK_FILE.match(path.name) for path in self.directory.iterdir()):
+                self.discard()

@@ -1,17 +1,18 @@
 """The zip container: one model in a `.zip` archive (the NLPL repository's layout), read in place, never
 unpacked. Each member is inflated within a `Limit`, what its role can need; an encrypted member, one
-zipfile cannot inflate, or a name held twice is refused, naming it.
+zipfile cannot inflate, or a name held twice is refused, naming it, and so is a damaged archive or member
+(`damage.damaged_as`: whatever zipfile and zlib raise on it).
 """
 
 import posixpath
 import zipfile
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from ..errors import ModelFileError
+from .damage import damaged_as
 
 OPTIONS_MEMBER = "options.json"
 WEIGHT_MEMBERS = ("model.hdf5", "weights.hdf5", "lm_weights.hdf5")
@@ -20,13 +21,6 @@ PICKLE_SUFFIX = ".pkl"  # ELMoForManyLangs' state dicts (token_embedder.pkl, enc
 VOCAB_MEMBER = "vocab.txt"
 _MiB = 1 << 20
 _METHOD_NAMES: dict[int, str] = getattr(zipfile, "compressor_names", {})  # zipfile's names of zip methods
-_INFLATE_ERRORS: tuple[type[Exception], ...] = (zipfile.BadZipFile, OSError, EOFError, zlib.error)
-try:
-    import lzma
-
-    _INFLATE_ERRORS += (lzma.LZMAError,)
-except ImportError:  # a Python built without lzma: zipfile then refuses lzma members at open
-    pass
 
 
 class ArchiveError(ModelFileError):
@@ -90,11 +84,16 @@ def _refuse_repeated(archive: Path, where: str, names: list[str]) -> None:
 
 def member_names(archive: Path, where: str = "") -> tuple[str, dict[str, str]]:
     """(the model's folder, {name inside it: member name}); more than one model, or a repeated name, is refused."""
-    try:
-        with zipfile.ZipFile(archive) as handle:
-            names = [info.filename for info in handle.infolist() if not info.is_dir()]
-    except (zipfile.BadZipFile, OSError) as err:
-        raise ArchiveError(f"{archive}{where}: not a readable zip archive ({err})") from None
+    unreadable = damaged_as(ArchiveError, f"{archive}{where}", "not a readable zip archive")
+    with unreadable, zipfile.ZipFile(archive) as handle:
+        infos = handle.infolist()
+    names = [info.filename for info in infos if not info.is_dir()]
+    missing = -min((info.header_offset for info in infos), default=0)
+    if missing > 0:  # zipfile places the members by where the central directory is found: some before byte 0
+        raise ArchiveError(
+            f"{archive}{where}: not a readable zip archive (its central directory places members up to {missing} "
+            "bytes before the file's start: its beginning is missing, as in a cut or partial download)"
+        )
     _refuse_repeated(archive, where, names)
     models = _models(names)
     if len(models) > 1:
@@ -120,15 +119,12 @@ def member_blocks(archive: Path, member: str, limit: Optional[Limit] = None) -> 
     name = f"{archive}/{member}"
     beyond = f"more than {limit.what} can need ({limit.size} bytes)"
     why = "a damaged archive or a zip bomb (a model really this large loads from its unzipped directory)"
-    try:
-        handle = zipfile.ZipFile(archive)
-    except (zipfile.BadZipFile, OSError) as err:
-        raise ArchiveError(f"{name}: cannot be read from the archive ({err})") from None
-    with handle:
-        try:
-            info = handle.getinfo(member)
-        except KeyError:
-            raise FileNotFoundError(f"{name}: missing from the archive") from None
+    # every read of the archive, from its opening to the member's last block (a member's offset before the
+    # archive's start, a bad header, a damaged compressed stream, a bad CRC) is refused naming the member
+    with damaged_as(ArchiveError, name, "cannot be read from the archive"), zipfile.ZipFile(archive) as handle:
+        info = handle.NameToInfo.get(member)
+        if info is None:
+            raise FileNotFoundError(f"{name}: missing from the archive")
         if info.flag_bits & 0x1:  # ZipCrypto or AES
             raise ArchiveError(
                 f"{name}: encrypted (password-protected), which spacy-elmo does not read: unzip it with its password"
@@ -143,16 +139,13 @@ def member_blocks(archive: Path, member: str, limit: Optional[Limit] = None) -> 
                 f"{name}: compressed with method {method} ({_METHOD_NAMES.get(method, 'unknown')}), which Python's "
                 f"zipfile cannot inflate ({err}): unzip it with a tool that can, or zip it again with deflate"
             ) from None
-        try:
-            with stream:
-                read = 0
-                while block := stream.read(min(_MiB, limit.size + 1 - read)):
-                    read += len(block)
-                    if read > limit.size:  # more than the header declares: stop at limit + 1 bytes
-                        raise ArchiveError(f"{name}: inflates past {limit.size} bytes, {beyond}: {why}")
-                    yield block
-        except _INFLATE_ERRORS as err:  # a bad CRC, a damaged compressed stream
-            raise ArchiveError(f"{name}: cannot be read from the archive ({err})") from None
+        with stream:
+            read = 0
+            while block := stream.read(min(_MiB, limit.size + 1 - read)):
+                read += len(block)
+                if read > limit.size:  # more than the header declares: stop at limit + 1 bytes
+                    raise ArchiveError(f"{name}: inflates past {limit.size} bytes, {beyond}: {why}")
+                yield block
 
 
 def bilm_tf_weights(archive: Path, inside: dict[str, str], where: str = "") -> str:

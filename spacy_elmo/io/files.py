@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from .archive import Limit, member_blocks
+from ..errors import ModelFileError
+from .archive import ArchiveError, Limit, member_blocks
+from .damage import damaged_as
 from .digest import file_sha256
 
 
@@ -36,7 +38,8 @@ class ModelFiles:
     def exists(self, name: str) -> bool:
         if self.prefix is None:
             return (self.root / name).is_file()
-        with zipfile.ZipFile(self.root) as handle:
+        unreadable = damaged_as(ArchiveError, str(self.root), "not a readable zip archive")
+        with unreadable, zipfile.ZipFile(self.root) as handle:
             return self.prefix + name in handle.NameToInfo
 
     def read(self, name: str, limit: Optional[Limit] = None) -> bytes:
@@ -44,14 +47,16 @@ class ModelFiles:
         if self.prefix is not None:
             data = b"".join(member_blocks(self.root, self.prefix + name, limit))
         else:
-            data = self._file(name).read_bytes()
+            with damaged_as(ModelFileError, self.where(name), "cannot be read"):
+                data = self._file(name).read_bytes()
         self.digests[name] = hashlib.sha256(data).hexdigest()
         return data
 
     def sha256(self, name: str, limit: Optional[Limit] = None) -> str:
         """A file's SHA-256, streamed (a weight file is never held whole to hash it)."""
         if self.prefix is None:
-            return file_sha256(self._file(name))
+            with damaged_as(ModelFileError, self.where(name), "cannot be read"):
+                return file_sha256(self._file(name))
         digest = hashlib.sha256()
         for block in member_blocks(self.root, self.prefix + name, limit):
             digest.update(block)

@@ -6,7 +6,7 @@ import io
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Optional
+from typing import TYPE_CHECKING, BinaryIO, Optional, Union
 
 import numpy
 
@@ -16,29 +16,33 @@ from ..text import PathLike
 from .archive import JSON_LIMIT, WEIGHTS_LIMIT, WEIGHTS_SLACK, Limit
 from .arrays import WeightsError, bilm_arrays, build_bilm, check_accounted_for, expected_shapes
 from .atomic import atomic_path, atomic_write_text
+from .damage import damaged_as
 from .files import ModelFiles
 
 if TYPE_CHECKING:
     import h5py
 
 
+DAMAGED = "the HDF5 file is damaged and cannot be read"
+REMEDY = ": copy or download it again"
+
+
 def _read_dataset(handle: "h5py.File", name: str, shape: tuple[int, ...], path: str) -> numpy.ndarray:
+    """One dataset, checked; h5py's errors on damaged internals (opening it, its shape, its bytes) name it."""
     import h5py
 
-    if name not in handle:
-        raise WeightsError(f"{path}: missing dataset '{name}' (expected shape {shape} from the options)")
-    dataset = handle[name]
-    if not isinstance(dataset, h5py.Dataset):
-        raise WeightsError(f"{path}: '{name}' is a group, expected a dataset of shape {shape}")
-    if tuple(dataset.shape) != tuple(shape):
-        raise WeightsError(
-            f"{path}: dataset '{name}' has shape {tuple(dataset.shape)}, but the options imply {shape}; "
-            "are the options.json and the weight file from the same model?"
-        )
-    try:
+    with damaged_as(WeightsError, path, f"dataset '{name}' cannot be read, the file is truncated or corrupt", REMEDY):
+        if name not in handle:
+            raise WeightsError(f"{path}: missing dataset '{name}' (expected shape {shape} from the options)")
+        dataset = handle[name]
+        if not isinstance(dataset, h5py.Dataset):
+            raise WeightsError(f"{path}: '{name}' is a group, expected a dataset of shape {shape}")
+        if tuple(dataset.shape) != tuple(shape):
+            raise WeightsError(
+                f"{path}: dataset '{name}' has shape {tuple(dataset.shape)}, but the options imply {shape}; "
+                "are the options.json and the weight file from the same model?"
+            )
         data = dataset[...]
-    except (OSError, RuntimeError, ValueError) as err:
-        raise WeightsError(f"{path}: dataset '{name}' cannot be read (truncated or corrupt file?): {err}") from None
     if not numpy.issubdtype(data.dtype, numpy.floating):
         raise WeightsError(f"{path}: dataset '{name}' has dtype {data.dtype}, expected floating point")
     return data.astype(numpy.float32, copy=False)
@@ -50,10 +54,8 @@ def _open_hdf5(path: Path, mode: str = "r", data: Optional[BinaryIO] = None) -> 
 
     if data is None and mode == "r" and not path.exists():
         raise FileNotFoundError(f"weight file not found: {path}")
-    try:
+    with damaged_as(WeightsError, str(path), "not a readable HDF5 weight file"):
         return h5py.File(data if data is not None else path, mode)
-    except OSError as err:
-        raise WeightsError(f"{path}: not a readable HDF5 weight file ({err})") from None
 
 
 def load_bilm_tf(options_file: PathLike, weight_file: PathLike, vocab_file: Optional[PathLike] = None) -> BiLM:
@@ -65,15 +67,15 @@ def load_bilm_tf(options_file: PathLike, weight_file: PathLike, vocab_file: Opti
 
 def _read_bilm_tf(files: ModelFiles, options_name: str, weights_name: str, vocab_name: Optional[str]) -> BiLM:
     """A BiLM from a container's files; a weight file inside an archive is read within `weights_limit`."""
-    import h5py
-
     options = BiLMOptions.from_bytes(files.read(options_name, JSON_LIMIT), files.where(options_name))
     vocab = parse_vocab(files.read(vocab_name).decode("utf-8")) if vocab_name is not None else None
     weight_path, source = files.path(weights_name), files.where(weights_name)
     data = io.BytesIO(files.read(weights_name, weights_limit(options, options_name))) if weight_path is None else None
-    with _open_hdf5(weight_path or Path(source), data=data) as handle:
-        names: list[str] = []
-        handle.visititems(lambda name, item: names.append(name) if isinstance(item, h5py.Dataset) else None)
+    # the whole read, its close included: damaged internals fail anywhere (iterating a symbol table, opening
+    # an object), each refused naming the file (a dataset's read, naming the dataset too)
+    damaged = damaged_as(WeightsError, source, DAMAGED, REMEDY)
+    with damaged, _open_hdf5(weight_path or Path(source), data=data) as handle:
+        names = _dataset_names(handle)
         check_accounted_for(names, options, source)
         shapes = expected_shapes(options)
         if "softmax/W" in handle:
@@ -82,6 +84,21 @@ def _read_bilm_tf(files: ModelFiles, options_name: str, weights_name: str, vocab
             shapes["softmax/b"] = (rows,)
         arrays = {name: _read_dataset(handle, name, shape, source) for name, shape in shapes.items()}
     return build_bilm(options, arrays, source=source, vocab=vocab)
+
+
+def _dataset_names(handle: "h5py.File") -> list[str]:
+    """Every dataset's name; one that does not decode (a damaged name) as Python shows undecodable bytes, so it
+    is refused as an array the options do not describe, named."""
+    import h5py
+
+    names: list[str] = []
+
+    def visit(name: Union[str, bytes], item: object) -> None:
+        if isinstance(item, h5py.Dataset):
+            names.append(name if isinstance(name, str) else name.decode("utf-8", "backslashreplace"))
+
+    handle.visititems(visit)
+    return names
 
 
 def weights_limit(options: BiLMOptions, options_name: str) -> Limit:
