@@ -1,16 +1,31 @@
-"""Published models by name or URL, fetched once into a per-user cache and checked at every reuse.
+"""Published models by name or URL, fetched once into a per-user cache that holds only verified bytes.
 
-`resolve_model_source` passes a local path through and turns a catalog name or an http(s) URL into a path in
-the cache (`cache`, else `SPACY_ELMO_CACHE`, else the user cache folder), laid out as `host/path` of each URL
-so that a copied cache works. A bilm-tf model published as two files lands in one folder (`options.json` and
-the weights). Downloads go through pooch, resumed from `NAME.part`, refused for an HTML page, an HTTP error, a
-short body or a wrong catalog digest; each file's SHA-256 is recorded beside it (`NAME.sha256`) and checked at
-every reuse. Offline (`offline=True` or `SPACY_ELMO_OFFLINE=1`), what is missing is named, not fetched.
+`resolve_model_source` passes a local path or a shipped model's name through (no catalog is read for
+either) and turns a catalog name or an http(s) URL into a path in the cache (`cache`, else
+`SPACY_ELMO_CACHE`, else the user cache folder). `keys` says where: by the normalised URL, each URL's file
+in a folder of its own keyed by a hash of it, so that no two URLs share a file and a copied cache works. A
+bilm-tf model published as two files lands in one folder (`options.json` and the weights); a weights URL
+not in the catalog finds its options as `X_options.json` (AllenNLP's naming), else `options.json` beside it.
+
+Downloads go through pooch (its retries) with a downloader of our own: the body goes to `NAME.part`, and
+the server's validator (a strong ETag, else Last-Modified) to `NAME.part.validator`; a later try resumes
+with `Range` and `If-Range`, so the server sends the rest only of the same file (a 206 whose validator or
+range differs is dropped and the file fetched whole), and a part with no validator is fetched whole. A
+body is kept only when whole: its announced length, the catalog's digest when there is one, else read as
+the format it claims (`checks`); an HTML page, an HTTP error or a wrong digest is refused. Each file's
+SHA-256 is recorded beside it (`NAME.sha256`) and checked at every reuse; a file whose record is missing,
+empty or unreadable is trusted again only once it reads as its format (offline too, and without fetching
+gigabytes again), else refused with how to fetch it again. Credentials in a URL are sent, never stored in
+a path or printed. Offline (`offline=True` or `SPACY_ELMO_OFFLINE=1`), what is missing is named, not
+fetched. A file cached by spacy-elmo 0.1 (`HOST_PORT/PATH`) is moved into place once it passes the same
+checks, so an old cache is not fetched again.
 """
 
 import contextlib
 import hashlib
+import json
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +43,8 @@ from .catalog import (
     looks_like_name,
     unknown_name_message,
 )
+from .checks import SUFFIXES, format_problem, is_html
+from .keys import cache_path, legacy_cache_path, normalise_url, request_parts, shown_url
 
 if TYPE_CHECKING:
     import requests
@@ -36,19 +53,32 @@ CACHE_ENV = "SPACY_ELMO_CACHE"
 OFFLINE_ENV = "SPACY_ELMO_OFFLINE"
 OPTIONS_NAME = "options.json"
 WEIGHT_SUFFIXES = (".hdf5", ".h5")
-RETRIES = 3  # tries after the first; each resumes where the last one broke off
+RETRIES = 3  # tries after the first; each resumes where the last one broke off, when the server allows
 TIMEOUT_S = 60.0  # of one connect or read, not of the whole download
 CHUNK_BYTES = 1 << 20
 PARTIAL_SUFFIX = ".part"
+VALIDATOR_SUFFIX = ".validator"  # beside NAME.part: NAME.part.validator
 DIGEST_SUFFIX = ".sha256"
+MISSING_STATUSES = (404, 410)  # the URL names nothing: another name for the file may (options.json)
+# where spacy_elmo/models is (io.resolve.SHIPPED_MODELS_DIR; the hub may not import io)
+SHIPPED_MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+_HEX_DIGEST = re.compile(r"[0-9a-fA-F]{64}")
 
 
 class DownloadError(ValueError):
     """A download refused or failed: the message names the URL or the cached file."""
 
 
+class NotOnServer(DownloadError):
+    """The server has no file at the URL (HTTP 404 or 410)."""
+
+
 class _Refused(Exception):
     """What another try cannot mend (an HTTP 4xx, an HTML page, a wrong digest): pooch does not retry it."""
+
+    def __init__(self, message: str, missing: bool = False) -> None:
+        super().__init__(message)
+        self.missing = missing
 
 
 def is_url(spec: PathLike) -> bool:
@@ -62,14 +92,39 @@ def is_offline(offline: Optional[bool] = None) -> bool:
 
 
 def cache_dir(cache: Optional[PathLike] = None) -> Path:
-    """The cache folder: `cache`, else `SPACY_ELMO_CACHE`, else the user cache folder (XDG on Linux)."""
+    """The cache folder: `cache`, else `SPACY_ELMO_CACHE`, else the user cache folder (XDG on Linux); one
+    that is a file is refused naming where it was set."""
     if cache:
-        return Path(cache).expanduser()
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    import pooch  # type: ignore[import-untyped]  # (platformdirs); importing pooch imports no HTTP library
+        folder, source = Path(cache).expanduser(), "the cache folder given (--cache)"
+    elif os.environ.get(CACHE_ENV):
+        folder, source = Path(os.environ[CACHE_ENV]).expanduser(), CACHE_ENV
+    else:
+        import pooch  # type: ignore[import-untyped]  # (platformdirs); importing pooch imports no HTTP library
 
-    return Path(pooch.os_cache("spacy-elmo"))
+        folder, source = Path(pooch.os_cache("spacy-elmo")), "the user cache folder"
+    if folder.exists() and not folder.is_dir():
+        raise DownloadError(
+            f"{source} is {folder}, which is a file, not a folder: point {CACHE_ENV} (or --cache) at a folder"
+        )
+    return folder
+
+
+def is_shipped_name(text: str) -> bool:
+    """Whether `text` names a model shipped in the package (`en_elmo_small`): resolved without a catalog."""
+    return (
+        bool(text)
+        and not any(c in text for c in "/\\:")
+        and text not in (".", "..")
+        and _exists(SHIPPED_MODELS_DIR / text)
+    )
+
+
+def _exists(path: Path) -> bool:
+    """Whether `path` exists; not if the system refuses its name (a name too long is an OSError)."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
 
 
 def resolve_model_source(
@@ -80,7 +135,7 @@ def resolve_model_source(
     text = str(spec)
     if is_url(text):
         return download_url(text, cache, offline, progress)
-    if Path(text).exists():
+    if _exists(Path(text)) or is_shipped_name(text):  # neither needs the catalog, which may be unreadable
         return Path(spec)
     catalog = load_catalog()
     entry = find_entry(text, catalog)
@@ -95,9 +150,9 @@ def download_entry(
     entry: CatalogEntry, cache: Optional[PathLike] = None, offline: Optional[bool] = None, progress: bool = True
 ) -> Path:
     """Fetch a catalog entry (or check its cached copy): the archive, or a two-file model's folder."""
-    files = local_files(entry.urls, cache)
+    files, legacy = local_files(entry.urls, cache), legacy_files(entry.urls, cache)
     for role, url in entry.urls.items():
-        fetch(url, files[role], entry.sha256.get(role), offline, progress)
+        fetch(url, files[role], entry.sha256.get(role), offline, progress, legacy=legacy[role])
     return files[ARCHIVE_ROLE] if ARCHIVE_ROLE in files else files["weights"].parent
 
 
@@ -108,89 +163,158 @@ def download_url(
     entry = entry_for_url(url)
     if entry is not None:
         return download_entry(entry, cache, offline, progress)
-    if urlsplit(url).path.lower().endswith(".json"):
-        raise DownloadError(f"{url} is an options file: give the URL of the model's weights (.hdf5) or archive")
-    urls = {ARCHIVE_ROLE: url}
-    if urlsplit(url).path.lower().endswith(WEIGHT_SUFFIXES):
-        urls = {"options": options_url_for(url), "weights": url}
-    return download_entry(CatalogEntry(url, "", "", "", urls, {}), cache, offline, progress)
+    path = urlsplit(_normal(url)).path.lower()
+    if path.endswith(".json"):
+        raise DownloadError(f"{_shown(url)} is an options file: give the URL of the model's weights (.hdf5) or archive")
+    if not path.endswith(WEIGHT_SUFFIXES):
+        return download_entry(CatalogEntry(url, "", "", "", {ARCHIVE_ROLE: url}, {}), cache, offline, progress)
+    candidates = options_urls_for(url)
+    urls = {"options": candidates[0], "weights": url}
+    files, legacy = local_files(urls, cache), legacy_files(urls, cache)
+    _fetch_first(candidates, files["options"], offline, progress, legacy["options"], url)
+    fetch(url, files["weights"], None, offline, progress, legacy=legacy["weights"])
+    return files["weights"].parent
 
 
 def options_url_for(weights_url: str) -> str:
-    """The options beside a weights file, by AllenNLP's naming (`X_weights.hdf5` -> `X_options.json`), or
-    `options.json` beside it (bilm-tf's and the NLPL repository's naming)."""
+    """The options beside a weights file, tried first: see `options_urls_for`."""
+    return options_urls_for(weights_url)[0]
+
+
+def options_urls_for(weights_url: str) -> list[str]:
+    """Where the options of a weights file may be, in the order tried: by AllenNLP's naming
+    (`X_weights.hdf5` -> `X_options.json`; `lm_weights.hdf5` -> `lm_options.json`), then `options.json`
+    beside it (bilm-tf's and the NLPL repository's naming, which the first would miss)."""
     parts = urlsplit(weights_url)
     folder, _, name = parts.path.rpartition("/")
     stem = name.rsplit(".", 1)[0]
-    options = stem[: -len("weights")] + "options.json" if stem.endswith("weights") else OPTIONS_NAME
-    return parts._replace(path=f"{folder}/{options}", query="", fragment="").geturl()
+    names = [stem[: -len("weights")] + "options.json"] if stem.endswith("weights") else []
+    return [parts._replace(path=f"{folder}/{n}", query="", fragment="").geturl() for n in [*names, OPTIONS_NAME]]
 
 
 def local_files(urls: dict[str, str], cache: Optional[PathLike] = None) -> dict[str, Path]:
-    """Where each URL of a model lives in the cache; a two-file model's in a folder named after its weights."""
+    """Where each URL of a model lives in the cache; a two-file model's options in its weights' folder."""
+    root = cache_dir(cache)
     if ARCHIVE_ROLE in urls:
-        return {ARCHIVE_ROLE: _cache_path(urls[ARCHIVE_ROLE], cache)}
-    weights = _cache_path(urls["weights"], cache)
-    folder = weights.with_name(weights.name.rsplit(".", 1)[0])
+        return {ARCHIVE_ROLE: _cache_path(urls[ARCHIVE_ROLE], root)}
+    weights = _cache_path(urls["weights"], root)
+    if not weights.name.lower().endswith(WEIGHT_SUFFIXES):  # it shares a folder with options.json
+        raise DownloadError(f"{_shown(urls['weights'])}: a model's weights must be an .hdf5 or .h5 file")
+    return {"options": weights.with_name(OPTIONS_NAME), "weights": weights}
+
+
+def legacy_files(urls: dict[str, str], cache: Optional[PathLike] = None) -> dict[str, Optional[Path]]:
+    """Where spacy-elmo 0.1 cached each URL of a model (None where it cannot be told), to adopt from."""
+    root = cache_dir(cache)
+    if ARCHIVE_ROLE in urls:
+        return {ARCHIVE_ROLE: legacy_cache_path(urls[ARCHIVE_ROLE], root)}
+    weights = legacy_cache_path(urls["weights"], root)
+    if weights is None:
+        return {"options": None, "weights": None}
+    folder = weights.with_name(weights.name.rsplit(".", 1)[0])  # 0.1 put both in a folder named so
     return {"options": folder / OPTIONS_NAME, "weights": folder / weights.name}
 
 
 def is_cached(entry: CatalogEntry, cache: Optional[PathLike] = None) -> bool:
-    return all(path.exists() for path in local_files(entry.urls, cache).values())
+    """Whether every file of `entry` is in the cache (or in an old cache's layout, adopted at its next use)."""
+    files, legacy = local_files(entry.urls, cache), legacy_files(entry.urls, cache)
+    return all(path.exists() or _is_file(legacy[role]) for role, path in files.items())
 
 
-def _cache_path(url: str, cache: Optional[PathLike]) -> Path:
-    parts = urlsplit(url)
-    segments = [s for s in parts.path.split("/") if s not in ("", ".", "..")] or ["index"]
-    if parts.query:  # distinct queries, distinct files
-        segments[-1] += "-" + hashlib.sha256(parts.query.encode()).hexdigest()[:12]
-    return cache_dir(cache).joinpath(parts.netloc.replace(":", "_") or "local", *segments)
+def _is_file(path: Optional[Path]) -> bool:
+    """Whether `path` is a file; not if it is None or a name the system refuses (too long for 0.1's layout)."""
+    try:
+        return path is not None and path.is_file()
+    except OSError:
+        return False
 
 
 def fetch(
-    url: str, target: Path, sha256: Optional[str] = None, offline: Optional[bool] = None, progress: bool = True
+    url: str,
+    target: Path,
+    sha256: Optional[str] = None,
+    offline: Optional[bool] = None,
+    progress: bool = True,
+    legacy: Optional[Path] = None,
 ) -> Path:
-    """`url` at `target`: a cached file checked against its recorded digest (and `sha256`), else downloaded."""
+    """`url` at `target`: a cached file checked against its recorded digest (and `sha256`), else an old
+    cache's copy (`legacy`) that passes the same checks, else downloaded."""
+    shown = _shown(url)
     if not target.exists():
-        if is_offline(offline):
-            raise FileNotFoundError(
-                f"offline ({OFFLINE_ENV}): {url} is not in the cache (it would be {target}); fetch it where the "
-                f"network is reachable (spacy elmo download NAME_OR_URL) and copy the cache folder, or point "
-                f"{CACHE_ENV} at a copy"
-            )
+        old = legacy if _is_file(legacy) else None
+        if old is None and is_offline(offline):  # nothing to write: a read-only copy of a cache works
+            raise _offline_error(shown, target)
         with _download_lock(target):  # another process fetching the same file: wait for it, then reuse it
-            if not target.exists():
+            if not target.exists() and not (old is not None and _adopt(old, target, sha256)):
+                if is_offline(offline):
+                    raise _offline_error(shown, target)
                 _download(url, target, sha256, progress)
                 return target
-    _check_cached(url, target, sha256)
+    _check_cached(shown, target, sha256)
     return target
+
+
+def _offline_error(shown: str, target: Path) -> FileNotFoundError:
+    return FileNotFoundError(
+        f"offline ({OFFLINE_ENV}): {shown} is not in the cache (it would be {target}); fetch it where the "
+        f"network is reachable (spacy elmo download NAME_OR_URL) and copy the cache folder, or point "
+        f"{CACHE_ENV} at a copy"
+    )
+
+
+def _fetch_first(
+    urls: list[str], target: Path, offline: Optional[bool], progress: bool, legacy: Optional[Path], weights: str
+) -> Path:
+    """The first of `urls` the server has, at `target` (the options of a weights file, by either naming)."""
+    for url in urls:
+        try:
+            return fetch(url, target, None, offline, progress, legacy=legacy)
+        except NotOnServer:
+            continue
+    raise DownloadError(
+        f"{_shown(weights)}: no options found beside it ({' and '.join(_shown(u) for u in urls)} are not on the "
+        "server); give the URL of an archive, or download both files and give the folder"
+    )
 
 
 def _download(url: str, target: Path, sha256: Optional[str], progress: bool) -> None:
     import pooch
     import requests
 
-    downloader = _ResumingDownloader(target.with_name(target.name + PARTIAL_SUFFIX), sha256, progress)
-    fetcher = pooch.create(
-        path=target.parent, base_url="", registry={target.name: None}, urls={target.name: url}, retry_if_failed=RETRIES
+    shown = _shown(url)
+    downloader = _ResumingDownloader(url, target.with_name(target.name + PARTIAL_SUFFIX), sha256, progress)
+    fetcher = pooch.create(  # pooch logs the URL it is given: the one without credentials
+        path=target.parent,
+        base_url="",
+        registry={target.name: None},
+        urls={target.name: shown},
+        retry_if_failed=RETRIES,
     )
     try:
         fetcher.fetch(target.name, downloader=downloader)
     except _Refused as err:
-        raise DownloadError(str(err)) from None
+        raise (NotOnServer if err.missing else DownloadError)(_scrub(str(err), url)) from None
     except requests.RequestException as err:
         kept = downloader.part.stat().st_size if downloader.part.exists() else 0
-        raise DownloadError(
-            f"{url}: {err} (after {RETRIES + 1} tries); run again to resume from the {kept} bytes kept in "
-            f"{downloader.part}"
-        ) from None
+        then = (
+            f"run again to resume from the {kept} bytes kept in {downloader.part}"
+            if kept and _read_validator(downloader.validator_file, shown)
+            else "run again to download it again"
+        )
+        raise DownloadError(_scrub(f"{shown}: {err} (after {RETRIES + 1} tries); {then}", url)) from None
     _record_digest(target, downloader.sha256 or sha256_of_file(target))
 
 
 @contextlib.contextmanager
 def _download_lock(target: Path) -> Iterator[None]:
     """An exclusive flock on `.NAME.lock` beside `target`, never removed (others may be waiting on it)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # a file where a folder of the cache should be
+        raise DownloadError(
+            f"cannot make the cache folder {target.parent} ({err}); point {CACHE_ENV} (or --cache) at a folder "
+            "that can be written"
+        ) from None
     try:
         import fcntl
     except ImportError:  # Windows: no lock; the rename into place still never shows a partial file
@@ -205,64 +329,173 @@ def _download_lock(target: Path) -> Iterator[None]:
 
 
 class _ResumingDownloader:
-    """A pooch downloader that resumes `part` with a Range request and hands it to pooch only when whole
-    (the announced length, and `sha256` when given)."""
+    """A pooch downloader that writes `part` and hands it to pooch only when whole and checked (the
+    announced length; the catalog's digest, else the format the file claims). It resumes `part` only with
+    the validator the server sent for it (`If-Range`), so the bytes after the break are of the same file."""
 
-    def __init__(self, part: Path, sha256: Optional[str], progress: bool) -> None:
-        self.part, self.expected, self.progress = part, sha256, progress
+    def __init__(self, url: str, part: Path, sha256: Optional[str], progress: bool) -> None:
+        self.url, self.part, self.expected, self.progress = url, part, sha256, progress
+        self.validator_file = part.with_name(part.name + VALIDATOR_SUFFIX)
+        self.kind = SUFFIXES.get(part.with_suffix("").suffix.lower())  # else what its first bytes claim
         self.sha256: Optional[str] = None
 
-    def __call__(self, url: str, output_file: str, pooch: Any) -> None:
+    def __call__(self, _url: str, output_file: str, _pooch: Any) -> None:
         import requests
+
+        shown = _shown(self.url)
+        address, auth = request_parts(self.url)
+        have, validator = self._resumable(shown)
+        while True:  # at most twice: a range refused or of another file, then the whole file
+            headers = {"Accept-Encoding": "identity"}  # the bytes as stored: a length and digest of those
+            if validator:
+                headers["Range"], headers["If-Range"] = f"bytes={have}-", validator["if_range"]
+            with requests.get(address, headers=headers, auth=auth, stream=True, timeout=TIMEOUT_S) as response:
+                if validator and (response.status_code == 416 or _other_range(response, have, validator)):
+                    self._discard()
+                    have, validator = 0, None
+                    continue
+                _refuse_answer(shown, response)
+                total = self._receive(shown, response, resumed=validator is not None and response.status_code == 206)
+            break
+        size = self.part.stat().st_size
+        if total is not None and size < total:  # a network error: pooch tries again, resuming
+            raise requests.exceptions.ChunkedEncodingError(f"the body ended at {size} of {total} bytes")
+        if total is not None and size > total:
+            self._discard()
+            raise requests.exceptions.ChunkedEncodingError(f"{size} bytes arrived, {total} were announced")
+        self._check(shown, confirmed=total is not None)
+        os.replace(self.part, output_file)  # pooch then renames it into place
+        self.validator_file.unlink(missing_ok=True)
+
+    def _receive(self, shown: str, response: "requests.Response", resumed: bool) -> Optional[int]:
+        """Write the body to `part` (after it, if `resumed`); the file's whole length, if the server said it."""
         from tqdm import tqdm
 
-        have = self.part.stat().st_size if self.part.exists() else 0
-        headers = {"Range": f"bytes={have}-"} if have else {}
-        with requests.get(url, headers=headers, stream=True, timeout=TIMEOUT_S) as response:
-            _refuse_answer(url, response)
-            resumed = have > 0 and response.status_code == 206
-            if resumed and not response.headers.get("Content-Range", "").startswith(f"bytes {have}-"):
-                resumed = False  # not the range asked for: start again
-            length = int(response.headers.get("Content-Length", -1))
-            total = (have if resumed else 0) + length if length >= 0 else None
-            digest = sha256_of_file(self.part, hasher=True) if resumed else hashlib.sha256()
-            bar = tqdm(
-                total=total,
-                initial=have if resumed else 0,
-                unit="B",
-                unit_scale=True,
-                unit_divisor=1024,
-                desc=self.part.name[: -len(PARTIAL_SUFFIX)],
-                file=sys.stderr,
-                disable=not self.progress,
-            )
-            # unbuffered: each chunk reaches the file at once, so a killed process leaves all it received
-            with open(self.part, "ab" if resumed else "wb", buffering=0) as out, bar:
-                for chunk in response.iter_content(CHUNK_BYTES):
-                    out.write(chunk)
-                    digest.update(chunk)
-                    bar.update(len(chunk))
-                os.fsync(out.fileno())
-        size = self.part.stat().st_size
-        if total is not None and size != total:  # a network error: pooch tries again, resuming
-            raise requests.exceptions.ChunkedEncodingError(f"{url}: the body ended at {size} of {total} bytes")
+        have = self.part.stat().st_size if resumed else 0
+        length = int(response.headers.get("Content-Length", -1))
+        total: Optional[int] = have + length if length >= 0 else None
+        stated = re.search(r"/(\d+)\s*$", response.headers.get("Content-Range", "")) if resumed else None
+        if total is None and stated:  # a chunked 206 still says the length of the whole
+            total = int(stated.group(1))
+        if resumed:
+            digest = sha256_of_file(self.part, hasher=True)
+        else:
+            digest = hashlib.sha256()
+            self._save_validator(shown, response, total)
+        bar = tqdm(
+            total=total,
+            initial=have,
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            desc=self.part.name[: -len(PARTIAL_SUFFIX)],
+            file=sys.stderr,
+            disable=not self.progress,
+        )
+        # unbuffered: each chunk reaches the file at once, so a killed process leaves all it received
+        with open(self.part, "ab" if resumed else "wb", buffering=0) as out, bar:
+            for chunk in response.iter_content(CHUNK_BYTES):
+                out.write(chunk)
+                digest.update(chunk)
+                bar.update(len(chunk))
+            os.fsync(out.fileno())
         self.sha256 = digest.hexdigest()
-        if self.expected and self.sha256 != self.expected.lower():
-            self.part.unlink()
-            raise _Refused(
-                f"{url}: SHA-256 {self.sha256} differs from the catalog's {self.expected}; the download was removed"
-            )
-        os.replace(self.part, output_file)  # pooch then renames it into place
+        return total
+
+    def _check(self, shown: str, confirmed: bool) -> None:
+        """Refuse the whole body unless it is the file: no HTML page; the catalog's digest, else its format
+        (a body of no stated length that does not read may have been cut: that one pooch tries again)."""
+        import requests
+
+        if is_html(self.part):
+            self._discard()
+            raise _Refused(f"{shown}: the server sent an HTML page, not a model file (an error or login page?)")
+        if self.expected:
+            if self.sha256 != self.expected.lower():
+                self._discard()
+                raise _Refused(
+                    f"{shown}: SHA-256 {self.sha256} differs from the catalog's {self.expected}; the download was "
+                    "removed"
+                )
+            return
+        problem = format_problem(self.part, self.kind)
+        if problem is None:
+            return
+        self._discard()
+        if confirmed:
+            raise _Refused(f"{shown}: the file sent {problem}; nothing was cached")
+        raise requests.exceptions.ChunkedEncodingError(f"the body, of no stated length, {problem}")
+
+    def _resumable(self, shown: str) -> tuple[int, Optional[dict[str, Any]]]:
+        """The bytes kept and the validator to resume them with; (0, None), the part removed, if either is
+        missing: bytes of unknown origin are never continued."""
+        have = self.part.stat().st_size if self.part.exists() else 0
+        validator = _read_validator(self.validator_file, shown) if have else None
+        if validator is None or (validator.get("length") is not None and have >= validator["length"]):
+            self._discard()
+            return 0, None
+        return have, validator
+
+    def _save_validator(self, shown: str, response: "requests.Response", total: Optional[int]) -> None:
+        """Keep what proves a later response is of this file: a strong ETag, else Last-Modified (a weak ETag
+        may not go in If-Range); none, no resuming."""
+        etag = response.headers.get("ETag", "")
+        modified = response.headers.get("Last-Modified", "")
+        if_range = etag if etag.startswith('"') else modified
+        if not if_range:
+            self.validator_file.unlink(missing_ok=True)
+            return
+        record = {"url": shown, "if_range": if_range, "etag": etag or None, "last_modified": modified or None}
+        temporary = self.validator_file.with_name(self.validator_file.name + ".tmp")
+        temporary.write_text(json.dumps({**record, "length": total}), encoding="utf-8")
+        os.replace(temporary, self.validator_file)
+
+    def _discard(self) -> None:
+        self.part.unlink(missing_ok=True)
+        self.validator_file.unlink(missing_ok=True)
 
 
-def _refuse_answer(url: str, response: "requests.Response") -> None:
+def _read_validator(path: Path, shown: str) -> Optional[dict[str, Any]]:
+    """The validator saved beside a part, if it is one and of this URL."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("url") != shown or not isinstance(record.get("if_range"), str):
+        return None
+    if not isinstance(record.get("length"), (int, type(None))):
+        return None
+    return record
+
+
+def _other_range(response: "requests.Response", have: int, validator: dict[str, Any]) -> bool:
+    """Whether a 206 is not the rest of the file the part holds: another range, another length, or another
+    validator (a server that ignored If-Range)."""
+    if response.status_code != 206:
+        return False
+    match = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+|\*)", response.headers.get("Content-Range", "").strip())
+    if match is None or int(match.group(1)) != have:
+        return True
+    if validator.get("length") is not None and match.group(3) != str(validator["length"]):
+        return True
+    etag, modified = response.headers.get("ETag"), response.headers.get("Last-Modified")
+    return bool(
+        (etag and validator.get("etag") and etag != validator["etag"])
+        or (modified and validator.get("last_modified") and modified != validator["last_modified"])
+    )
+
+
+def _refuse_answer(shown: str, response: "requests.Response") -> None:
     """Refuse a 4xx (but 408, 429) or an HTML page; a 5xx raises HTTPError, which pooch tries again."""
     status = response.status_code
     if 400 <= status < 500 and status not in (408, 429):
-        raise _Refused(f"{url}: HTTP {status} {response.reason}")
-    response.raise_for_status()
+        raise _Refused(f"{shown}: HTTP {status} {response.reason}", missing=status in MISSING_STATUSES)
+    if status >= 400:
+        import requests
+
+        raise requests.HTTPError(f"{shown}: HTTP {status} {response.reason}")  # not requests' text: its URL
     if response.headers.get("Content-Type", "").lower().startswith("text/html"):
-        raise _Refused(f"{url}: the server sent an HTML page, not a model file (an error or login page?)")
+        raise _Refused(f"{shown}: the server sent an HTML page, not a model file (an error or login page?)")
 
 
 def sha256_of_file(path: Path, hasher: bool = False) -> Any:
@@ -281,16 +514,81 @@ def _record_digest(target: Path, sha256: str) -> None:
     os.replace(temporary, record)
 
 
-def _check_cached(url: str, target: Path, sha256: Optional[str]) -> None:
-    """Refuse a cached file changed since its download (or unlike `sha256`); one without a record gets one."""
+def _read_record(target: Path) -> Optional[str]:
+    """The digest recorded beside `target`; None if the record is missing, empty or not a digest."""
+    try:
+        words = target.with_name(target.name + DIGEST_SUFFIX).read_text(encoding="utf-8").split()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return words[0].lower() if words and _HEX_DIGEST.fullmatch(words[0]) else None
+
+
+def _check_cached(shown: str, target: Path, sha256: Optional[str]) -> None:
+    """Refuse a cached file changed since its download (or unlike `sha256`). One with no readable record
+    is trusted again only if it reads as its format (or matches `sha256`): the check a fresh download
+    passes, made offline, without fetching it again; then it is recorded."""
     actual = sha256_of_file(target)
     record = target.with_name(target.name + DIGEST_SUFFIX)
-    recorded = record.read_text(encoding="utf-8").split()[0] if record.exists() else None
+    recorded = _read_record(target)
+    again = f"remove {target} to fetch it again (at its next use, or now: spacy elmo download {shown})"
     for expected, what in ((recorded, f"recorded in {record.name} at its download"), (sha256, "the catalog's")):
         if expected and actual != expected.lower():
             raise DownloadError(
-                f"{target}: changed since it was downloaded from {url} (SHA-256 {actual}, {what} {expected}); "
-                "remove it to download it again"
+                f"{target}: changed since it was downloaded from {shown} (SHA-256 {actual}, {what} {expected}); {again}"
             )
     if recorded is None:
+        problem = None if sha256 else format_problem(target)
+        if problem:
+            raise DownloadError(
+                f"{target} (from {shown}) has no readable digest record ({record.name}) and {problem}; {again}"
+            )
         _record_digest(target, actual)
+
+
+def _adopt(legacy: Path, target: Path, sha256: Optional[str]) -> bool:
+    """Move a file spacy-elmo 0.1 cached into its place in this layout, if it passes the checks a cached
+    file does (its record, `sha256`, its format); one that does not is left where it is and fetched again."""
+    if not _is_file(legacy):
+        return False
+    recorded, actual = _read_record(legacy), sha256_of_file(legacy)
+    if recorded is None or actual != recorded or (sha256 and actual != sha256.lower()):
+        return False
+    if not sha256 and format_problem(legacy) is not None:
+        return False
+    os.replace(legacy, target)
+    _record_digest(target, actual)
+    legacy.with_name(legacy.name + DIGEST_SUFFIX).unlink(missing_ok=True)
+    return True
+
+
+def _cache_path(url: str, root: Path) -> Path:
+    try:
+        return cache_path(url, root)
+    except ValueError as err:
+        raise DownloadError(str(err)) from None
+
+
+def _normal(url: str) -> str:
+    try:
+        return normalise_url(url)
+    except ValueError as err:
+        raise DownloadError(str(err)) from None
+
+
+def _shown(url: str) -> str:
+    try:
+        return shown_url(url)
+    except ValueError as err:
+        raise DownloadError(str(err)) from None
+
+
+def _scrub(message: str, url: str) -> str:
+    """`message` without the credentials of `url`, wherever an exception's text may have put them."""
+    try:
+        _, auth = request_parts(url)
+    except ValueError:
+        return message
+    for secret in auth or ():
+        if len(secret) >= 3:
+            message = message.replace(secret, "***")
+    return message

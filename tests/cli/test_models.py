@@ -5,7 +5,7 @@ import importlib
 
 from typer.testing import CliRunner
 
-from http_files import serving, write_catalog
+from http_files import serving, write_catalog, zip_of
 from spacy_elmo.cli import elmo_cli
 from spacy_elmo.hub import download
 
@@ -33,13 +33,14 @@ def test_download_fetches_into_the_cache_and_models_marks_it(tmp_path, monkeypat
     monkeypatch.setattr(download, "TIMEOUT_S", 10.0)
     cache = tmp_path / "my-cache"
     with serving() as server:
-        server.files["m/ru.zip"] = b"zip bytes"
+        archive = zip_of({"ru.txt": b"zip bytes"})  # a download with no digest must read as what it claims
+        server.files["m/ru.zip"] = archive
         entry = {"name": "test/ru", "language": "ru", "format": "efml", "urls": {"archive": server.url("m/ru.zip")}}
         monkeypatch.setenv("SPACY_ELMO_CATALOG", str(write_catalog(tmp_path / "catalog.json", [entry])))
         done = runner.invoke(elmo_cli, ["download", "test/ru", "--cache", str(cache)])
     assert done.exit_code == 0, done.output
     path = done.stdout.strip()
-    assert path.startswith(str(cache)) and open(path, "rb").read() == b"zip bytes"
+    assert path.startswith(str(cache)) and open(path, "rb").read() == archive
     listed = runner.invoke(elmo_cli, ["models", "--cache", str(cache)]).stdout
     assert listed.startswith("* test/ru ")
     done = runner.invoke(elmo_cli, ["download", "test/rus", "--cache", str(cache)])

@@ -1,5 +1,8 @@
 """Fixtures of the download tests: a local HTTP server, an empty cache, a test catalog."""
 
+import types
+
+import pooch.core
 import pytest
 
 from http_files import serving, write_catalog
@@ -16,12 +19,14 @@ def server():
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    """An empty cache folder, set as SPACY_ELMO_CACHE; online; short network timeouts, small chunks."""
+    """An empty cache folder, set as SPACY_ELMO_CACHE; online; short network timeouts, small chunks, and
+    no wait between pooch's tries (its only use of `time`)."""
     folder = tmp_path / "cache"
     monkeypatch.setenv(download.CACHE_ENV, str(folder))
     monkeypatch.delenv(download.OFFLINE_ENV, raising=False)
     monkeypatch.setattr(download, "TIMEOUT_S", TEST_TIMEOUT_S)
     monkeypatch.setattr(download, "CHUNK_BYTES", 1024)  # a body cut short keeps what arrived in whole chunks
+    monkeypatch.setattr(pooch.core, "time", types.SimpleNamespace(sleep=lambda seconds: None))
     return folder
 
 

@@ -1,9 +1,11 @@
 """Models by name or URL, fetched from a local HTTP server into a test cache: one download then cache hits,
 a broken or killed download never taken as complete and resumed, refusals that name the URL or file, a
-two-file bilm-tf model as one model, offline use, close names for an unknown one."""
+two-file bilm-tf model as one model, offline use, close names for an unknown one. (What a hostile server
+sends and a damaged cache holds: test_cache_integrity.py.)"""
 
 import concurrent.futures
 import hashlib
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -12,12 +14,17 @@ import pytest
 import tqdm
 
 from fixture_paths import ELMO_FIXTURE
+from http_files import zip_of
 from kills import at_call, run_killed
 from spacy_elmo.hub import download
 from spacy_elmo.hub.download import DownloadError, options_url_for, resolve_model_source
+from spacy_elmo.hub.keys import url_key
 from spacy_elmo.io.resolve import load_model
 
-ARCHIVE = bytes(range(256)) * 64  # 16 KiB
+# a zip of 16 KiB exactly (a cached file is checked as the format it claims; half of it is 8 whole KiB)
+ARCHIVE = zip_of({"data.bin": (bytes(range(256)) * 64)[:16270]})
+assert len(ARCHIVE) == 16384
+pytestmark = pytest.mark.timeout(120)  # every test here waits on a local server or a process
 
 
 def sha256(data: bytes) -> str:
@@ -42,8 +49,19 @@ def test_a_catalog_model_is_downloaded_once_then_taken_from_the_cache(server, ca
 
 def test_a_url_is_cached_under_its_host_and_path(server, cache):
     server.files["a/b/model.zip"] = ARCHIVE
-    path = resolve_model_source(server.url("a/b/model.zip"), progress=False)
-    assert path == cache / f"127.0.0.1_{server.httpd.server_port}" / "a" / "b" / "model.zip"
+    url = server.url("a/b/model.zip")
+    path = resolve_model_source(url, progress=False)
+    # the layout of 0.2: SCHEME/HOST_PORT/FOLDERS/NAME@KEY/NAME, KEY a hash of the normalised URL
+    assert (
+        path
+        == cache
+        / "http"
+        / f"127.0.0.1_{server.httpd.server_port}"
+        / "a"
+        / "b"
+        / (f"model.zip@{url_key(url)}")
+        / "model.zip"
+    )
     assert path.read_bytes() == ARCHIVE
 
 
@@ -62,6 +80,9 @@ def test_a_partial_file_is_redone_when_the_server_ignores_ranges(server, cache, 
     part = download.local_files({"archive": url})["archive"].with_name("m.zip.part")
     part.parent.mkdir(parents=True)
     part.write_bytes(b"stale bytes of another download")
+    # with the validator it was fetched under (without one it is fetched whole: test_cache_integrity.py)
+    validator = {"url": url, "if_range": '"stale"', "etag": '"stale"', "last_modified": None, "length": None}
+    part.with_name("m.zip.part.validator").write_text(json.dumps(validator))
     assert resolve_model_source("test/zip", progress=False).read_bytes() == ARCHIVE
     assert server.hits("models/m.zip") == ["bytes=31-"]
 
