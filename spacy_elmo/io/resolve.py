@@ -78,12 +78,13 @@ def resolve_model(path: PathLike, options_file: Optional[PathLike] = None, optio
             )
     else:
         target = resolve_model_source(path)  # a name or URL: its local copy, downloaded once into the cache
-        if not target.exists() and (SHIPPED_MODELS_DIR / str(path)).exists():
+        if not _exists(target) and _exists(SHIPPED_MODELS_DIR / str(path)):
             target = SHIPPED_MODELS_DIR / str(path)
-        if not target.exists():
+        if not _exists(target):
             shipped = ", ".join(available_models()) or "none installed"
+            shown = str(path) if len(str(path)) <= 300 else f"{str(path)[:150]}...({len(str(path))} characters)"
             raise FileNotFoundError(
-                f"biLM path {str(path)!r} does not exist{where}. Give {EXPECTED}, or a shipped model name ({shipped})"
+                f"biLM path {shown!r} does not exist{where}. Give {EXPECTED}, or a shipped model name ({shipped})"
             )
     if target.is_file() and is_onnx_graph(target):
         raise ValueError(
@@ -253,3 +254,11 @@ def _bilm_tf_files(source: ModelSource) -> list[ModelFile]:
         limit = weights_limit(options, source.options)
     roles = [("options", source.options, None), ("weights", source.weights, limit), ("vocab", source.vocab, None)]
     return [ModelFile(role, files.where(name), files.sha256(name, limit)) for role, name, limit in roles if name]
+
+
+def _exists(path: Path) -> bool:
+    """Whether `path` exists; a name the system cannot take (too long, a NUL) is one that does not."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False

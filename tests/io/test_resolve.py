@@ -59,6 +59,13 @@ def test_errors_name_the_path_and_the_option(tmp_path):
         resolve_model(tmp_path / "two")
 
 
+@pytest.mark.parametrize("name", ["x" * 5000, "a/" * 3000, "bad\x00name"])
+def test_a_path_the_system_cannot_take_is_a_missing_path_shown_short(name):
+    with pytest.raises(FileNotFoundError, match="does not exist") as caught:
+        load_model(name)
+    assert len(str(caught.value)) < 1000  # a 5,000-character name is shortened in the message
+
+
 def test_a_missing_default_model_says_how_to_give_one(monkeypatch, tmp_path):
     import spacy_elmo.io.resolve as resolve
 
