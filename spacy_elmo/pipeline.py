@@ -3,6 +3,12 @@
 The pipe owns what is stored on the docs, its listeners (spaCy's ListenedToComponent protocol, as on
 `Tok2Vec`), each learning its own mix, and the bounded cache that gives a frozen biLM's layers in training;
 its model, a `spacy-elmo.BiLM.v1` layer, owns the weights and how they run.
+
+The cache is filled in training only: by `update` (the training docs, the same every epoch) and by predictions
+made during a training session (the dev docs, the same at every evaluation), a session running from a frozen
+`update` until `nlp.evaluate` has scored or the pipe is saved (`spacy train` saves when it ends). Plain
+prediction (`nlp.pipe`, also after `nlp.initialize()`) neither reads nor fills it unless `cache_predictions`
+asks, so a service's memory and speed do not depend on the texts it has seen.
 """
 
 import itertools
@@ -38,6 +44,7 @@ STORE_DTYPES = ("float32", "float16")
         "set_vector_hooks": "auto",
         "to_cpu": True,
         "cache_size_mb": 1024,
+        "cache_predictions": False,
     },
 )
 class Elmo(TrainablePipe):
@@ -54,7 +61,15 @@ class Elmo(TrainablePipe):
         true, false, or "auto" (on when the vocab has no static vectors of its own and the pipe keeps
         vectors or layers, so that a blank pipeline's .similarity means something).
     to_cpu: store numpy arrays on the CPU; false keeps cupy arrays on the GPU when running there.
-    cache_size_mb: bound of the layer cache used while training with a frozen biLM (0 = no cache).
+    cache_size_mb: bound of the layer cache used while training with a frozen biLM (0 = no cache). It holds
+        the training docs' layers (filled by `update`) and the dev docs' (predictions between an update and
+        the end of `nlp.evaluate` or a save), so neither is recomputed every epoch; `pipe.cache.clear()`
+        gives the memory back after training in-process.
+    cache_predictions: also read and fill the cache at prediction (`nlp.pipe`, `nlp(text)`): a stream that
+        repeats texts runs faster, for up to cache_size_mb of memory; also what caches the training docs of a
+        frozen pipe in [training] annotating_components, which is never updated. Off by default (and for
+        pipelines saved before this setting), so that prediction's memory and speed never depend on what came
+        before.
     """
 
     def __init__(
@@ -68,6 +83,7 @@ class Elmo(TrainablePipe):
         set_vector_hooks: Union[bool, str],
         to_cpu: bool,
         cache_size_mb: int,
+        cache_predictions: bool = False,
     ) -> None:
         for setting, value, allowed in (("store", store, STORE_OPTIONS), ("store_dtype", store_dtype, STORE_DTYPES)):
             if value not in allowed:
@@ -76,6 +92,8 @@ class Elmo(TrainablePipe):
             raise ValueError(f"elmo: default_mix={default_mix!r}; expected 'average', 'top' or a list of weights")
         if cache_size_mb < 0:
             raise ValueError(f"elmo: cache_size_mb must be >= 0, got {cache_size_mb}")
+        if not isinstance(cache_predictions, bool):
+            raise ValueError(f"elmo: cache_predictions={cache_predictions!r}; expected true or false")
         if set_vector_hooks not in (True, False, "auto"):
             raise ValueError(f'elmo: set_vector_hooks={set_vector_hooks!r}; expected true, false or "auto"')
         if set_vector_hooks is True and store == "none":
@@ -92,21 +110,39 @@ class Elmo(TrainablePipe):
         self.to_cpu = to_cpu
         self.cfg: dict[str, Any] = {}
         self.cache = LayerCache(cache_size_mb * 2**20)
-        self._cache_active = False
+        self.cache_predictions = cache_predictions
+        # in a training session: from a frozen `update` until `score` (the end of nlp.evaluate) or a save
+        self._in_training = False
         self.listener_map: dict[str, list[ElmoListener]] = {}
         extensions.install_extensions()
 
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "Elmo":
         super().from_bytes(bytes_data, exclude=exclude)
-        self.cache.clear()  # new weights: cached layers are stale
+        self._reset_cache()  # new weights: cached layers are stale
         return self
 
     def from_disk(self, path: Any, *, exclude: Iterable[str] = tuple()) -> "Elmo":
         """As spaCy's, with errors about the saved weights naming their file (`PATH/model`)."""
         with bilm_model.saved_weights_at(str(Path(path) / "model")):
             super().from_disk(path, exclude=exclude)
-        self.cache.clear()
+        self._reset_cache()
         return self
+
+    def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
+        """As spaCy's; a save ends the training session, so later predictions leave the cache alone."""
+        self._in_training = False
+        return super().to_bytes(exclude=exclude)
+
+    def to_disk(self, path: Any, *, exclude: Iterable[str] = tuple()) -> None:
+        """As spaCy's; a save (`spacy train` saves when it ends) ends the training session, so predictions
+        after it leave the cache alone. Saving changes no weight: the cached layers stay valid."""
+        self._in_training = False
+        super().to_disk(path, exclude=exclude)
+
+    def _reset_cache(self) -> None:
+        """Forget every cached layer and end the training session: the weights are new or reloaded."""
+        self.cache.clear()
+        self._in_training = False
 
     # --- the biLM -----------------------------------------------------------------------------
 
@@ -179,10 +215,22 @@ class Elmo(TrainablePipe):
     # --- prediction ---------------------------------------------------------------------------
 
     def predict(self, docs: Iterable[Doc]) -> list[Floats3d]:
-        docs = list(docs)
-        # layers are cached for a frozen, stateless biLM in training (after initialize or update)
-        if not self._cache_active or self.fine_tune or self.stateful or not self.cache.max_bytes:
-            return self.model.predict(docs) if docs else []
+        """The biLM's layers for `docs`: from the cache only in a training session (the dev docs, the same
+        at every evaluation) or when `cache_predictions` asks; otherwise computed, and nothing is kept."""
+        return self._embed(list(docs), cached=self._in_training or self.cache_predictions)
+
+    @property
+    def _can_cache(self) -> bool:
+        """Whether layers can be cached at all: a frozen, stateless biLM (fine-tuning changes the weights every
+        step; carried LSTM state makes a doc's layers depend on the docs before it) and a cache of some size."""
+        return not self.fine_tune and not self.stateful and self.cache.max_bytes > 0
+
+    def _embed(self, docs: list[Doc], cached: bool) -> list[Floats3d]:
+        """Run the biLM over `docs`; with `cached`, over only those not in the cache, and keep their layers."""
+        if not docs:
+            return []
+        if not cached or not self._can_cache:
+            return self.model.predict(docs)
         keys = [doc_key(doc) for doc in docs]
         found: list[Optional[Floats3d]] = [self.cache.get(key) for key in keys]
         missing = [i for i, value in enumerate(found) if value is None]
@@ -192,6 +240,12 @@ class Elmo(TrainablePipe):
                 found[i] = layers
                 self.cache.put(keys[i], layers)
         return found  # type: ignore[return-value]
+
+    def score(self, examples: Iterable[Example], **kwargs: Any) -> dict[str, Any]:
+        """As spaCy's (no scores of its own). `nlp.evaluate` calls it last, after its predictions: it ends the
+        training session, so predictions after an evaluation leave the cache alone until the next update."""
+        self._in_training = False
+        return super().score(examples, **kwargs)
 
     def set_annotations(self, docs: Iterable[Doc], layers: list[Floats3d]) -> None:
         keep_layers = self.store in ("layers", "both") or bool(self.listener_map)
@@ -214,8 +268,9 @@ class Elmo(TrainablePipe):
     # --- training -----------------------------------------------------------------------------
 
     def initialize(self, get_examples: Callable[[], Iterable[Example]], *, nlp: Optional[Language] = None) -> None:
-        """Load the biLM (a bad path or a mismatched weight file fails here), check it on a few
-        docs, tell the listeners its size, and start caching layer outputs for training."""
+        """Load the biLM (a bad path or a mismatched weight file fails here), check it on a few docs and tell
+        the listeners its size. The cache starts empty and stays off until a training `update`: a pipeline
+        initialized to fail early, then used to predict, keeps no layers."""
         validate_get_examples(get_examples, "Elmo.initialize")
         self.model.initialize()
         sample = [eg.predicted for eg in itertools.islice(get_examples(), 5)]
@@ -224,7 +279,7 @@ class Elmo(TrainablePipe):
         dims = self.listener_dims()
         for listener in self.listeners:
             listener.set_upstream_dims(*dims)
-        self._cache_active = True
+        self._reset_cache()
 
     def update(
         self,
@@ -234,7 +289,9 @@ class Elmo(TrainablePipe):
         sgd: Optional[Optimizer] = None,
         losses: Optional[dict[str, float]] = None,
     ) -> dict[str, float]:
-        """Embed the batch and hand the layers to the listeners (which do the learning)."""
+        """Embed the batch and hand the layers to the listeners (which do the learning). A frozen biLM's
+        layers are cached (a training doc comes back every epoch) and the training session starts, so
+        that the evaluation that follows reads and fills the cache too."""
         if losses is None:
             losses = {}
         examples = list(examples)
@@ -245,8 +302,8 @@ class Elmo(TrainablePipe):
         docs = [eg.predicted for eg in examples]
         batch_id = ElmoListener.get_batch_id(docs)
         if not self.fine_tune:
-            self._cache_active = True
-            layers = self.predict(docs)
+            self._in_training = True
+            layers = self._embed(docs, cached=True)
             for listener in self.listeners:  # the biLM is frozen: no gradient goes back to it
                 listener.receive(batch_id, layers, lambda d_layers: [])
             return losses

@@ -18,7 +18,7 @@ SMOKE = {
     "bilm_throughput.py": [["--smoke", "--entry", "runner", "--profile"]],
     "pipe_throughput.py": [["--smoke"]],
     "train_throughput.py": [["--smoke"]],
-    "pipe_memory.py": [["--smoke"]],
+    "pipe_memory.py": [["--smoke"], ["--mode", "initialize", "--smoke"]],
     "embed_memory.py": [["--smoke"]],
     "output_parity.py": [
         ["dump", "--smoke", "{tmp}/a.npz"],

@@ -9,6 +9,7 @@ import spacy
 from spacy.tokens import DocBin
 from spacy.training import Example
 from spacy.util import fix_random_seed, load_config, load_model_from_config
+from thinc.api import Adam
 
 import spacy_elmo.bilm.bilm
 from fixture_paths import ELMO_FIXTURE, FIXTURES
@@ -79,6 +80,7 @@ def test_frozen_training_runs_the_bilm_once_per_doc(count_bilm_calls):
     counts.append(count_bilm_calls["n"])
     assert counts[1] > counts[0], "the first epoch runs the biLM"
     assert counts[3] == counts[1], f"later epochs must not run the biLM: {counts}"
+    assert nlp.get_pipe("elmo").cache.n_bytes > 0
     after = bilm_parameters(nlp.get_pipe("elmo").model)
     assert all(numpy.array_equal(before[k], after[k]) for k in before), "frozen biLM changed"
     for component in ("ner", "textcat"):
@@ -243,3 +245,100 @@ def test_listeners_get_layers_whatever_store_says():
         config={"store": "vectors", "model": {"@architectures": "spacy-elmo.BiLM.v1", "path": str(ELMO_FIXTURE)}},
     )
     assert plain("No listeners here")._.elmo_layers is None
+
+
+# --- when the frozen biLM's layer cache is read and filled (issue 48) ----------------------------------------
+
+
+def fresh(nlp, data):
+    """New Example objects with new docs, as spaCy's corpus reader makes each epoch and each evaluation."""
+    return [Example(nlp.make_doc(eg.reference.text), eg.reference) for eg in data]
+
+
+def evaluate(nlp, optimizer, dev):
+    """As spaCy's training loop evaluates: under the optimizer's averages when it keeps them."""
+    if optimizer.averages:
+        with nlp.use_params(optimizer.averages):
+            return nlp.evaluate(dev)
+    return nlp.evaluate(dev)
+
+
+@pytest.mark.parametrize("use_averages", [False, True])
+def test_evaluation_in_training_reuses_the_cache_and_prediction_after_it_does_not(count_bilm_calls, use_averages):
+    """The dev docs are the same at every evaluation of a training session (spacy train evaluates under the
+    optimizer's averages only with use_averages = true, spaCy's default being false): embedded once. The
+    evaluation ends the session: plain prediction after it neither reads nor fills the cache."""
+    nlp = build_nlp()
+    elmo = nlp.get_pipe("elmo")
+    data = examples(nlp, "train", "wnut17", 8) + examples(nlp, "train", "mr", 8)
+    dev = examples(nlp, "dev", "wnut17", 6) + examples(nlp, "dev", "mr", 6)
+    optimizer = Adam(0.001, use_averages=use_averages)
+    nlp.initialize(lambda: data, sgd=optimizer)
+    assert elmo.cache.n_bytes == 0
+    nlp.update(fresh(nlp, data), sgd=optimizer)
+    train_bytes = elmo.cache.n_bytes
+    assert train_bytes > 0, "training fills the cache"
+    assert bool(optimizer.averages) == use_averages
+    calls = count_bilm_calls["n"]
+    evaluate(nlp, optimizer, fresh(nlp, dev))
+    assert count_bilm_calls["n"] > calls and elmo.cache.n_bytes > train_bytes, "the first evaluation embeds"
+    filled = elmo.cache.n_bytes
+    calls = count_bilm_calls["n"]
+    nlp.update(fresh(nlp, data), sgd=optimizer)
+    scores = evaluate(nlp, optimizer, fresh(nlp, dev))
+    assert count_bilm_calls["n"] == calls, "a training doc or a dev doc was embedded twice"
+    assert elmo.cache.n_bytes == filled
+    assert scores["ents_f"] is not None and scores["cats_macro_f"] is not None
+    # the evaluation ended the session: a text seen in training is embedded again, a new one is not kept
+    list(nlp.pipe([eg.reference.text for eg in dev]))
+    assert count_bilm_calls["n"] > calls, "a dev doc was answered from the cache after the evaluation"
+    list(nlp.pipe(["A text no one has seen before"]))
+    assert elmo.cache.n_bytes == filled
+
+
+def test_a_save_ends_the_training_session_and_keeps_the_cache(count_bilm_calls, tmp_path):
+    """spacy train saves when it ends (model-last): predictions after a save leave the cache alone. Saving
+    changes no weight, so the training docs' layers stay cached for the next update."""
+    nlp = build_nlp()
+    elmo = nlp.get_pipe("elmo")
+    data = examples(nlp, "train", "wnut17", 8) + examples(nlp, "train", "mr", 8)
+    optimizer = nlp.initialize(lambda: data)
+    nlp.update(fresh(nlp, data), sgd=optimizer)
+    filled = elmo.cache.n_bytes
+    nlp.to_disk(tmp_path / "pipeline")
+    list(nlp.pipe(["Going to New York City tomorrow", "a wonderful film"]))
+    assert elmo.cache.n_bytes == filled
+    calls = count_bilm_calls["n"]
+    nlp.update(fresh(nlp, data), sgd=optimizer)
+    assert count_bilm_calls["n"] == calls, "the training docs' layers were dropped by the save"
+    # a new initialize (weights read again) empties it; so does loading weights
+    nlp.initialize(lambda: data)
+    assert elmo.cache.n_bytes == 0
+    nlp.update(fresh(nlp, data), sgd=optimizer)
+    assert elmo.cache.n_bytes == filled
+    elmo.from_disk(tmp_path / "pipeline" / "elmo", exclude=["vocab"])
+    assert elmo.cache.n_bytes == 0
+
+
+def test_a_fine_tuned_bilm_caches_nothing():
+    nlp = build_nlp(**{"components.elmo.model.fine_tune": True})
+    data = examples(nlp, "train", "wnut17", 8) + examples(nlp, "train", "mr", 8)
+    optimizer = nlp.initialize(lambda: data)
+    nlp.update(fresh(nlp, data), sgd=optimizer)
+    nlp.evaluate(fresh(nlp, data))
+    assert nlp.get_pipe("elmo").cache.n_bytes == 0
+
+
+def test_cache_predictions_caches_a_frozen_annotating_pipe(count_bilm_calls):
+    """A frozen pipe in annotating_components is never updated: its training docs come back every epoch through
+    prediction, which caches only when asked (cache_predictions)."""
+    nlp = build_nlp(**{"components.elmo.cache_predictions": True})
+    data = examples(nlp, "train", "wnut17", 8) + examples(nlp, "train", "mr", 8)
+    with nlp.select_pipes(disable=["elmo"]):
+        optimizer = nlp.initialize(lambda: data)
+    counts = []
+    for _ in range(2):
+        counts.append(count_bilm_calls["n"])
+        nlp.update(fresh(nlp, data), sgd=optimizer, exclude=["elmo"], annotates=["elmo"])
+    counts.append(count_bilm_calls["n"])
+    assert counts[1] > counts[0] and counts[2] == counts[1], f"the second epoch ran the biLM: {counts}"

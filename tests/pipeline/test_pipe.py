@@ -10,6 +10,7 @@ import spacy
 import srsly
 from spacy.tokens import Doc
 
+import spacy_elmo.bilm.bilm
 import spacy_elmo.io.resolve
 from fixture_paths import ELMO_FIXTURE
 from spacy_elmo.bilm.batching import embed_windowed
@@ -39,6 +40,24 @@ def nlp() -> spacy.Language:
 @pytest.fixture(scope="module")
 def embedder(reference_bilm) -> BiLMRunner:
     return BiLMRunner(reference_bilm)
+
+
+@pytest.fixture
+def bilm_calls(monkeypatch) -> dict[str, int]:
+    """How many times the torch biLM ran (its forward), from the test's start."""
+    calls = {"n": 0}
+    forward = spacy_elmo.bilm.bilm.BiLM.forward
+
+    def counting(self, *args, **kwargs):
+        calls["n"] += 1
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(spacy_elmo.bilm.bilm.BiLM, "forward", counting)
+    return calls
+
+
+def distinct_texts(n: int) -> list[str]:
+    return [f"Doc {i} : the {('cat', 'dog', 'bank', 'river')[i % 4]} number {i} sat ." for i in range(n)]
 
 
 def test_add_pipe_works_without_initialize(nlp):
@@ -208,6 +227,8 @@ def test_bad_settings_are_clear_errors():
         elmo_nlp(default_mix="bottom")
     with pytest.raises(ValueError, match="window_context"):
         elmo_nlp(model={"window_size": 10, "window_context": 5})
+    with pytest.raises(ValueError, match="cache_predictions"):
+        elmo_nlp(cache_predictions="sometimes")
 
 
 def test_vector_hooks():
@@ -336,3 +357,62 @@ def test_embed_windows_a_long_sentence_as_the_pipe_does(embedder):
     numpy.testing.assert_allclose(windowed[0], doc._.elmo_layers, atol=1e-6, rtol=1e-5)
     assert windowed[0].shape == (N_LAYERS, 40, WIDTH)
     assert numpy.array_equal(windowed[1], BiLMRunner(embedder.load()).embed_sentences([words[:5]])[0])
+
+
+# --- the layer cache at prediction (issue 48) ---------------------------------------------------------------
+
+
+def test_prediction_after_initialize_keeps_no_layers(bilm_calls):
+    """`nlp.initialize()` (the README's way to fail early on a bad path) leaves the training cache off: a
+    service's memory does not grow with each distinct doc, and a text seen before takes as long again."""
+    nlp = elmo_nlp()
+    nlp.initialize()
+    elmo = nlp.get_pipe("elmo")
+    texts = distinct_texts(40)
+    start = bilm_calls["n"]
+    first = [doc._.elmo_layers for doc in nlp.pipe(texts, batch_size=8)]
+    first_calls = bilm_calls["n"] - start
+    assert first_calls > 0 and elmo.cache.n_bytes == 0
+    again = [doc._.elmo_layers for doc in nlp.pipe(texts, batch_size=8)]
+    assert bilm_calls["n"] - start == 2 * first_calls, "the second pass was answered from a cache"
+    assert elmo.cache.n_bytes == 0
+    for a, b in zip(first, again):
+        numpy.testing.assert_array_equal(a, b)
+
+
+def test_cache_predictions_caches_at_prediction_within_its_bound(bilm_calls):
+    nlp = elmo_nlp(cache_predictions=True)
+    elmo = nlp.get_pipe("elmo")
+    texts = distinct_texts(20)
+    first = [doc._.elmo_layers for doc in nlp.pipe(texts)]
+    calls = bilm_calls["n"]
+    assert calls > 0 and elmo.cache.n_bytes == sum(layers.nbytes for layers in first)
+    again = [doc._.elmo_layers for doc in nlp.pipe(texts)]
+    assert bilm_calls["n"] == calls, "asked for, the cache answers a text seen before"
+    for a, b in zip(first, again):
+        numpy.testing.assert_array_equal(a, b)
+    # bounded whatever the stream: 1 MiB holds about 2,700 of the fixture's tokens, 400 docs are 4,800
+    small = elmo_nlp(cache_predictions=True, cache_size_mb=1)
+    for _ in small.pipe(distinct_texts(400), batch_size=64):
+        assert small.get_pipe("elmo").cache.n_bytes <= 2**20
+    assert small.get_pipe("elmo").cache.n_bytes > 2**20 - 2_000
+    # carried LSTM state makes a doc's layers depend on the docs before it: nothing is cached then
+    stateful = elmo_nlp(cache_predictions=True, model={"stateful": True})
+    list(stateful.pipe(texts))
+    assert stateful.get_pipe("elmo").cache.n_bytes == 0
+
+
+def test_a_pipeline_saved_without_cache_predictions_loads_with_it_off(nlp, tmp_path):
+    nlp("load the weights")
+    nlp.to_disk(tmp_path / "pipeline")
+    config = tmp_path / "pipeline" / "config.cfg"
+    text = config.read_text(encoding="utf-8")
+    assert "cache_predictions = false\n" in text
+    config.write_text(text.replace("cache_predictions = false\n", ""), encoding="utf-8")
+    loaded = spacy.load(tmp_path / "pipeline")
+    elmo = loaded.get_pipe("elmo")
+    assert elmo.cache_predictions is False
+    texts = distinct_texts(4)
+    for doc, again in zip(nlp.pipe(texts), loaded.pipe(texts)):
+        numpy.testing.assert_allclose(again._.elmo_layers, doc._.elmo_layers, atol=1e-6)
+    assert elmo.cache.n_bytes == 0
