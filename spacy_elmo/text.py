@@ -21,6 +21,8 @@ from typing import Any, Optional, Union
 PathLike = Union[str, Path]
 UTF8 = "utf-8"
 NUL = "\x00"
+# the one rule for a text's characters, wherever a text comes from (a file, a JSONL field, an engine's row)
+NUL_RULE = "a NUL (U+0000), which text never holds"
 _BLOCK = 1 << 20
 # their decoders read (and drop) a leading byte-order mark themselves: they need it for the byte order
 _SELF_MARKED = ("utf-16", "utf-32")
@@ -128,7 +130,7 @@ class _Where:
         wide = self._wide(offset, data)
         why = f"; {self._advice()}" if wide is None else f": {wide}"
         line = self._line(text[:index])
-        return f"{self.path}, line {line}, byte {offset}: a NUL (U+0000), which text never holds{why}"
+        return f"{self.path}, line {line}, byte {offset}: {NUL_RULE}{why}"
 
     def _name(self) -> str:
         return "UTF-8" if self.codec == UTF8 else self.codec
@@ -240,6 +242,8 @@ def texts_from_jsonl(
         text = record[field]
         if not isinstance(text, str):
             raise error(f"{path}, line {number}: field {field!r} is not a string")
+        if NUL in text:  # written as \u0000 in the JSON: the same rule as a NUL byte in a text file
+            raise error(f"{path}, line {number}: field {field!r} holds {NUL_RULE} (\\u0000 in the JSON)")
         yield text
 
 

@@ -31,6 +31,7 @@ OPTIONAL_IMPORTS = {
     "onnxruntime": ("onnx",),
     "pyarrow": ("parquet", "spark", "ray"),
     "pyspark": ("spark",),
+    "ray": ("ray",),
 }
 
 PYPROJECT = load_pyproject()

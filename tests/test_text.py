@@ -46,6 +46,12 @@ def test_jsonl_records_and_errors_name_the_line_and_the_option():
         list(texts_from_jsonl(['{"text": 3}'], "in.jsonl", "text", option="--text-field"))
 
 
+def test_a_jsonl_text_with_an_escaped_nul_is_refused_as_a_nul_byte_is():
+    lines = ['{"text": "fine"}', '{"text": "a\\u0000b"}']
+    with pytest.raises(ValueError, match=r"in.jsonl, line 2: field 'text' holds a NUL \(U\+0000\), which text never"):
+        list(texts_from_jsonl(lines, "in.jsonl", "text", option="--text-field"))
+
+
 def test_the_tokenizer_splits_words_and_sentences_like_spacy():
     tokenizer = make_tokenizer("en")
     assert tokenizer.words("Don't  stop.") == ["Do", "n't", "stop", "."]

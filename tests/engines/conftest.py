@@ -16,6 +16,8 @@ TEXTS = [
 ]
 LONG_TEXT = " ".join(f"w{i % 97}" for i in range(50_000))  # 50k tokens: windowed, as the pipe windows it
 BAD_ROWS = {"empty": "", "50k tokens": LONG_TEXT}
+NUL_TEXT = "a NUL\x00 in it"  # what UTF-16 read as UTF-8 looks like: embed refuses it, and so do the engines
+NUL_REFUSED = r"a NUL \(U\+0000\), which text never holds"  # embed's words, the engines' too
 
 
 def settings(layers: str = "all") -> EmbedSettings:
@@ -68,3 +70,11 @@ def assert_as_pipe_and_embed(rows: dict, texts: list, pipe_layers: dict, embed_l
         assert len(tokens) == expected.shape[1] and numpy.array_equal(vectors, expected), i
         if text in embed_layers:
             assert numpy.array_equal(vectors, embed_layers[text]), i
+
+
+def assert_embed_refuses_nul(tmp_path) -> None:
+    """`embed` refuses a line holding NUL_TEXT, with the words the engines use for such a row."""
+    path = tmp_path / "nul.txt"
+    path.write_text(f"fine\n{NUL_TEXT}\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"nul.txt, line 2, byte 10: {NUL_REFUSED}"):
+        embed_file(path, tmp_path / "nul.hdf5", settings())

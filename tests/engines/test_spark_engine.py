@@ -1,6 +1,7 @@
 """`engines.spark.with_elmo` on Spark in local mode (2 cores, a failed task retried once): the pipe's and
 `embed`'s vectors bit for bit, a task whose Python worker dies retried to the same output, bad rows handled
-as the pipe handles them, the result written as Parquet and read back with pyarrow alone."""
+as the pipe handles them (and a NUL as `embed` does) and named by their place in the DataFrame, the result
+written as Parquet and read back with pyarrow alone."""
 
 import dataclasses
 import os
@@ -10,7 +11,16 @@ import sys
 import numpy
 import pytest
 
-from engines.conftest import BAD_ROWS, TEXTS, assert_as_pipe_and_embed, read_back, settings
+from engines.conftest import (
+    BAD_ROWS,
+    NUL_REFUSED,
+    NUL_TEXT,
+    TEXTS,
+    assert_as_pipe_and_embed,
+    assert_embed_refuses_nul,
+    read_back,
+    settings,
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -91,6 +101,43 @@ def test_a_null_text_is_refused_naming_the_column(spark):
         with_elmo(df, settings("top"), text_column="body")
     with pytest.raises(ValueError, match=r"--dtype float16 is for HDF5 output; a Spark DataFrame stores float32"):
         with_elmo(df, dataclasses.replace(settings("top"), dtype="float16"))
+
+
+def test_a_text_with_a_nul_is_refused_as_embed_refuses_it_naming_its_row(spark, tmp_path):
+    """One partition: the partition's row is the DataFrame's, counted past the first slice of 8."""
+    from spacy_elmo.engines.spark import with_elmo
+
+    assert_embed_refuses_nul(tmp_path)
+    texts = [*TEXTS[:30], NUL_TEXT, *TEXTS[30:40]]
+    df = frame(spark, texts).coalesce(1)
+    said = rf"row 6 of this batch: {NUL_REFUSED}.*; it is row 30 of partition 0 \(monotonically_increasing_id\(\) 30\);"
+    with pytest.raises(Exception, match=said):
+        with_elmo(df, settings("top"), batch_rows=8).collect()
+
+
+def test_a_bad_row_past_the_first_batch_is_named_by_its_key_and_place(spark):
+    """Row 73 of 100 in 2 partitions of 50, Arrow batches of 20 sliced to 8: it is partition 1's row 23 (its
+    third batch's fourth row), which `monotonically_increasing_id()` selects again."""
+    from pyspark.sql.functions import monotonically_increasing_id
+
+    from spacy_elmo.engines.spark import with_elmo
+
+    texts: list = list(TEXTS[:100])
+    texts[73] = None
+    df = frame(spark, texts)
+    assert df.rdd.getNumPartitions() == 2
+    place = (1 << 33) + 23
+    said = rf"row 3 of this batch: null, .*; it is the row with id=73, row 23 of partition 1 \(\w+\(\) {place}\);"
+    previous = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "20")
+    try:
+        with pytest.raises(Exception, match=said):
+            with_elmo(df, settings("top"), batch_rows=8, key_column="id").collect()
+    finally:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", previous)
+    assert df.withColumn("i", monotonically_increasing_id()).where(f"i = {place}").first()["id"] == 73
+    with pytest.raises(ValueError, match=r"the DataFrame has no column 'key' \(columns: id, text\)"):
+        with_elmo(df, settings("top"), key_column="key")
 
 
 def test_an_onnx_graph_shipped_to_the_executors_gives_the_pipes_vectors(
