@@ -1,6 +1,161 @@
-"""The one base of every "this model file is bad" error, so a caller catches one type whatever the format:
-options, vocabularies, weights, ELMoForManyLangs files, archives and ONNX graphs."""
+"""The package's own errors. `ModelFileError`: the one base of every "this model file is bad" error, so a
+caller catches one type whatever the format: options, vocabularies, weights, ELMoForManyLangs files, archives
+and ONNX graphs. `MissingPackageError`: a package that a feature imports only when used is not installed;
+`require` raises it before any work starts, in one line naming the package and the pip line that installs it
+(the package is not on PyPI: the hint names the packages themselves, and the extra as a clone or a built
+wheel installs it)."""
+
+import importlib.util
+import re
+from collections.abc import Sequence
+from functools import cache
+from importlib import metadata
+from typing import Optional
+
+from .about import __title__, __version__
 
 
 class ModelFileError(ValueError):
     """A model's files cannot be read as the model they claim to be; the message names the file and the key."""
+
+
+class MissingPackageError(ModuleNotFoundError):
+    """A package a feature needs is not installed; the message names it and the `pip install` line to run
+    (a ModuleNotFoundError, so that `except ImportError` still catches it)."""
+
+
+# pyproject.toml's [project] dependencies and the extras that hints name, as written there: what a hint says
+# where spacy-elmo's metadata is not installed (a source tree on sys.path). tests/test_missing_packages.py
+# checks them against pyproject.toml, and the installed metadata against both.
+DEPENDENCIES: tuple[str, ...] = (
+    "spacy>=3.7,<4.0",
+    "thinc>=8.2,<9.0",
+    "torch>=2.1",
+    "srsly>=2.4",
+    "h5py>=3.8",
+    "numpy>=1.23",
+    "pydantic>=2,<3",
+    "typer>=0.3,<1.0",
+    "tqdm>=4.38",
+    "pooch>=1.6,<2",
+    "requests>=2.19",
+)
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "parquet": ("pyarrow>=15",),
+    "onnx": ("onnx>=1.17,<2", "onnxruntime>=1.20,<2", "onnxscript>=0.5,<1"),
+    "spark": ("pyspark[sql]>=4.0", "pyarrow>=15"),
+    "ray": ("ray[data]>=2.10", "pyarrow>=15"),
+}
+# what a hint adds for one package: PyPI's torch for Linux is the CUDA build
+NOTES = {"torch": "for torch's CPU build add --index-url https://download.pytorch.org/whl/cpu"}
+WHEEL = f"dist/{__title__.replace('-', '_')}-{__version__}-py3-none-any.whl"  # what `pip wheel . -w dist/` writes
+
+_EXTRA_MARKER = re.compile(r"""^extra\s*==\s*["']([^"']+)["']$""")
+
+
+def requirement_name(requirement: str) -> str:
+    """ "onnxruntime>=1.20,<2" -> "onnxruntime"; "ray[data]>=2.10" -> "ray" (normalised as pip compares names)."""
+    return re.split(r"[\s<>=!~;\[(]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def _lower_bounds_first(requirement: str) -> str:
+    """ "onnx<2,>=1.17" (as metadata writes it) -> "onnx>=1.17,<2" (as pyproject.toml does)."""
+    found = re.match(r"^([A-Za-z0-9._-]+(?:\[[^\]]*\])?)\s*\(?([^)]*)\)?$", requirement.strip())
+    if found is None:
+        return requirement.strip()
+    clauses = [clause.strip() for clause in found.group(2).split(",") if clause.strip()]
+    return found.group(1) + ",".join(sorted(clauses, key=lambda clause: clause.startswith(("<", "!"))))
+
+
+@cache
+def _installed(extra: Optional[str]) -> Optional[tuple[str, ...]]:
+    """The requirements of `extra` (None: the dependencies) in the installed metadata; None if not installed."""
+    try:
+        listed = metadata.requires(__title__)
+    except metadata.PackageNotFoundError:
+        return None
+    found = []
+    for line in listed or []:
+        requirement, _, marker = line.partition(";")
+        marker = marker.strip()
+        extra_of = _EXTRA_MARKER.match(marker)
+        if (extra is None and not marker) or (extra is not None and extra_of and extra_of.group(1) == extra):
+            found.append(_lower_bounds_first(requirement))
+    return tuple(found)
+
+
+def requirements(extra: Optional[str] = None) -> tuple[str, ...]:
+    """The requirements of `extra` (None: the dependencies) as the installed metadata states them, else as
+    pyproject.toml does (`EXTRAS`, `DEPENDENCIES`): one source of truth, whichever way the code is run."""
+    installed = _installed(extra)
+    if installed is not None:
+        return installed
+    return DEPENDENCIES if extra is None else EXTRAS.get(extra, ())
+
+
+def requirement(module: str, extra: Optional[str] = None) -> str:
+    """The requirement that provides top-level `module` ("onnxruntime" -> "onnxruntime>=1.20,<2"): from
+    `extra`'s, else from the dependencies, else the bare name."""
+    name = requirement_name(module)
+    for candidate in (*requirements(extra), *requirements(None)):
+        if requirement_name(candidate) == name:
+            return candidate
+    return name
+
+
+def extra_providing(module: str) -> Optional[str]:
+    """The first extra (in `EXTRAS`' order) whose requirements provide `module`; None for a dependency."""
+    name = requirement_name(module)
+    if any(requirement_name(r) == name for r in requirements(None)):
+        return None
+    return next((extra for extra in EXTRAS if any(requirement_name(r) == name for r in requirements(extra))), None)
+
+
+def is_known(module: str) -> bool:
+    """Whether `module` is one of the dependencies or of an extra's requirements (what a hint can name)."""
+    name = requirement_name(module)
+    return any(requirement_name(r) == name for group in (None, *EXTRAS) for r in requirements(group))
+
+
+def missing(*modules: str) -> list[str]:
+    """Those of the top-level `modules` that cannot be imported here (found without importing them)."""
+    absent = []
+    for module in modules:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a finder refusing it; a module half set up in sys.modules
+            found = False
+        if not found:
+            absent.append(module)
+    return absent
+
+
+def missing_message(purpose: str, modules: Sequence[str], extra: Optional[str] = None) -> str:
+    """One line: `purpose` needs `modules`, not installed, and the pip line installing exactly those (their
+    ranges as pyproject.toml states them), then the extra as a clone or the built wheel installs it."""
+    specs = " ".join(f'"{requirement(module, extra)}"' for module in modules)
+    names = modules[0] if len(modules) == 1 else f"{', '.join(modules[:-1])} and {modules[-1]}"
+    line = f"{purpose} needs {names}, which {'is' if len(modules) == 1 else 'are'} not installed: pip install {specs}"
+    if extra is not None:
+        line += (
+            f' (or the [{extra}] extra: pip install ".[{extra}]" in a clone of {__title__}, '
+            f'pip install "{WHEEL}[{extra}]" with its wheel)'
+        )
+    else:
+        line += f" (a dependency of {__title__}, which pip install --no-deps leaves out)"
+    return line + "".join(f"; {NOTES[module]}" for module in modules if module in NOTES)
+
+
+def require(purpose: str, *modules: str, extra: Optional[str] = None) -> None:
+    """Raise `MissingPackageError` naming every one of `modules` that is not installed, and how to install
+    them, so that a feature fails before its work starts rather than at its end with a traceback."""
+    absent = missing(*modules)
+    if absent:
+        raise MissingPackageError(missing_message(purpose, absent, extra), name=absent[0])
+
+
+def add_requirement(listed: list[str], module: str, extra: Optional[str] = None) -> None:
+    """Add `module`'s requirement to `listed` (a pipeline's meta["requirements"], which `spacy package` makes
+    its package's), unless a requirement of that name is listed already."""
+    if all(requirement_name(r) != requirement_name(module) for r in listed):
+        listed.append(requirement(module, extra))

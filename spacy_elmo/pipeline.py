@@ -24,6 +24,7 @@ from thinc.api import Model, Optimizer, get_array_module
 from thinc.types import Floats3d
 
 from . import extensions
+from .errors import add_requirement
 from .layers import bilm_model
 from .layers.cache import LayerCache, doc_key
 from .layers.listener import ElmoListener
@@ -100,6 +101,9 @@ class Elmo(TrainablePipe):
             raise ValueError("elmo: set_vector_hooks needs vectors on the doc; use store='layers', 'vectors' or 'both'")
         if model.name != bilm_model.BILM_LAYER_NAME:
             raise ValueError(f"elmo: model must be a spacy-elmo.BiLM.v1 layer, got {model.name!r}")
+        # `spacy package` makes meta["requirements"] its package's: an onnxruntime pipeline's installs ONNX Runtime
+        self._meta = nlp.meta if model.attrs["settings"].runtime == "onnxruntime" else None
+        self._list_requirements()
         self.vocab = nlp.vocab
         self.model = model
         self.name = name
@@ -119,6 +123,7 @@ class Elmo(TrainablePipe):
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "Elmo":
         super().from_bytes(bytes_data, exclude=exclude)
         self._reset_cache()  # new weights: cached layers are stale
+        self._list_requirements()
         return self
 
     def from_disk(self, path: Any, *, exclude: Iterable[str] = tuple()) -> "Elmo":
@@ -126,7 +131,14 @@ class Elmo(TrainablePipe):
         with bilm_model.saved_weights_at(str(Path(path) / "model")):
             super().from_disk(path, exclude=exclude)
         self._reset_cache()
+        self._list_requirements()
         return self
+
+    def _list_requirements(self) -> None:
+        """List onnxruntime in the pipeline's meta (again after loading: a saved meta.json replaces the list,
+        and spaCy reads it before the pipes)."""
+        if self._meta is not None:
+            add_requirement(self._meta.setdefault("requirements", []), "onnxruntime", extra="onnx")
 
     def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
         """As spaCy's; a save ends the training session, so later predictions leave the cache alone."""

@@ -16,6 +16,8 @@ import shlex
 import shutil
 import subprocess
 import sys
+import zipfile
+from email.parser import Parser
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 
@@ -130,6 +132,19 @@ def requirement_closure(requirements: list[str]) -> set[str]:
     return found
 
 
+def pipeline_requirement(wheel: Path, name: str) -> str:
+    """The wheel's requirement of `name` (Requires-Dist), lower bounds first as pyproject.toml writes them."""
+    from packaging.requirements import Requirement
+
+    with zipfile.ZipFile(wheel) as archive:
+        [metadata] = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        requires = Parser().parsestr(archive.read(metadata).decode("utf-8")).get_all("Requires-Dist") or []
+    found = [Requirement(r) for r in requires if Requirement(r).name == name]
+    assert len(found) == 1, f"{wheel.name} requires {requires}"
+    bounds = sorted(found[0].specifier, key=lambda s: (s.operator.startswith("<"), str(s)))
+    return name + ",".join(str(s) for s in bounds)
+
+
 def link_distributions(names: set[str], directory: Path) -> Path:
     """A directory of links to the installed files of these distributions (their top-level entries)."""
     directory.mkdir()
@@ -174,6 +189,10 @@ def test_a_wheel_serves_in_a_fresh_virtualenv_without_torch(tmp_path, monkeypatc
     assert shlex.split(MAKE_PACKAGES) == ["mkdir", "-p", "packages"]
     (work / "packages").mkdir()
     run([sys.executable, *shlex.split(PACKAGE)[1:]], work)
+    # the package requires what it serves with, as pyproject.toml's [onnx] extra states it
+    assert pipeline_requirement(work / shlex.split(INSTALL_PIPELINE_SERVING)[-1], "onnxruntime") == next(
+        r for r in load_pyproject()["project"]["optional-dependencies"]["onnx"] if r.startswith("onnxruntime")
+    )
 
     # the fresh virtualenv, seeing the serving dependencies only
     venv = tmp_path / "serving-venv"

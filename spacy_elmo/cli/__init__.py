@@ -1,11 +1,15 @@
 """`spacy elmo ...` and `python -m spacy_elmo ...`: one Typer app, one module a subcommand."""
 
 import contextlib
+import functools
 import inspect
 from collections.abc import Iterator
+from typing import Any, Callable
 
 import typer
 from typer.models import ArgumentInfo
+
+from ..errors import MissingPackageError, extra_providing, is_known, missing, missing_message
 
 elmo_cli = typer.Typer(name="elmo", no_args_is_help=True)
 PIN_OPTION = typer.Option(
@@ -43,6 +47,32 @@ def _upper_case_placeholders() -> None:
                 parameter.default.metavar = parameter.name.upper()
 
 
+def _naming_missing_packages(command: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """`command`, with a package it imports that is not installed (torch or pooch where a serving install
+    left them out, an extra's) said in one `error:` line naming the pip line, exit status 1, not a traceback.
+    Commands `require` what they need before their work starts; this catches what any other path imports."""
+
+    @functools.wraps(command)  # typer reads the parameters through __wrapped__
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except ModuleNotFoundError as err:
+            top = (err.name or "").split(".")[0]
+            if isinstance(err, MissingPackageError):
+                message = str(err)
+            elif is_known(top) and missing(top):
+                message = missing_message(name, [top], extra_providing(top))
+            else:
+                raise
+            typer.echo(f"error: {message}", err=True)
+            raise typer.Exit(1) from None
+
+    return run
+
+
+for _command in elmo_cli.registered_commands:
+    if _command.callback is not None:
+        _command.callback = _naming_missing_packages(_command.callback, str(_command.name))
 _upper_case_placeholders()
 # the help text lists the commands as registered, so a new one cannot be left out of it
 elmo_cli.info.help = (

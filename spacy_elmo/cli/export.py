@@ -5,6 +5,7 @@ from typing import Optional
 
 import typer
 
+from ..errors import require
 from . import PIN_OPTION, elmo_cli, one_line_errors
 
 
@@ -16,14 +17,13 @@ def export_cli(
 ) -> None:
     r"""Export the biLM as an ONNX graph: character ids (batch, length, width; 0 = no token) in, every layer
     (layers, batch, length, 2 x projection) out, fp32, stateless, any batch size and length (the LSTMs are
-    ONNX Scans over the run-time length). Needs `pip install spacy-elmo\[onnx]`."""
-    try:
-        from ..io.digest import file_sha256
-        from ..io.resolve import check_output, load_model
-        from ..onnx.export import export_onnx
-    except ImportError as err:  # pragma: no cover - the extra is installed wherever tests run
-        typer.echo(f"error: export needs the [onnx] extra (pip install 'spacy-elmo[onnx]'): {err}", err=True)
-        raise typer.Exit(1) from None
+    ONNX Scans over the run-time length). Needs torch and the \[onnx] extra: `pip install ".\[onnx]"` in a
+    clone (a missing package is named with the line that installs it)."""
+    require("export", "torch", "onnx", "onnxscript", extra="onnx")  # before the model loads
+    from ..io.digest import file_sha256
+    from ..io.resolve import check_output, load_model
+    from ..onnx.export import export_onnx
+
     with one_line_errors():
         loaded = load_model(model, option="MODEL", sha256=sha256)
         check_output(loaded, output, "OUTPUT", directory=False)

@@ -25,6 +25,7 @@ from ..bilm.batching import (
     check_window,
     embed_windowed,
 )
+from ..errors import require
 from ..io.digest import file_sha256, parse_pin
 from ..launch_env import launch_env
 from ..mix import REDUCTIONS, reduce_layers
@@ -257,6 +258,9 @@ def embed_file(
         raise ValueError(f"--format must be one of {', '.join(OUTPUT_FORMATS)}, got {output_format!r}")
     if output_format == "parquet":
         check_table_dtype(settings.dtype, "Parquet output")
+        require("--format parquet", "pyarrow", extra="parquet")  # else only the finished output would need it
+    if settings.runtime == "onnxruntime":
+        require("--runtime onnxruntime", "onnxruntime", extra="onnx")  # else only the first batch would need it
     make_tokenize(settings)  # an unknown --tokenizer language is refused before any file is read or written
     if shard is not None:
         output_path = shard_path(output_path, shard)

@@ -17,6 +17,7 @@ from torch import nn
 from ..bilm.bilm import BiLM
 from ..bilm.lstm import lstm_cell, reverse_within_lengths
 from ..bilm.precision import Products, TorchFloat
+from ..errors import require
 from ..io.atomic import atomic_write_bytes
 from ..io.onnx_graph import GRAPH_SHA256_KEY, INPUT_NAME, OUTPUT_NAME, GraphMetadata, graph_sha256
 
@@ -120,7 +121,9 @@ class ExportableBiLM(nn.Module):
 
 def export_bytes(bilm: BiLM, source_sha256: Optional[str] = None) -> bytes:
     """The biLM as a serialized ONNX graph, carrying its options, lexicon, `source_sha256` (the digest of
-    the model it came from) and the digest of its own bytes. Needs the `[onnx]` extra."""
+    the model it came from) and the digest of its own bytes. Needs the `[onnx]` extra: without it torch's
+    exporter fails deep inside, so a missing package is named first, in one line (`MissingPackageError`)."""
+    require("ONNX export", "onnx", "onnxscript", extra="onnx")
     was_training = bilm.training
     bilm.eval()
     module = ExportableBiLM(bilm).eval()

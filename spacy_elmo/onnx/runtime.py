@@ -21,6 +21,7 @@ from ..bilm.batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET, Senten
 from ..bilm.lexicon import Lexicon, batch_to_ids
 from ..bilm.options import BiLMOptions
 from ..cpus import omp_threads, usable_cpus
+from ..errors import MissingPackageError, missing_message
 from ..io.digest import check_pin
 from ..io.onnx_graph import (
     EXPORT_AGAIN,
@@ -33,10 +34,7 @@ from ..io.onnx_graph import (
 )
 
 RUNTIMES = ("torch", "onnxruntime")  # what the layer and `embed` run the biLM with
-MISSING_RUNTIME = (
-    "the 'onnxruntime' runtime needs the onnxruntime package: pip install 'spacy-elmo[onnx]' (or onnxruntime "
-    "alone, to serve without torch)"
-)
+MISSING_RUNTIME = missing_message("the 'onnxruntime' runtime", ["onnxruntime"], extra="onnx")
 
 
 # this process's sessions, by `OnnxRunner._key`; and those inherited through a fork, never freed (see above)
@@ -180,8 +178,8 @@ class OnnxRunner(SentenceRunner):
                 self.load()
             try:
                 import onnxruntime as ort
-            except ImportError as err:
-                raise ImportError(f"{MISSING_RUNTIME} ({err})") from None
+            except ImportError:
+                raise MissingPackageError(MISSING_RUNTIME, name="onnxruntime") from None
             settings = ort.SessionOptions()
             settings.intra_op_num_threads = self._threads() if os.getpid() == self._origin_pid else 1
             settings.log_severity_level = 3  # errors only: its warnings are about graph rewrites
