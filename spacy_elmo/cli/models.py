@@ -25,6 +25,7 @@ def models_cli(
     the pipe's `path` take; * marks those in the cache. Each name's source and licence: `--lang` and the
     catalog file printed at the end."""
     with one_line_errors():
+        folder = cache_dir(cache)  # first: the default folder needs pooch, named before any line is listed
         entries = entries_for(lang)
         if not entries:
             languages = sorted({entry.language for entry in load_catalog().values()})
@@ -35,7 +36,7 @@ def models_cli(
             typer.echo(f"{mark} {entry.name:22} {entry.language:4} {entry.format:8} {size:14} {entry.description}")
             if lang:
                 typer.echo(f"    source: {entry.page}; licence: {entry.licence}")
-        typer.echo(f"catalog: {catalog_path()}; cache: {cache_dir(cache)}", err=True)
+        typer.echo(f"catalog: {catalog_path()}; cache: {folder}", err=True)
 
 
 @elmo_cli.command("download")
@@ -47,13 +48,14 @@ def download_cli(
 ) -> None:
     """Fetch MODEL into the cache now (resumed if an earlier try broke off; a cached one is only checked) and
     print its local path. A URL of a weights file brings its options too (X_weights.hdf5 -> X_options.json,
-    else options.json beside it)."""
+    else options.json beside it). Offline (SPACY_ELMO_OFFLINE=1), nothing is fetched: a cached model is
+    checked, a missing one named."""
     with one_line_errors():
         if is_url(model):
-            path = download_url(model, cache, offline=False)
+            path = download_url(model, cache)
         else:
             entry = find_entry(model)
             if entry is None:
                 raise FileNotFoundError(unknown_name_message(model))
-            path = download_entry(entry, cache, offline=False)
+            path = download_entry(entry, cache)
         typer.echo(str(path))

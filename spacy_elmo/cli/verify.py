@@ -6,6 +6,7 @@ from typing import Any, Optional
 
 import typer
 
+from ..errors import require
 from . import PIN_OPTION, elmo_cli, one_line_errors
 
 
@@ -23,6 +24,7 @@ def verify_cli(
     """Check a model (every array against its options and for damaged values; a native model against its
     recorded digest; the digest against --sha256) and print its digest (the one to pin: it covers every
     file of the model), each file's own digest, its options and shapes. Exit status 1 if it does not load."""
+    require("verify", "torch")  # before anything is read (a published name: downloaded)
     show(model_report(model, options, sha256), as_json)
 
 
@@ -35,14 +37,18 @@ def info_cli(
     it comes from (a published model: its page and licence); loaded with every check, as `verify` does."""
     from ..hub.catalog import find_entry
 
+    require("info", "torch")  # before anything is read (a published name: downloaded)
     entry = None if Path(model).exists() else find_entry(model)
+    if entry is not None and not as_json:  # what the catalog knows, shown first: also offline, or if it fails
+        typer.echo(f"name     {entry.name} ({entry.language}): {entry.description}")
+        typer.echo(f"source   {entry.page}; licence: {entry.licence}")
+        size = entry.size or (f"{entry.parameters} params" if entry.parameters else "")
+        if size:
+            typer.echo(f"size     {size} ({entry.format})")
     report = model_report(model, None, None)
     if entry is not None:
-        fields = ("name", "language", "description", "page", "licence")
+        fields = ("name", "language", "description", "page", "licence", "size", "parameters", "format")
         report["published"] = {field: getattr(entry, field) for field in fields}
-        if not as_json:
-            typer.echo(f"name     {entry.name} ({entry.language}): {entry.description}")
-            typer.echo(f"source   {entry.page}; licence: {entry.licence}")
     show(report, as_json)
 
 

@@ -254,11 +254,16 @@ def fetch(
     return target
 
 
+# what a machine that cannot reach a model's host does instead (said offline and after a network error)
+FETCH_ELSEWHERE = (
+    "fetch it where the network is reachable (spacy elmo download NAME_OR_URL) and copy the cache folder, or "
+    f"point {CACHE_ENV} at a copy"
+)
+
+
 def _offline_error(shown: str, target: Path) -> FileNotFoundError:
     return FileNotFoundError(
-        f"offline ({OFFLINE_ENV}): {shown} is not in the cache (it would be {target}); fetch it where the "
-        f"network is reachable (spacy elmo download NAME_OR_URL) and copy the cache folder, or point "
-        f"{CACHE_ENV} at a copy"
+        f"offline ({OFFLINE_ENV}): {shown} is not in the cache (it would be {target}); {FETCH_ELSEWHERE}"
     )
 
 
@@ -301,6 +306,8 @@ def _download(url: str, target: Path, sha256: Optional[str], progress: bool) -> 
             if kept and _read_validator(downloader.validator_file, shown)
             else "run again to download it again"
         )
+        if isinstance(err, (requests.ConnectionError, requests.Timeout)):  # the host may be out of reach from here
+            then += f"; if this machine cannot reach {urlsplit(shown).netloc}, {FETCH_ELSEWHERE}"
         raise DownloadError(_scrub(f"{shown}: {err} (after {RETRIES + 1} tries); {then}", url)) from None
     _record_digest(target, downloader.sha256 or sha256_of_file(target))
 

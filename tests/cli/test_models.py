@@ -51,3 +51,41 @@ def test_the_commands_have_help():
     for command in ("models", "download"):
         done = runner.invoke(elmo_cli, [command, "--help"])
         assert done.exit_code == 0 and "--cache" in done.output
+
+
+def test_download_offline_fetches_nothing_and_names_what_is_missing(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    with serving() as server:
+        server.files["m/ru.zip"] = zip_of({"ru.txt": b"zip bytes"})
+        entry = {"name": "test/ru", "language": "ru", "format": "efml", "urls": {"archive": server.url("m/ru.zip")}}
+        monkeypatch.setenv("SPACY_ELMO_CATALOG", str(write_catalog(tmp_path / "catalog.json", [entry])))
+        monkeypatch.setenv("SPACY_ELMO_OFFLINE", "1")
+        by_name = runner.invoke(elmo_cli, ["download", "test/ru", "--cache", str(cache)])
+        by_url = runner.invoke(elmo_cli, ["download", server.url("m/other.zip"), "--cache", str(cache)])
+        assert server.requests == []  # nothing was asked of the server
+        monkeypatch.delenv("SPACY_ELMO_OFFLINE")
+        fetched = runner.invoke(elmo_cli, ["download", "test/ru", "--cache", str(cache)])
+        assert fetched.exit_code == 0, fetched.output
+        monkeypatch.setenv("SPACY_ELMO_OFFLINE", "1")
+        asked = len(server.requests)
+        again = runner.invoke(elmo_cli, ["download", "test/ru", "--cache", str(cache)])  # cached: checked only
+        assert len(server.requests) == asked
+    for done in (by_name, by_url):
+        assert done.exit_code == 1
+        assert "offline (SPACY_ELMO_OFFLINE)" in done.output and "is not in the cache" in done.output
+        assert "spacy elmo download NAME_OR_URL) and copy the cache folder" in done.output
+    assert again.exit_code == 0 and again.stdout.strip() == fetched.stdout.strip()
+
+
+def test_a_host_out_of_reach_says_what_to_do_instead(tmp_path, monkeypatch):
+    monkeypatch.delenv("SPACY_ELMO_OFFLINE", raising=False)
+    monkeypatch.setattr(download, "RETRIES", 0)
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on: the connection is refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = runner.invoke(elmo_cli, ["download", f"http://127.0.0.1:{port}/m.zip", "--cache", str(tmp_path)])
+    assert done.exit_code == 1
+    assert f"if this machine cannot reach 127.0.0.1:{port}, fetch it where the network is reachable" in done.output
+    assert "kept in" not in done.output  # nothing was received: no partial file is promised

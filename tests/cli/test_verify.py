@@ -68,3 +68,25 @@ def test_info_of_a_published_model_says_where_it_comes_from(tmp_path, monkeypatc
         == json.loads(runner.invoke(elmo_cli, ["verify", str(ELMO_FIXTURE), "--json"]).stdout)["sha256"]
     )
     assert runner.invoke(elmo_cli, ["info", "--help"]).exit_code == 0
+
+
+def test_info_offline_shows_what_the_catalog_knows_before_saying_what_is_missing(tmp_path, monkeypatch):
+    entry = {
+        "name": "test/big",
+        "language": "en",
+        "format": "bilm-tf",
+        "description": "a model not in the cache",
+        "urls": {"options": "http://127.0.0.1:9/m/options.json", "weights": "http://127.0.0.1:9/m/w.hdf5"},
+        "size": "about 1.5 GB",
+    }
+    from http_files import write_catalog
+
+    monkeypatch.setenv("SPACY_ELMO_CATALOG", str(write_catalog(tmp_path / "catalog.json", [entry])))
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("SPACY_ELMO_OFFLINE", "1")
+    done = runner.invoke(elmo_cli, ["info", "test/big"])
+    assert done.exit_code == 1
+    assert done.stdout.startswith("name     test/big (en): a model not in the cache\n")
+    assert "source   https://example.org/models; licence: CC-BY-4.0\n" in done.stdout
+    assert "size     about 1.5 GB (bilm-tf)\n" in done.stdout
+    assert "offline (SPACY_ELMO_OFFLINE)" in done.output and "is not in the cache" in done.output
