@@ -74,12 +74,14 @@ def with_elmo(
     }
     if key_column is not None:  # only then: a subclass written before key_column still starts
         kwargs["key_column"] = key_column
+    from ray.data import ActorPoolStrategy
+
     return ds.map_batches(
         embedder,
         fn_constructor_kwargs=kwargs,
         batch_format="pyarrow",
         batch_size=batch_rows,
-        concurrency=pool.actors,
+        compute=ActorPoolStrategy(size=pool.actors),  # `concurrency=` is deprecated since Ray 2.51
         num_cpus=pool.cpus_each,
         num_gpus=num_gpus or None,
     )
