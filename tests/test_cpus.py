@@ -146,3 +146,107 @@ def test_onnxruntime_threads_follow_the_usable_cpus(tmp_path, monkeypatch, fixtu
     tree(tmp_path, {"sys/fs/cgroup/cpu.max": "100000 100000"})
     assert threads() == 1
     assert threads(n_threads=3) == 3  # the user's choice, as given
+
+
+# --- OpenMP's wait policy --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("environ", "spins"),
+    [
+        ({}, True),  # libgomp spins 300,000 times, Intel's OpenMP 200 ms
+        ({"OMP_WAIT_POLICY": "PASSIVE"}, False),
+        ({"OMP_WAIT_POLICY": " passive "}, False),
+        ({"OMP_WAIT_POLICY": "ACTIVE"}, True),
+        ({"GOMP_SPINCOUNT": "0"}, False),
+        ({"GOMP_SPINCOUNT": "10000", "OMP_WAIT_POLICY": "PASSIVE"}, True),  # libgomp: the spin count wins
+        ({"GOMP_SPINCOUNT": "0", "OMP_WAIT_POLICY": "ACTIVE"}, False),
+        ({"KMP_BLOCKTIME": "0"}, False),
+        ({"KMP_BLOCKTIME": "200"}, True),
+    ],
+)
+def test_openmp_spins_reads_the_environment_as_the_runtimes_do(environ, spins):
+    assert cpus.openmp_spins(environ) is spins
+
+
+# --- other work on the CPUs ------------------------------------------------------------------------------
+
+
+class Clocks:
+    """A fake wall clock and process CPU clock, in seconds."""
+
+    def __init__(self) -> None:
+        self.wall = 100.0
+        self.own = 5.0
+
+
+def proc_stat(busy: list[int], idle: list[int]) -> str:
+    """/proc/stat with a cpu line a CPU: busy ticks split over user, system and steal; idle over idle, iowait."""
+    lines = [f"cpu  {sum(busy)} 0 0 {sum(idle)} 0 0 0 0 0 0"]
+    for n, (b, i) in enumerate(zip(busy, idle)):
+        lines.append(f"cpu{n} {b - b // 2 - b // 4} 0 {b // 2} {i - i // 3} {i // 3} 0 0 {b // 4} 0 0")
+    return "\n".join([*lines, "intr 12345 0 0", "ctxt 999"])
+
+
+@pytest.fixture
+def two_cpus(tmp_path, monkeypatch):
+    """CPUs 0 and 1 by affinity, /proc/stat faked (100 ticks a second), fake clocks."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(cpus, "_ticks_per_second", lambda: 100)
+    tree(tmp_path, {"proc/stat": proc_stat([1000, 1000], [5000, 5000])})
+    clocks = Clocks()
+    work = cpus.OtherWork(tmp_path, clock=lambda: clocks.wall, own_cpu=lambda: clocks.own)
+    return tmp_path, clocks, work
+
+
+def advance(root: Path, clocks: Clocks, seconds: float, busy: list[int], own: float) -> None:
+    """`seconds` pass, in which the CPUs were busy for `busy` ticks each and this process used `own` CPU s."""
+    before = (root / "proc/stat").read_text().splitlines()
+    ticks = [[int(x) for x in line.split()[1:]] for line in before if line.startswith("cpu") and line[3] != " "]
+    new_busy = [sum(t) - t[3] - t[4] + b for t, b in zip(ticks, busy)]
+    new_idle = [t[3] + t[4] + int(seconds * 100) - b for t, b in zip(ticks, busy)]
+    tree(root, {"proc/stat": proc_stat(new_busy, new_idle)})
+    clocks.wall += seconds
+    clocks.own += own
+
+
+def test_other_work_is_the_cpus_busy_time_less_this_process(two_cpus):
+    root, clocks, work = two_cpus
+    advance(root, clocks, 1.0, [100, 100], own=0.5)  # both CPUs busy, half a CPU of it this process's
+    assert work.cpus() == (2, pytest.approx(1.5))
+    assert cpus.threads_beside_other_work(2, work) == 1  # within the window: the last value (1.5)
+    (root / "proc/stat").rename(root / "stat")
+    assert work.cpus() == (2, pytest.approx(1.5))  # /proc/stat not read again within the window
+    (root / "stat").rename(root / "proc/stat")
+    advance(root, clocks, 2.0, [200, 200], own=2.0)
+    assert work.cpus() == (2, pytest.approx(1.0))
+    advance(root, clocks, 1.0, [100, 0], own=1.0)  # this process alone
+    assert work.cpus() == (2, pytest.approx(0.0))
+
+
+@pytest.mark.parametrize(("others_ticks", "threads"), [(0, 2), (40, 2), (60, 1), (100, 1), (200, 1)])
+def test_threads_beside_other_work_leave_the_cpus_it_holds(two_cpus, others_ticks, threads):
+    """Half a CPU or more of other work takes a thread; never fewer than 1, never more than the limit."""
+    root, clocks, work = two_cpus
+    advance(root, clocks, 1.0, [others_ticks // 2, others_ticks - others_ticks // 2], own=0.0)
+    assert cpus.threads_beside_other_work(2, work) == threads
+    assert cpus.threads_beside_other_work(1, work) == 1
+    assert cpus.threads_beside_other_work(8, work) <= 2  # the CPUs it may run on
+
+
+def test_other_work_needs_a_window_and_every_cpu_of_the_affinity(two_cpus, monkeypatch):
+    root, clocks, work = two_cpus
+    advance(root, clocks, 0.1, [10, 10], own=0.0)
+    assert work.cpus() is None and cpus.threads_beside_other_work(2, work) == 2  # not measured yet: the limit
+    advance(root, clocks, 0.5, [50, 50], own=0.0)
+    assert work.cpus() == (2, pytest.approx(2.0))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 7}, raising=False)  # cpu7: not in /proc/stat
+    advance(root, clocks, 1.0, [100, 100], own=0.0)
+    assert work.cpus() is None and cpus.threads_beside_other_work(2, work) == 2
+    assert cpus.OtherWork(root / "nothing").cpus() is None  # no /proc (not Linux)
+
+
+def test_other_work_on_this_machine():
+    work = cpus.OtherWork(window_s=0.0)
+    measured = work.cpus()
+    assert measured is None or (measured[0] == len(os.sched_getaffinity(0)) and measured[1] >= 0)

@@ -13,7 +13,7 @@ from typing import Callable, Optional
 import numpy
 import torch
 
-from ..cpus import usable_cpus
+from ..cpus import openmp_spins, threads_beside_other_work, usable_cpus
 from .batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET, GPU_TOKEN_BUDGET, SentenceRunner, token_slice
 from .bilm import BiLM
 from .lstm import BiLSTMStack, LSTMState
@@ -50,14 +50,25 @@ def check_threads(n_threads: int, option: str = "--threads") -> int:
     return n_threads
 
 
+def default_threads(torch_count: int, per_batch: bool = False) -> int:
+    """The threads for `n_threads` 0: torch's count, but no more than the CPUs this process may use (torch
+    reads neither affinity nor cgroup quota). `per_batch` (chosen again for each batch): and, where OpenMP's
+    threads spin when out of work (its default; not with OMP_WAIT_POLICY=PASSIVE set before torch is
+    imported), no more than the CPUs other processes leave idle, as spinning threads beside other work ran
+    several times slower than one (spacy_elmo.cpus); not for a whole run, which a passing load would fix."""
+    if torch_count <= 1:  # the limits are read only where they could lower torch's count
+        return torch_count
+    during = min(torch_count, usable_cpus())
+    if per_batch and during > 1 and openmp_spins():
+        return threads_beside_other_work(during)
+    return during
+
+
 @contextlib.contextmanager
-def torch_threads(n_threads: int) -> Iterator[None]:
-    """Run with `n_threads` intra-op threads, then restore the caller's. 0: torch's setting, but no more
-    threads than the CPUs this process may use (torch reads neither affinity nor cgroup quota)."""
+def torch_threads(n_threads: int, per_batch: bool = False) -> Iterator[None]:
+    """Run with `n_threads` intra-op threads, then restore the caller's. 0: `default_threads`."""
     before = torch.get_num_threads()
-    during = n_threads
-    if n_threads <= 0:  # the limits are read only where they could lower torch's count
-        during = min(before, usable_cpus()) if before > 1 else before
+    during = n_threads if n_threads > 0 else default_threads(before, per_batch)
     if during == before:
         yield
         return
@@ -124,7 +135,7 @@ class BiLMRunner(torch.nn.Module, SentenceRunner):
         self.token_budget = token_budget
         self.stateful = stateful
         self.max_batch_size = max_batch_size
-        self.n_threads = n_threads  # torch threads while running (0: torch's, at most the usable CPUs)
+        self.n_threads = n_threads  # torch threads while running (0: `default_threads`)
         self.n_splits = 0  # batches split after running out of memory
         self._pid = os.getpid()
         self._forked = False
@@ -215,7 +226,7 @@ class BiLMRunner(torch.nn.Module, SentenceRunner):
                     "use precision 'fp32' here, or a CPU with bf16/int8 instructions or a GPU",
                     stacklevel=2,
                 )
-        with torch_threads(0 if self._forked else self.n_threads):
+        with torch_threads(0 if self._forked else self.n_threads, per_batch=True):
             output = bilm(char_ids, initial_state=initial, return_final_state=self.stateful, products=self.products)
         if self.stateful:
             self._carried.store(output.final_state)

@@ -1,7 +1,9 @@
 """A threads setting for the biLM that never leaks into the caller's torch state, and by default never more
-threads than the CPUs the process may use (a faked cgroup quota)."""
+threads than the CPUs the process may use (a faked cgroup quota), nor, where OpenMP's threads spin, than the
+CPUs other work leaves idle (faked)."""
 
 import os
+from typing import Optional
 
 import pytest
 import spacy
@@ -88,3 +90,67 @@ def test_runner_and_pipe_under_a_one_cpu_quota_run_one_thread(one_cpu_quota, ref
     nlp.add_pipe("elmo", config={"model": {"path": str(fixture_dir)}})
     nlp("a b c")
     assert seen == [1, 1] and torch.get_num_threads() == 4
+
+
+class FakeOtherWork:
+    """`cpus.OTHER_WORK` as a test sets it: (CPUs, other processes' work on them in CPUs), or None."""
+
+    def __init__(self) -> None:
+        self.measured: Optional[tuple[int, float]] = None
+
+    def cpus(self) -> Optional[tuple[int, float]]:
+        return self.measured
+
+
+@pytest.fixture
+def busy_cpus(one_cpu_quota, monkeypatch):
+    """8 CPUs by affinity and no quota, torch set to 4 threads, OpenMP's wait policy torch's default (spinning),
+    and other processes' work on the CPUs as the test sets it."""
+    one_cpu_quota.write_text("max 100000\n")
+    for name in cpus.OPENMP_WAIT_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    work = FakeOtherWork()
+    monkeypatch.setattr(cpus, "OTHER_WORK", work)
+    return work
+
+
+@pytest.mark.parametrize(("others", "threads"), [(None, 4), (0.2, 4), (4.0, 4), (5.6, 2), (7.0, 1), (8.0, 1)])
+def test_where_openmp_spins_the_default_leaves_the_cpus_that_other_work_holds(busy_cpus, others, threads):
+    """Spinning threads beside other work run several times slower than one (benchmarks/threads_busy.py)."""
+    busy_cpus.measured = None if others is None else (8, others)
+    with torch_threads(0, per_batch=True):
+        assert torch.get_num_threads() == threads
+    assert torch.get_num_threads() == 4
+    with torch_threads(3, per_batch=True):  # a count > 0 is the user's choice, spinning or not
+        assert torch.get_num_threads() == 3
+    with torch_threads(0):  # around a whole run (pretrain, evaluate): a passing load would fix its threads
+        assert torch.get_num_threads() == 4
+
+
+@pytest.mark.parametrize("passive", [{"OMP_WAIT_POLICY": "PASSIVE"}, {"GOMP_SPINCOUNT": "0"}])
+def test_where_openmp_waits_passively_the_default_is_every_usable_cpu(busy_cpus, monkeypatch, passive):
+    """Sleeping threads give their cores back: all of them, whatever other work there is."""
+    for name, value in passive.items():
+        monkeypatch.setenv(name, value)
+    busy_cpus.measured = (8, 8.0)
+    with torch_threads(0, per_batch=True):
+        assert torch.get_num_threads() == 4
+
+
+def test_runner_and_pipe_beside_other_work_run_one_thread(busy_cpus, reference_bilm, fixture_dir, monkeypatch):
+    seen = []
+    class_forward = BiLM.forward
+
+    def spying_class(self, *args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return class_forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(BiLM, "forward", spying_class)
+    busy_cpus.measured = (8, 8.0)
+    BiLMRunner(reference_bilm).embed_sentences([["a", "b"]])
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"model": {"path": str(fixture_dir)}})
+    nlp("a b c")
+    busy_cpus.measured = (8, 0.0)  # the other work has ended
+    nlp("a b c")
+    assert seen == [1, 1, 4] and torch.get_num_threads() == 4
