@@ -313,4 +313,6 @@ def test_pinning_a_digest_as_written(scratch):
 @pytest.mark.slow
 def test_the_catalog_listing_as_written(tmp_path):
     listed = run(the("python -m spacy_elmo models"), tmp_path)  # the catalog only: no network
-    assert [line.split()[0] for line in listed.splitlines()][:1] == ["efml/ru"] and "nlpl/212" in listed
+    lines = listed.splitlines()
+    assert lines[0].split()[:2] == ["name", "lang"]  # the header, then the models
+    assert [line.split()[0] for line in lines][1:2] == ["efml/ru"] and "nlpl/212" in listed

@@ -22,18 +22,21 @@ def models_cli(
     cache: Optional[Path] = CACHE_OPTION,
 ) -> None:
     """List the published ELMo models by name (allennlp/original, efml/ru, nlpl/212), which every command and
-    the pipe's `path` take; * marks those in the cache. Each name's source and licence: `--lang` and the
-    catalog file printed at the end."""
+    the pipe's `path` take, with their parameters and download size where known; * marks those in the cache.
+    Each name's source and licence: `--lang` and the catalog file printed at the end."""
     with one_line_errors():
         folder = cache_dir(cache)  # first: the default folder needs pooch, named before any line is listed
         entries = entries_for(lang)
         if not entries:
             languages = sorted({entry.language for entry in load_catalog().values()})
             raise ValueError(f"no model for language {lang!r} in the catalog; its languages: {', '.join(languages)}")
+        # one column a quantity: parameters (the model's size) apart from the download's size, "-" where unknown
+        typer.echo(f"  {'name':22} {'lang':4} {'format':8} {'params':7} {'download':13} description")
         for entry in entries:
             mark = "*" if is_cached(entry, cache) else " "
-            size = entry.size or (f"{entry.parameters} params" if entry.parameters else "")
-            typer.echo(f"{mark} {entry.name:22} {entry.language:4} {entry.format:8} {size:14} {entry.description}")
+            params, download = entry.parameters or "-", entry.size or "-"
+            columns = f"{entry.name:22} {entry.language:4} {entry.format:8} {params:7} {download:13}"
+            typer.echo(f"{mark} {columns} {entry.description}")
             if lang:
                 typer.echo(f"    source: {entry.page}; licence: {entry.licence}")
         typer.echo(f"catalog: {catalog_path()}; cache: {folder}", err=True)

@@ -16,11 +16,15 @@ runner = CliRunner()
 def test_models_lists_the_catalog_and_one_language(tmp_path):
     done = runner.invoke(elmo_cli, ["models", "--cache", str(tmp_path)])
     assert done.exit_code == 0, done.output
-    names = [line.split()[0] for line in done.stdout.splitlines()]
+    header, *lines = done.stdout.splitlines()
+    assert header.split() == ["name", "lang", "format", "params", "download", "description"]
+    names = [line.split()[0] for line in lines]
+    original = next(line for line in lines if line.split()[0] == "allennlp/original").split()
+    assert original[3:5] == ["93.6M", "-"]  # the parameters and the download's size, each in its own column
     assert {"allennlp/original", "allennlp/original-5.5b", "efml/ru", "efml/zh", "nlpl/212"} <= set(names)
     done = runner.invoke(elmo_cli, ["models", "--lang", "ru", "--cache", str(tmp_path)])
     assert done.exit_code == 0, done.output
-    rows = [line.split() for line in done.stdout.splitlines() if not line.startswith("    ")]
+    rows = [line.split() for line in done.stdout.splitlines()[1:] if not line.startswith("    ")]
     assert [row[0] for row in rows] == ["efml/ru", "nlpl/195", "nlpl/212"]
     assert rows[0][:3] == ["efml/ru", "ru", "efml"]
     assert "source: https://github.com/HIT-SCIR/ELMoForManyLangs" in done.stdout
@@ -42,7 +46,7 @@ def test_download_fetches_into_the_cache_and_models_marks_it(tmp_path, monkeypat
     path = done.stdout.strip()
     assert path.startswith(str(cache)) and open(path, "rb").read() == archive
     listed = runner.invoke(elmo_cli, ["models", "--cache", str(cache)]).stdout
-    assert listed.startswith("* test/ru ")
+    assert listed.splitlines()[1].startswith("* test/ru ")
     done = runner.invoke(elmo_cli, ["download", "test/rus", "--cache", str(cache)])
     assert done.exit_code == 1 and "no model 'test/rus' in the catalog" in done.output and "test/ru" in done.output
 
