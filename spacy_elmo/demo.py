@@ -33,7 +33,9 @@ def main(model: str = DEFAULT_MODEL) -> None:
     layers = embedder.embed_sentences(SENTENCES)
     print(f"loaded and embedded {len(SENTENCES)} sentences in {time.perf_counter() - started:.2f}s")
     for sentence, array in zip(SENTENCES, layers):
-        print(f"  {' '.join(sentence)[:50]:50s} layers {array.shape}  (n_layers, n_tokens, 2P)")
+        text = " ".join(sentence)
+        text = text if len(text) <= 48 else text[:45] + "..."
+        print(f"  {text:48s}  layers {array.shape}  (n_layers + 1, n_tokens, 2P)")
     bank = [array[-1, sentence.index("bank")] for sentence, array in zip(SENTENCES, layers)]
     print("top-layer cosine of 'bank' (river, money, money, river):")
     for a in bank:

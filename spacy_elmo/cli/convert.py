@@ -44,4 +44,8 @@ def convert_cli(
             save_native(loaded.bilm, output, converted_from=origin)
         else:  # a model the layout cannot hold is refused before anything is written
             save_bilm_tf(loaded.bilm, output / "options.json", output / "weights.hdf5", output / "vocab.txt", origin)
-    typer.echo(f"wrote {target} model to {output} (from {origin['file']}, sha256 {origin['sha256']})")
+        written = load_model(output).sha256  # what `verify OUTPUT` prints and a pin (`sha256`) takes
+    typer.echo(
+        f"wrote {target} model to {output}: model digest {written} (as `verify` prints it, for a pin); from "
+        f"{origin['file']}, model digest {loaded.sha256}"
+    )

@@ -22,7 +22,15 @@ def test_verify_the_shipped_model():
 
 
 def test_convert_records_a_digest_that_verify_checks(fixture_dir, tmp_path):
-    assert runner.invoke(elmo_cli, ["convert", str(fixture_dir), str(tmp_path / "native")]).exit_code == 0
+    converted = runner.invoke(elmo_cli, ["convert", str(fixture_dir), str(tmp_path / "native")])
+    assert converted.exit_code == 0, converted.output
+    # convert prints the digests a pin takes: the written model's and the source's, as verify prints them
+    digest = {
+        str(path): json.loads(runner.invoke(elmo_cli, ["verify", str(path), "--json"]).stdout)["sha256"]
+        for path in (tmp_path / "native", fixture_dir)
+    }
+    assert f"model digest {digest[str(tmp_path / 'native')]} (as `verify` prints it" in converted.output
+    assert f"from lm_weights.hdf5, model digest {digest[str(fixture_dir)]}" in converted.output
     done = runner.invoke(elmo_cli, ["verify", str(tmp_path / "native")])
     assert done.exit_code == 0 and "recorded in the file and checked" in done.output
     assert "3 x 32" in done.output and done.output.rstrip().endswith("ok")
