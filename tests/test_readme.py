@@ -270,6 +270,30 @@ def test_convert_embed_and_verify(scratch, monkeypatch):
     assert run(the("python -m spacy elmo verify my_model/"), scratch).rstrip().endswith("ok")
 
 
+@pytest.mark.parametrize("layers", ["all", "top"])
+def test_the_parquet_reader_gives_the_hdf5_outputs_arrays(tmp_path, monkeypatch, layers):
+    import h5py
+    import numpy
+
+    from spacy_elmo.embed import EmbedSettings, embed_file
+
+    (tmp_path / "in.txt").write_text("The bank raised rates .\n\nA river bank\n", encoding="utf-8")  # an empty line
+    settings = EmbedSettings(model=str(ELMO_FIXTURE), layers=layers, n_threads=1)
+    embed_file(tmp_path / "in.txt", tmp_path / "out.parquet", settings, output_format="parquet")
+    embed_file(tmp_path / "in.txt", tmp_path / "out.hdf5", settings)
+    monkeypatch.chdir(tmp_path)
+    reader = next(b for b in blocks("python") if "pyarrow.parquet.read_table" in b)
+    assert len([line for line in reader.splitlines() if line.strip() and not line.startswith("import")]) <= 7
+    namespace: dict = {}
+    exec(compile(reader, "README.md (reading embed's Parquet output)", "exec"), namespace)
+    with h5py.File(tmp_path / "out.hdf5", "r") as f:
+        expected = [f[name][...] for name in sorted(f, key=int)]
+    assert [v.shape for v in namespace["vectors"]] == [e.shape for e in expected]
+    assert expected[1].shape[-2] == 0  # the empty line
+    for got, want in zip(namespace["vectors"], expected):
+        numpy.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.slow
 def test_export_and_the_onnx_runtime(scratch):
     run(the("python -m spacy_elmo export MODEL model.onnx"), scratch)
