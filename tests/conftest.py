@@ -68,6 +68,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=order)  # stable: within a file, and among the other files, the order stays
 
 
+@pytest.fixture
+def count_bilm_calls(monkeypatch) -> dict[str, int]:
+    """How many times the torch biLM ran (its forward) from the test's start: {"n": count}."""
+    calls = {"n": 0}
+    forward = BiLM.forward
+
+    def counting(self, *args, **kwargs):
+        calls["n"] += 1
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(BiLM, "forward", counting)
+    return calls
+
+
 @pytest.fixture(scope="session")
 def fixture_dir() -> Path:
     return ELMO_FIXTURE

@@ -76,8 +76,9 @@ def test_torch_threads_0_never_exceeds_the_usable_cpus(one_cpu_quota):
         assert torch.get_num_threads() == 4
 
 
-def test_runner_and_pipe_under_a_one_cpu_quota_run_one_thread(one_cpu_quota, reference_bilm, fixture_dir, monkeypatch):
-    seen = []
+def threads_at_each_forward(monkeypatch) -> list[int]:
+    """torch's thread count at each BiLM.forward from now on (the list fills as the test runs)."""
+    seen: list[int] = []
     class_forward = BiLM.forward
 
     def spying_class(self, *args, **kwargs):
@@ -85,10 +86,21 @@ def test_runner_and_pipe_under_a_one_cpu_quota_run_one_thread(one_cpu_quota, ref
         return class_forward(self, *args, **kwargs)
 
     monkeypatch.setattr(BiLM, "forward", spying_class)
+    return seen
+
+
+def runner_then_pipe(reference_bilm, fixture_dir) -> spacy.Language:
+    """One batch through BiLMRunner, then one through a pipe of the fixture; the pipe, to run more."""
     BiLMRunner(reference_bilm).embed_sentences([["a", "b"]])
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"model": {"path": str(fixture_dir)}})
     nlp("a b c")
+    return nlp
+
+
+def test_runner_and_pipe_under_a_one_cpu_quota_run_one_thread(one_cpu_quota, reference_bilm, fixture_dir, monkeypatch):
+    seen = threads_at_each_forward(monkeypatch)
+    runner_then_pipe(reference_bilm, fixture_dir)
     assert seen == [1, 1] and torch.get_num_threads() == 4
 
 
@@ -138,19 +150,9 @@ def test_where_openmp_waits_passively_the_default_is_every_usable_cpu(busy_cpus,
 
 
 def test_runner_and_pipe_beside_other_work_run_one_thread(busy_cpus, reference_bilm, fixture_dir, monkeypatch):
-    seen = []
-    class_forward = BiLM.forward
-
-    def spying_class(self, *args, **kwargs):
-        seen.append(torch.get_num_threads())
-        return class_forward(self, *args, **kwargs)
-
-    monkeypatch.setattr(BiLM, "forward", spying_class)
+    seen = threads_at_each_forward(monkeypatch)
     busy_cpus.measured = (8, 8.0)
-    BiLMRunner(reference_bilm).embed_sentences([["a", "b"]])
-    nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"model": {"path": str(fixture_dir)}})
-    nlp("a b c")
+    nlp = runner_then_pipe(reference_bilm, fixture_dir)
     busy_cpus.measured = (8, 0.0)  # the other work has ended
     nlp("a b c")
     assert seen == [1, 1, 4] and torch.get_num_threads() == 4

@@ -11,24 +11,10 @@ from spacy.training import Example
 from spacy.util import fix_random_seed, load_config, load_model_from_config
 from thinc.api import Adam
 
-import spacy_elmo.bilm.bilm
 from fixture_paths import ELMO_FIXTURE, FIXTURES
 from spacy_elmo.layers import bilm_parameters, find_elmo_listeners
 
 CONFIG = FIXTURES / "spacy" / "ner_textcat.cfg"
-
-
-@pytest.fixture
-def count_bilm_calls(monkeypatch):
-    calls = {"n": 0}
-    forward = spacy_elmo.bilm.bilm.BiLM.forward
-
-    def counting(self, *args, **kwargs):
-        calls["n"] += 1
-        return forward(self, *args, **kwargs)
-
-    monkeypatch.setattr(spacy_elmo.bilm.bilm.BiLM, "forward", counting)
-    return calls
 
 
 def build_nlp(**overrides) -> spacy.Language:

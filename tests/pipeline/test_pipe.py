@@ -42,20 +42,6 @@ def embedder(reference_bilm) -> BiLMRunner:
     return BiLMRunner(reference_bilm)
 
 
-@pytest.fixture
-def bilm_calls(monkeypatch) -> dict[str, int]:
-    """How many times the torch biLM ran (its forward), from the test's start."""
-    calls = {"n": 0}
-    forward = spacy_elmo.bilm.bilm.BiLM.forward
-
-    def counting(self, *args, **kwargs):
-        calls["n"] += 1
-        return forward(self, *args, **kwargs)
-
-    monkeypatch.setattr(spacy_elmo.bilm.bilm.BiLM, "forward", counting)
-    return calls
-
-
 def distinct_texts(n: int) -> list[str]:
     return [f"Doc {i} : the {('cat', 'dog', 'bank', 'river')[i % 4]} number {i} sat ." for i in range(n)]
 
@@ -362,33 +348,33 @@ def test_embed_windows_a_long_sentence_as_the_pipe_does(embedder):
 # --- the layer cache at prediction (issue 48) ---------------------------------------------------------------
 
 
-def test_prediction_after_initialize_keeps_no_layers(bilm_calls):
+def test_prediction_after_initialize_keeps_no_layers(count_bilm_calls):
     """`nlp.initialize()` (the README's way to fail early on a bad path) leaves the training cache off: a
     service's memory does not grow with each distinct doc, and a text seen before takes as long again."""
     nlp = elmo_nlp()
     nlp.initialize()
     elmo = nlp.get_pipe("elmo")
     texts = distinct_texts(40)
-    start = bilm_calls["n"]
+    start = count_bilm_calls["n"]
     first = [doc._.elmo_layers for doc in nlp.pipe(texts, batch_size=8)]
-    first_calls = bilm_calls["n"] - start
+    first_calls = count_bilm_calls["n"] - start
     assert first_calls > 0 and elmo.cache.n_bytes == 0
     again = [doc._.elmo_layers for doc in nlp.pipe(texts, batch_size=8)]
-    assert bilm_calls["n"] - start == 2 * first_calls, "the second pass was answered from a cache"
+    assert count_bilm_calls["n"] - start == 2 * first_calls, "the second pass was answered from a cache"
     assert elmo.cache.n_bytes == 0
     for a, b in zip(first, again):
         numpy.testing.assert_array_equal(a, b)
 
 
-def test_cache_predictions_caches_at_prediction_within_its_bound(bilm_calls):
+def test_cache_predictions_caches_at_prediction_within_its_bound(count_bilm_calls):
     nlp = elmo_nlp(cache_predictions=True)
     elmo = nlp.get_pipe("elmo")
     texts = distinct_texts(20)
     first = [doc._.elmo_layers for doc in nlp.pipe(texts)]
-    calls = bilm_calls["n"]
+    calls = count_bilm_calls["n"]
     assert calls > 0 and elmo.cache.n_bytes == sum(layers.nbytes for layers in first)
     again = [doc._.elmo_layers for doc in nlp.pipe(texts)]
-    assert bilm_calls["n"] == calls, "asked for, the cache answers a text seen before"
+    assert count_bilm_calls["n"] == calls, "asked for, the cache answers a text seen before"
     for a, b in zip(first, again):
         numpy.testing.assert_array_equal(a, b)
     # bounded whatever the stream: 1 MiB holds about 2,700 of the fixture's tokens, 400 docs are 4,800
