@@ -8,8 +8,6 @@ wheel installs it)."""
 import importlib.util
 import re
 from collections.abc import Sequence
-from functools import cache
-from importlib import metadata
 from typing import Optional
 
 from .about import __title__, __version__
@@ -24,9 +22,8 @@ class MissingPackageError(ModuleNotFoundError):
     (a ModuleNotFoundError, so that `except ImportError` still catches it)."""
 
 
-# pyproject.toml's [project] dependencies and the extras that hints name, as written there: what a hint says
-# where spacy-elmo's metadata is not installed (a source tree on sys.path). tests/test_missing_packages.py
-# checks them against pyproject.toml, and the installed metadata against both.
+# pyproject.toml's [project] dependencies and the extras that hints name, as written there (one copy, read
+# whether or not spacy-elmo's metadata is installed); tests/test_missing_packages.py checks it against pyproject.toml.
 DEPENDENCIES: tuple[str, ...] = (
     "spacy>=3.7,<4.0",
     "thinc>=8.2,<9.0",
@@ -50,46 +47,14 @@ EXTRAS: dict[str, tuple[str, ...]] = {
 NOTES = {"torch": "for torch's CPU build add --index-url https://download.pytorch.org/whl/cpu"}
 WHEEL = f"dist/{__title__.replace('-', '_')}-{__version__}-py3-none-any.whl"  # what `pip wheel . -w dist/` writes
 
-_EXTRA_MARKER = re.compile(r"""^extra\s*==\s*["']([^"']+)["']$""")
-
 
 def requirement_name(requirement: str) -> str:
     """ "onnxruntime>=1.20,<2" -> "onnxruntime"; "ray[data]>=2.10" -> "ray" (normalised as pip compares names)."""
     return re.split(r"[\s<>=!~;\[(]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
 
 
-def _lower_bounds_first(requirement: str) -> str:
-    """ "onnx<2,>=1.17" (as metadata writes it) -> "onnx>=1.17,<2" (as pyproject.toml does)."""
-    found = re.match(r"^([A-Za-z0-9._-]+(?:\[[^\]]*\])?)\s*\(?([^)]*)\)?$", requirement.strip())
-    if found is None:
-        return requirement.strip()
-    clauses = [clause.strip() for clause in found.group(2).split(",") if clause.strip()]
-    return found.group(1) + ",".join(sorted(clauses, key=lambda clause: clause.startswith(("<", "!"))))
-
-
-@cache
-def _installed(extra: Optional[str]) -> Optional[tuple[str, ...]]:
-    """The requirements of `extra` (None: the dependencies) in the installed metadata; None if not installed."""
-    try:
-        listed = metadata.requires(__title__)
-    except metadata.PackageNotFoundError:
-        return None
-    found = []
-    for line in listed or []:
-        requirement, _, marker = line.partition(";")
-        marker = marker.strip()
-        extra_of = _EXTRA_MARKER.match(marker)
-        if (extra is None and not marker) or (extra is not None and extra_of and extra_of.group(1) == extra):
-            found.append(_lower_bounds_first(requirement))
-    return tuple(found)
-
-
 def requirements(extra: Optional[str] = None) -> tuple[str, ...]:
-    """The requirements of `extra` (None: the dependencies) as the installed metadata states them, else as
-    pyproject.toml does (`EXTRAS`, `DEPENDENCIES`): one source of truth, whichever way the code is run."""
-    installed = _installed(extra)
-    if installed is not None:
-        return installed
+    """The requirements of `extra` (None: the dependencies) as pyproject.toml states them."""
     return DEPENDENCIES if extra is None else EXTRAS.get(extra, ())
 
 

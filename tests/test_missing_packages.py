@@ -1,16 +1,15 @@
 """A package a feature imports only when used (an extra's, or torch and pooch where the torch-free serving
 install left them out) is named before any work starts, in one line with the `pip install` line that works
 without PyPI: the packages with pyproject.toml's ranges, and the extra as a clone or the built wheel installs
-it. The ranges come from the installed metadata, else from `spacy_elmo.errors`' copy of pyproject.toml,
-and both are checked against it here. The commands are also run as `python -m spacy_elmo` with the package
-hidden, as where it is not installed: one `error:` line, exit status 1, no traceback, nothing written."""
+it. The ranges come from `spacy_elmo.errors`' copy of pyproject.toml, checked against it here. The commands are
+also run as `python -m spacy_elmo` with the package hidden, as where it is not installed: one `error:` line,
+exit status 1, no traceback, nothing written."""
 
 import json
 import os
 import re
 import subprocess
 import sys
-from importlib import metadata
 
 import pytest
 import spacy
@@ -18,7 +17,6 @@ from typer.testing import CliRunner
 
 from fixture_paths import ELMO_FIXTURE, ROOT
 from packaging_support import load_pyproject
-from spacy_elmo import errors
 from spacy_elmo.about import __version__
 from spacy_elmo.cli import elmo_cli
 from spacy_elmo.embed import EmbedSettings, embed_file
@@ -40,14 +38,6 @@ README = ROOT / "README.md"
 PYPI_INSTALL = re.compile(r"spacy-elmo\[|pip install ['\"]?spacy-elmo\b")
 
 
-@pytest.fixture
-def metadata_read_again():
-    """`requirements` reads the installed metadata once; a test that changes what it finds reads it again."""
-    errors._installed.cache_clear()
-    yield
-    errors._installed.cache_clear()
-
-
 def pyproject() -> dict:
     if PYPROJECT is None:  # Python < 3.11 without tomli
         pytest.skip("reading pyproject.toml needs tomllib (Python 3.11+) or tomli")
@@ -61,32 +51,12 @@ def test_the_copy_of_the_requirements_is_pyprojects():
         assert list(listed) == project["optional-dependencies"][extra], f"spacy_elmo/errors.py EXTRAS[{extra!r}]"
 
 
-def test_the_installed_metadata_states_the_same_requirements(metadata_read_again):
-    try:
-        metadata.distribution("spacy-elmo")
-    except metadata.PackageNotFoundError:
-        pytest.skip("spacy-elmo is not installed (pip install -e .): its metadata cannot be checked")
-    for extra in (None, *EXTRAS):
-        expected = DEPENDENCIES if extra is None else EXTRAS[extra]
-        assert errors._installed(extra) == expected, f"the installed metadata of {extra!r} is stale: pip install -e ."
-
-
-def test_without_metadata_the_requirements_are_the_copy(monkeypatch, metadata_read_again):
-    def not_installed(name):
-        raise metadata.PackageNotFoundError(name)
-
-    monkeypatch.setattr(errors.metadata, "requires", not_installed)
-    assert requirements() == DEPENDENCIES and requirements("onnx") == EXTRAS["onnx"]
+def test_a_requirement_is_found_by_its_module_with_its_range():
+    assert requirements("onnx") == EXTRAS["onnx"] and requirements() == DEPENDENCIES
     assert requirement("onnxruntime", "onnx") == "onnxruntime>=1.20,<2"
-
-
-def test_metadata_requirements_are_read_as_pyproject_writes_them(monkeypatch, metadata_read_again):
-    listed = ['onnx<2,>=1.17; extra == "onnx"', "torch>=2.1", 'ray[data]>=2.10; extra == "ray"', "x; os_name == 'nt'"]
-    monkeypatch.setattr(errors.metadata, "requires", lambda name: listed)
-    assert requirements("onnx") == ("onnx>=1.17,<2",)  # lower bound first, as in pyproject.toml
-    assert requirements() == ("torch>=2.1",)  # a requirement under another marker is not a dependency
     assert requirement("ray", "ray") == "ray[data]>=2.10"
-    assert requirement("pooch") == "pooch"  # not listed: the bare name still installs it
+    assert requirement("torch") == "torch>=2.1"  # a dependency, found without an extra
+    assert requirement("nowhere") == "nowhere"  # not listed: the bare name still installs it
 
 
 def test_a_hint_names_the_packages_their_ranges_and_the_extra_as_installable_here():
