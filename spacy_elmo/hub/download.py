@@ -29,7 +29,7 @@ import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
 from urllib.parse import urlsplit
 
 from ..text import PathLike
@@ -62,6 +62,7 @@ DIGEST_SUFFIX = ".sha256"
 MISSING_STATUSES = (404, 410)  # the URL names nothing: another name for the file may (options.json)
 # where spacy_elmo/models is (io.resolve.SHIPPED_MODELS_DIR; the hub may not import io)
 SHIPPED_MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+T = TypeVar("T")
 _HEX_DIGEST = re.compile(r"[0-9a-fA-F]{64}")
 
 
@@ -115,15 +116,16 @@ def is_shipped_name(text: str) -> bool:
         bool(text)
         and not any(c in text for c in "/\\:")
         and text not in (".", "..")
-        and _exists(SHIPPED_MODELS_DIR / text)
+        and path_exists(SHIPPED_MODELS_DIR / text)
     )
 
 
-def _exists(path: Path) -> bool:
-    """Whether `path` exists; not if the system refuses its name (a name too long is an OSError)."""
+def path_exists(path: Path) -> bool:
+    """Whether `path` exists; not if the system refuses its name (too long, a NUL), so that such a name is
+    reported as a missing path, not as an OSError."""
     try:
         return path.exists()
-    except OSError:
+    except (OSError, ValueError):
         return False
 
 
@@ -135,7 +137,7 @@ def resolve_model_source(
     text = str(spec)
     if is_url(text):
         return download_url(text, cache, offline, progress)
-    if _exists(Path(text)) or is_shipped_name(text):  # neither needs the catalog, which may be unreadable
+    if path_exists(Path(text)) or is_shipped_name(text):  # neither needs the catalog, which may be unreadable
         return Path(spec)
     catalog = load_catalog()
     entry = find_entry(text, catalog)
@@ -569,22 +571,21 @@ def _adopt(legacy: Path, target: Path, sha256: Optional[str]) -> bool:
 
 
 def _cache_path(url: str, root: Path) -> Path:
-    try:
-        return cache_path(url, root)
-    except ValueError as err:
-        raise DownloadError(str(err)) from None
+    return _as_download_error(lambda: cache_path(url, root))
 
 
 def _normal(url: str) -> str:
-    try:
-        return normalise_url(url)
-    except ValueError as err:
-        raise DownloadError(str(err)) from None
+    return _as_download_error(lambda: normalise_url(url))
 
 
 def _shown(url: str) -> str:
+    return _as_download_error(lambda: shown_url(url))
+
+
+def _as_download_error(read: Callable[[], T]) -> T:
+    """`read()`, its ValueError about a URL (keys' refusal of one it cannot place) raised as a DownloadError."""
     try:
-        return shown_url(url)
+        return read()
     except ValueError as err:
         raise DownloadError(str(err)) from None
 

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from ..bilm.bilm import BiLM
 from ..bilm.options import BiLMOptions
-from ..hub.download import resolve_model_source
+from ..hub.download import path_exists, resolve_model_source
 from ..text import PathLike
 from .archive import OPTIONS_MEMBER, VOCAB_MEMBER, WEIGHT_MEMBERS, bilm_tf_weights, member_names
 from .atomic import same_file
@@ -78,9 +78,9 @@ def resolve_model(path: PathLike, options_file: Optional[PathLike] = None, optio
             )
     else:
         target = resolve_model_source(path)  # a name or URL: its local copy, downloaded once into the cache
-        if not _exists(target) and _exists(SHIPPED_MODELS_DIR / str(path)):
+        if not path_exists(target) and path_exists(SHIPPED_MODELS_DIR / str(path)):
             target = SHIPPED_MODELS_DIR / str(path)
-        if not _exists(target):
+        if not path_exists(target):
             shipped = ", ".join(available_models()) or "none installed"
             shown = str(path) if len(str(path)) <= 300 else f"{str(path)[:150]}...({len(str(path))} characters)"
             raise FileNotFoundError(
@@ -254,11 +254,3 @@ def _bilm_tf_files(source: ModelSource) -> list[ModelFile]:
         limit = weights_limit(options, source.options)
     roles = [("options", source.options, None), ("weights", source.weights, limit), ("vocab", source.vocab, None)]
     return [ModelFile(role, files.where(name), files.sha256(name, limit)) for role, name, limit in roles if name]
-
-
-def _exists(path: Path) -> bool:
-    """Whether `path` exists; a name the system cannot take (too long, a NUL) is one that does not."""
-    try:
-        return path.exists()
-    except (OSError, ValueError):
-        return False
