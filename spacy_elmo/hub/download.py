@@ -17,8 +17,7 @@ SHA-256 is recorded beside it (`NAME.sha256`) and checked at every reuse; a file
 empty or unreadable is trusted again only once it reads as its format (offline too, and without fetching
 gigabytes again), else refused with how to fetch it again. Credentials in a URL are sent, never stored in
 a path or printed. Offline (`offline=True` or `SPACY_ELMO_OFFLINE=1`), what is missing is named, not
-fetched. A file cached by spacy-elmo 0.1 (`HOST_PORT/PATH`) is moved into place once it passes the same
-checks, so an old cache is not fetched again.
+fetched.
 """
 
 import contextlib
@@ -44,7 +43,7 @@ from .catalog import (
     unknown_name_message,
 )
 from .checks import SUFFIXES, format_problem, is_html
-from .keys import cache_path, legacy_cache_path, normalise_url, request_parts, shown_url
+from .keys import cache_path, normalise_url, request_parts, shown_url
 
 if TYPE_CHECKING:
     import requests
@@ -152,9 +151,9 @@ def download_entry(
     entry: CatalogEntry, cache: Optional[PathLike] = None, offline: Optional[bool] = None, progress: bool = True
 ) -> Path:
     """Fetch a catalog entry (or check its cached copy): the archive, or a two-file model's folder."""
-    files, legacy = local_files(entry.urls, cache), legacy_files(entry.urls, cache)
+    files = local_files(entry.urls, cache)
     for role, url in entry.urls.items():
-        fetch(url, files[role], entry.sha256.get(role), offline, progress, legacy=legacy[role])
+        fetch(url, files[role], entry.sha256.get(role), offline, progress)
     return files[ARCHIVE_ROLE] if ARCHIVE_ROLE in files else files["weights"].parent
 
 
@@ -172,9 +171,9 @@ def download_url(
         return download_entry(CatalogEntry(url, "", "", "", {ARCHIVE_ROLE: url}, {}), cache, offline, progress)
     candidates = options_urls_for(url)
     urls = {"options": candidates[0], "weights": url}
-    files, legacy = local_files(urls, cache), legacy_files(urls, cache)
-    _fetch_first(candidates, files["options"], offline, progress, legacy["options"], url)
-    fetch(url, files["weights"], None, offline, progress, legacy=legacy["weights"])
+    files = local_files(urls, cache)
+    _fetch_first(candidates, files["options"], offline, progress, url)
+    fetch(url, files["weights"], None, offline, progress)
     return files["weights"].parent
 
 
@@ -205,30 +204,9 @@ def local_files(urls: dict[str, str], cache: Optional[PathLike] = None) -> dict[
     return {"options": weights.with_name(OPTIONS_NAME), "weights": weights}
 
 
-def legacy_files(urls: dict[str, str], cache: Optional[PathLike] = None) -> dict[str, Optional[Path]]:
-    """Where spacy-elmo 0.1 cached each URL of a model (None where it cannot be told), to adopt from."""
-    root = cache_dir(cache)
-    if ARCHIVE_ROLE in urls:
-        return {ARCHIVE_ROLE: legacy_cache_path(urls[ARCHIVE_ROLE], root)}
-    weights = legacy_cache_path(urls["weights"], root)
-    if weights is None:
-        return {"options": None, "weights": None}
-    folder = weights.with_name(weights.name.rsplit(".", 1)[0])  # 0.1 put both in a folder named so
-    return {"options": folder / OPTIONS_NAME, "weights": folder / weights.name}
-
-
 def is_cached(entry: CatalogEntry, cache: Optional[PathLike] = None) -> bool:
-    """Whether every file of `entry` is in the cache (or in an old cache's layout, adopted at its next use)."""
-    files, legacy = local_files(entry.urls, cache), legacy_files(entry.urls, cache)
-    return all(path.exists() or _is_file(legacy[role]) for role, path in files.items())
-
-
-def _is_file(path: Optional[Path]) -> bool:
-    """Whether `path` is a file; not if it is None or a name the system refuses (too long for 0.1's layout)."""
-    try:
-        return path is not None and path.is_file()
-    except OSError:
-        return False
+    """Whether every file of `entry` is in the cache."""
+    return all(path.exists() for path in local_files(entry.urls, cache).values())
 
 
 def fetch(
@@ -237,19 +215,14 @@ def fetch(
     sha256: Optional[str] = None,
     offline: Optional[bool] = None,
     progress: bool = True,
-    legacy: Optional[Path] = None,
 ) -> Path:
-    """`url` at `target`: a cached file checked against its recorded digest (and `sha256`), else an old
-    cache's copy (`legacy`) that passes the same checks, else downloaded."""
+    """`url` at `target`: a cached file checked against its recorded digest (and `sha256`), else downloaded."""
     shown = _shown(url)
     if not target.exists():
-        old = legacy if _is_file(legacy) else None
-        if old is None and is_offline(offline):  # nothing to write: a read-only copy of a cache works
+        if is_offline(offline):  # nothing to write: a read-only copy of a cache works
             raise _offline_error(shown, target)
         with _download_lock(target):  # another process fetching the same file: wait for it, then reuse it
-            if not target.exists() and not (old is not None and _adopt(old, target, sha256)):
-                if is_offline(offline):
-                    raise _offline_error(shown, target)
+            if not target.exists():
                 _download(url, target, sha256, progress)
                 return target
     _check_cached(shown, target, sha256)
@@ -269,13 +242,11 @@ def _offline_error(shown: str, target: Path) -> FileNotFoundError:
     )
 
 
-def _fetch_first(
-    urls: list[str], target: Path, offline: Optional[bool], progress: bool, legacy: Optional[Path], weights: str
-) -> Path:
+def _fetch_first(urls: list[str], target: Path, offline: Optional[bool], progress: bool, weights: str) -> Path:
     """The first of `urls` the server has, at `target` (the options of a weights file, by either naming)."""
     for url in urls:
         try:
-            return fetch(url, target, None, offline, progress, legacy=legacy)
+            return fetch(url, target, None, offline, progress)
         except NotOnServer:
             continue
     raise DownloadError(
@@ -552,22 +523,6 @@ def _check_cached(shown: str, target: Path, sha256: Optional[str]) -> None:
                 f"{target} (from {shown}) has no readable digest record ({record.name}) and {problem}; {again}"
             )
         _record_digest(target, actual)
-
-
-def _adopt(legacy: Path, target: Path, sha256: Optional[str]) -> bool:
-    """Move a file spacy-elmo 0.1 cached into its place in this layout, if it passes the checks a cached
-    file does (its record, `sha256`, its format); one that does not is left where it is and fetched again."""
-    if not _is_file(legacy):
-        return False
-    recorded, actual = _read_record(legacy), sha256_of_file(legacy)
-    if recorded is None or actual != recorded or (sha256 and actual != sha256.lower()):
-        return False
-    if not sha256 and format_problem(legacy) is not None:
-        return False
-    os.replace(legacy, target)
-    _record_digest(target, actual)
-    legacy.with_name(legacy.name + DIGEST_SUFFIX).unlink(missing_ok=True)
-    return True
 
 
 def _cache_path(url: str, root: Path) -> Path:

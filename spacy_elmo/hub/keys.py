@@ -97,18 +97,6 @@ def file_name(segment: str) -> str:
     return _safe_name(segment or "index", MAX_NAME_CHARS, keep_suffix=True)
 
 
-def legacy_cache_path(url: str, root: Path) -> Optional[Path]:
-    """Where spacy-elmo 0.1 cached `url` (`HOST_PORT/PATH`), for a URL that layout kept apart from others:
-    none with credentials, a query, escapes or dot segments; None for the rest."""
-    parts = urlsplit(url)
-    segments = parts.path.split("/")[1:]
-    if "@" in parts.netloc or parts.query or parts.fragment or "%" in parts.path:
-        return None
-    if not segments or any(s in ("", ".", "..") for s in segments):
-        return None
-    return root.joinpath(parts.netloc.replace(":", "_"), *segments)
-
-
 def _folder_names(segments: list[str]) -> list[str]:
     """The URL's folders as safe names; past MAX_FOLDERS_CHARS, the rest as one name hashed from them."""
     names: list[str] = []

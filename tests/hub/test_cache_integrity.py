@@ -3,13 +3,11 @@ cache: a file changed between two tries is never spliced; a body of no stated le
 wrong announced length, an HTML page sent as binary and a chunked body cut short are never cached as good;
 a missing, empty or unreadable digest record does not make damaged bytes good; URLs with queries,
 fragments, dot segments, credentials and long names each get a place of their own in the cache; a
-bilm-tf `lm_weights.hdf5` finds the `options.json` beside it; a broken catalog or cache setting is named;
-a cache of spacy-elmo 0.1 is adopted, not fetched again."""
+bilm-tf `lm_weights.hdf5` finds the `options.json` beside it; a broken catalog or cache setting is named."""
 
 import base64
 import hashlib
 import logging
-import os
 import re
 from pathlib import Path
 
@@ -359,50 +357,3 @@ def test_an_unreadable_catalog_does_not_block_the_shipped_model(tmp_path, cache,
     unreadable.mkdir()  # reading it is an OSError
     monkeypatch.setenv("SPACY_ELMO_CATALOG", str(unreadable))
     assert resolve_model("en_elmo_small").kind == "native"
-
-
-# -- a cache of spacy-elmo 0.1 ----------------------------------------------------------------------------
-
-
-def legacy_place(server, cache: Path, path: str) -> Path:
-    """Where 0.1 cached a URL of the server: HOST_PORT/PATH."""
-    return cache.joinpath(f"127.0.0.1_{server.httpd.server_port}", *path.split("/"))
-
-
-def test_a_file_of_an_old_cache_is_adopted_offline_without_fetching(server, cache, monkeypatch):
-    old = legacy_place(server, cache, "models/m.zip")
-    old.parent.mkdir(parents=True)
-    old.write_bytes(NEW)
-    old.with_name("m.zip.sha256").write_text(f"{sha256(NEW)}  m.zip\n")
-    monkeypatch.setenv(download.OFFLINE_ENV, "1")
-    path = resolve_model_source(server.url("models/m.zip"))
-    assert path == cached_path(server.url("models/m.zip")) and path.read_bytes() == NEW
-    assert path.with_name("m.zip.sha256").read_text().split() == [sha256(NEW), "m.zip"]
-    assert not old.exists() and not old.with_name("m.zip.sha256").exists() and server.requests == []
-
-
-def test_an_old_cache_file_that_fails_its_checks_is_fetched_again(server, cache):
-    server.files["models/m.zip"] = NEW
-    old = legacy_place(server, cache, "models/m.zip")
-    old.parent.mkdir(parents=True)
-    old.write_bytes(NEW[:HALF])  # 0.1 cached a short body and recorded it
-    old.with_name("m.zip.sha256").write_text(f"{sha256(NEW[:HALF])}  m.zip\n")
-    assert resolve_model_source(server.url("models/m.zip"), progress=False).read_bytes() == NEW
-    assert server.hits("models/m.zip") == [None] and old.exists()  # left where it was
-
-
-def test_a_two_file_model_of_an_old_cache_is_adopted(server, cache, monkeypatch):
-    folder = legacy_place(server, cache, "e/tiny_weights")  # 0.1: a folder named after the weights
-    folder.mkdir(parents=True)
-    for name, data in (("options.json", OPTIONS), ("tiny_weights.hdf5", WEIGHTS)):
-        (folder / name).write_bytes(data)
-        (folder / f"{name}.sha256").write_text(f"{sha256(data)}  {name}\n")
-    monkeypatch.setenv(download.OFFLINE_ENV, "1")
-    adopted = resolve_model_source(server.url("e/tiny_weights.hdf5"))
-    assert sorted(p.name for p in adopted.iterdir() if not p.name.startswith(".")) == [
-        "options.json",
-        "options.json.sha256",
-        "tiny_weights.hdf5",
-        "tiny_weights.hdf5.sha256",
-    ]
-    assert server.requests == [] and os.listdir(folder) == []
