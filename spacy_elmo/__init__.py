@@ -28,6 +28,7 @@ def __getattr__(name: str) -> Any:
 
 from .bilm.options import BiLMOptions  # noqa: E402
 from .errors import ModelFileError  # noqa: E402
+from .extensions import set_vector_hooks  # noqa: E402
 from .pipeline import Elmo, make_elmo  # noqa: E402  (registers the `elmo` factory and the architectures)
 
 __all__ = [
@@ -42,4 +43,5 @@ __all__ = [
     "ModelFileError",
     "make_elmo",
     "save_bilm_tf",
+    "set_vector_hooks",
 ]

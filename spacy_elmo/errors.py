@@ -40,7 +40,7 @@ DEPENDENCIES: tuple[str, ...] = (
 EXTRAS: dict[str, tuple[str, ...]] = {
     "parquet": ("pyarrow>=15",),
     "onnx": ("onnx>=1.17,<2", "onnxruntime>=1.20,<2", "onnxscript>=0.5,<1"),
-    "spark": ("pyspark[sql]>=4.0", "pyarrow>=15"),
+    "spark": ("pyspark[sql]>=4.0", "pyarrow>=15", "pandas<3"),
     "ray": ("ray[data]>=2.10", "pyarrow>=15"),
 }
 # what a hint adds for one package: PyPI's torch for Linux is the CUDA build

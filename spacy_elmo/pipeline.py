@@ -12,6 +12,7 @@ asks, so a service's memory and speed do not depend on the texts it has seen.
 """
 
 import itertools
+import multiprocessing
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
@@ -32,6 +33,16 @@ from .mix import MIX_NAMES, mix_layers, named_mix_weights
 
 STORE_OPTIONS = ("layers", "vectors", "both", "none")
 STORE_DTYPES = ("float32", "float16")
+
+
+def _in_spacy_worker() -> bool:
+    """Whether this process is a worker of spaCy's `nlp.pipe(n_process=N)`. Its docs reach the parent through
+    `Doc.to_bytes`, which drops per-doc hooks and warns (W109) for each worker; the parent re-adds them."""
+    target = getattr(multiprocessing.current_process(), "_target", None)
+    return (getattr(target, "__module__", None), getattr(target, "__name__", None)) == (
+        "spacy.language",
+        "_apply_pipes",
+    )
 
 
 @Language.factory(
@@ -60,7 +71,9 @@ class Elmo(TrainablePipe):
     store_dtype: "float32" or "float16" (half the memory) for what is kept.
     set_vector_hooks: make doc/span/token .vector (mean of token vectors) and .similarity (cosine) use ELMo:
         true, false, or "auto" (on when the vocab has no static vectors of its own and the pipe keeps
-        vectors or layers, so that a blank pipeline's .similarity means something).
+        vectors or layers, so that a blank pipeline's .similarity means something; off in the worker
+        processes of `nlp.pipe(n_process=N)`, which cannot send hooks back: re-add them there with
+        `spacy_elmo.set_vector_hooks(doc)`).
     to_cpu: store numpy arrays on the CPU; false keeps cupy arrays on the GPU when running there.
     cache_size_mb: bound of the layer cache used while training with a frozen biLM (0 = no cache). It holds
         the training docs' layers (filled by `update`) and the dev docs' (predictions between an update and
@@ -263,7 +276,7 @@ class Elmo(TrainablePipe):
         keep_layers = self.store in ("layers", "both") or bool(self.listener_map)
         keep_vectors = self.store in ("vectors", "both")
         # "auto" is decided per batch: static vectors may be added after the pipe (`[initialize] vectors`)
-        auto = self.store != "none" and self.vocab.vectors.size == 0
+        auto = self.store != "none" and self.vocab.vectors.size == 0 and not _in_spacy_worker()
         hooks = auto if self.set_vector_hooks == "auto" else bool(self.set_vector_hooks)
         weights = named_mix_weights(self.default_mix, int(layers[0].shape[0])) if len(layers) else None
         for doc, doc_layers in zip(docs, layers):

@@ -24,6 +24,7 @@ SMOKE = {
         ["dump", "--smoke", "{tmp}/a.npz"],
         ["dump", "--smoke", "{tmp}/b.npz"],
         ["compare", "{tmp}/a.npz", "{tmp}/b.npz"],
+        ["exactness", "--models", "fixture", "--sentences", "3"],
     ],
     "compare_versions.py": [[str(ROOT), "--smoke"]],
     "threads_busy.py": [["--smoke"]],

@@ -3,10 +3,12 @@
 import contextlib
 import functools
 import inspect
+import re
 from collections.abc import Iterator
 from typing import Any, Callable
 
 import typer
+from typer.core import TyperCommand
 from typer.models import ArgumentInfo
 
 from ..errors import MissingPackageError, extra_providing, is_known, missing, missing_message
@@ -47,6 +49,14 @@ def _upper_case_placeholders() -> None:
                 parameter.default.metavar = parameter.name.upper()
 
 
+class _UsageCommand(TyperCommand):
+    """A command whose usage line writes a required argument as `MODEL`, the convention of man pages and of
+    the commands' docstrings (typer 0.29 writes `{MODEL}`, which reads as a literal or a choice)."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        return [re.sub(r"^\{([A-Z0-9_]+)\}", r"\1", piece) for piece in super().collect_usage_pieces(ctx)]
+
+
 def _naming_missing_packages(command: Callable[..., Any], name: str) -> Callable[..., Any]:
     """`command`, with a package it imports that is not installed (torch or pooch where a serving install
     left them out, an extra's) said in one `error:` line naming the pip line, exit status 1, not a traceback.
@@ -73,6 +83,7 @@ def _naming_missing_packages(command: Callable[..., Any], name: str) -> Callable
 for _command in elmo_cli.registered_commands:
     if _command.callback is not None:
         _command.callback = _naming_missing_packages(_command.callback, str(_command.name))
+    _command.cls = _UsageCommand
 _upper_case_placeholders()
 # the help text lists the commands as registered, so a new one cannot be left out of it
 elmo_cli.info.help = (

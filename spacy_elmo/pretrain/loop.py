@@ -144,6 +144,8 @@ class TrainingLoop:
             self._report()
             if stop:
                 self.report.say(f"stopping at step {self.state.step} (signal {stop[-1]})")
+            else:
+                self._say_if_the_clock_ended_it()
             if self.checkpointer.saved_step != self.state.step:
                 self.checkpointer.save(self.state)
             if self.evaluated_step != self.state.step:
@@ -190,6 +192,18 @@ class TrainingLoop:
             or bool(stop)
         )
         return any_process(done, self.place.world, self.place.device)
+
+    def _say_if_the_clock_ended_it(self) -> None:
+        """A run that also has a step or epoch limit but ended on `max_minutes` gives a model that depends on
+        how fast (and how busy) the machine was: said as a warning, with the step it reached."""
+        s, state = self.settings, self.state
+        last = s.last_step(self.batcher.steps_per_epoch)
+        if last is not None and state.step < last and s.max_minutes and state.wall_s >= s.max_minutes * 60:
+            self.report.say(
+                f"warning: training.max_minutes = {s.max_minutes} ended the run at step {state.step} of {last}: "
+                f"this model depends on the machine's speed; with max_steps alone (max_minutes = 0) every "
+                f"machine trains the same model, and `--resume` continues this one"
+            )
 
     def _evaluate(self) -> None:
         self.evaluated_step = self.state.step

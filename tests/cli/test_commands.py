@@ -59,11 +59,13 @@ OPTIONS_ONLY = {"models"}  # commands that take no argument
 
 
 def test_usage_lines_name_arguments_as_the_help_texts_do():
+    """Required arguments as MODEL, optional ones as [OUTPUT]: no braces (typer 0.29 writes `{MODEL}`)."""
     for name in registered():
         usage = runner.invoke(elmo_cli, [name, "--help"], terminal_width=400).output
         line = next(line for line in usage.splitlines() if "Usage:" in line)
-        placeholders = re.findall(r"[{\[]([^}\]]+)[}\]]", line.split("[OPTIONS]")[1])
-        assert (placeholders or name in OPTIONS_ONLY) and all(p == p.upper() for p in placeholders), (name, line)
+        pieces = line.split("[OPTIONS]")[1].split()
+        assert (pieces or name in OPTIONS_ONLY) and not any("{" in p or "}" in p for p in pieces), (name, line)
+        assert all(re.fullmatch(r"\[?[A-Z0-9_]+\]?(\.\.\.)?", p) for p in pieces), (name, line)
 
 
 def test_embed_says_a_model_is_missing_before_any_progress_bar(tmp_path):

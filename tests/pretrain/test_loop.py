@@ -116,3 +116,26 @@ def test_bf16_follows_the_fp32_loss_curve(trained_tiny, tiny_config, tmp_path):
     assert bf16.last_eval is not None and fp32.last_eval is not None
     ppl_bf16, ppl_fp32 = bf16.last_eval["average_ppl"], fp32.last_eval["average_ppl"]
     assert abs(ppl_bf16 - ppl_fp32) <= 0.05 * ppl_fp32, (ppl_bf16, ppl_fp32)
+
+
+def test_a_run_that_the_clock_ends_before_its_steps_says_so_and_one_that_reaches_them_does_not(tmp_path, tiny_config):
+    """`max_minutes` beside `max_steps` is a guard: where it ends the run first, the model depends on the
+    machine's speed, which the log says as a warning naming the step reached; a run that reaches its steps
+    first says nothing of it."""
+    overrides = {"training.eval_every": 0, "paths.dev": None, "training.checkpoint_every": 0}
+    messages: list[str] = []
+    cut = pretrain(
+        tiny_config(**overrides, **{"training.max_steps": 500, "training.max_minutes": 1e-9}),
+        tmp_path / "cut",
+        log=messages.append,
+    )
+    warnings = [m for m in messages if m.startswith("warning: training.max_minutes")]
+    assert cut.state.step < 500 and len(warnings) == 1, messages
+    assert f"at step {cut.state.step} of 500" in warnings[0] and "max_steps alone" in warnings[0]
+    messages.clear()
+    full = pretrain(
+        tiny_config(**overrides, **{"training.max_steps": 2, "training.max_minutes": 60}),
+        tmp_path / "full",
+        log=messages.append,
+    )
+    assert full.state.step == 2 and not any("max_minutes" in m for m in messages), messages
