@@ -16,9 +16,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
-PathLike = Union[str, Path]
+from .disk import PathLike
+
 UTF8 = "utf-8"
 NUL = "\x00"
 # the one rule for a text's characters, wherever a text comes from (a file, a JSONL field, an engine's row)

@@ -20,7 +20,7 @@ def export_cli(
     ONNX Scans over the run-time length). Needs torch and the \[onnx] extra: `pip install ".\[onnx]"` in a
     clone (a missing package is named with the line that installs it)."""
     require("export", "torch", "onnx", "onnxscript", extra="onnx")  # before the model loads
-    from ..io.digest import file_sha256
+    from ..disk import file_sha256
     from ..io.resolve import check_output, load_model
     from ..onnx.export import export_onnx
 

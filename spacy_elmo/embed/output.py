@@ -25,8 +25,9 @@ from ..bilm.batching import (
     check_window,
     embed_windowed,
 )
+from ..disk import file_sha256
 from ..errors import require
-from ..io.digest import file_sha256, parse_pin
+from ..io.digest import parse_pin
 from ..launch_env import launch_env
 from ..mix import REDUCTIONS, reduce_layers
 from ..onnx.runtime import RUNTIMES, OnnxRunner, load_graph

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable
 
-from ..io.atomic import atomic_path
+from ..disk import atomic_path
 from .columns import LINE, TOKENS, VECTORS, column_arrays, tokens_array, vectors_array, vectors_type
 from .store import FORMAT, ROLES, OutputError, PartialRun, add_dataset
 

@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 import numpy
 
-from ..io.atomic import remove_stale_temporaries
+from ..disk import remove_stale_temporaries
 from ..launch_env import launch_env
 from .store import (
     INFORMATIONAL,

@@ -18,7 +18,7 @@ from typing import Any
 import numpy
 
 from ..dicts import changed_keys, flatten
-from ..io.atomic import atomic_directory, atomic_path, remove_stale_temporaries, same_file
+from ..disk import atomic_directory, atomic_path, remove_stale_temporaries, same_file
 from ..io.files import starts_as_hdf5
 
 FORMAT = "spacy-elmo.embed.v2"

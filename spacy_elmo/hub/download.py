@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
 from urllib.parse import urlsplit
 
-from ..text import PathLike
+from ..disk import OPTIONS_FILE, WEIGHT_SUFFIXES, PathLike, atomic_write_text, file_hash, file_sha256
 from .catalog import (
     ARCHIVE_ROLE,
     CatalogEntry,
@@ -50,8 +50,6 @@ if TYPE_CHECKING:
 
 CACHE_ENV = "SPACY_ELMO_CACHE"
 OFFLINE_ENV = "SPACY_ELMO_OFFLINE"
-OPTIONS_NAME = "options.json"
-WEIGHT_SUFFIXES = (".hdf5", ".h5")
 RETRIES = 3  # tries after the first; each resumes where the last one broke off, when the server allows
 TIMEOUT_S = 60.0  # of one connect or read, not of the whole download
 CHUNK_BYTES = 1 << 20
@@ -189,8 +187,8 @@ def options_urls_for(weights_url: str) -> list[str]:
     parts = urlsplit(weights_url)
     folder, _, name = parts.path.rpartition("/")
     stem = name.rsplit(".", 1)[0]
-    names = [stem[: -len("weights")] + "options.json"] if stem.endswith("weights") else []
-    return [parts._replace(path=f"{folder}/{n}", query="", fragment="").geturl() for n in [*names, OPTIONS_NAME]]
+    names = [stem[: -len("weights")] + OPTIONS_FILE] if stem.endswith("weights") else []
+    return [parts._replace(path=f"{folder}/{n}", query="", fragment="").geturl() for n in [*names, OPTIONS_FILE]]
 
 
 def local_files(urls: dict[str, str], cache: Optional[PathLike] = None) -> dict[str, Path]:
@@ -201,7 +199,7 @@ def local_files(urls: dict[str, str], cache: Optional[PathLike] = None) -> dict[
     weights = _cache_path(urls["weights"], root)
     if not weights.name.lower().endswith(WEIGHT_SUFFIXES):  # it shares a folder with options.json
         raise DownloadError(f"{_shown(urls['weights'])}: a model's weights must be an .hdf5 or .h5 file")
-    return {"options": weights.with_name(OPTIONS_NAME), "weights": weights}
+    return {"options": weights.with_name(OPTIONS_FILE), "weights": weights}
 
 
 def is_cached(entry: CatalogEntry, cache: Optional[PathLike] = None) -> bool:
@@ -282,7 +280,7 @@ def _download(url: str, target: Path, sha256: Optional[str], progress: bool) -> 
         if isinstance(err, (requests.ConnectionError, requests.Timeout)):  # the host may be out of reach from here
             then += f"; if this machine cannot reach {urlsplit(shown).netloc}, {FETCH_ELSEWHERE}"
         raise DownloadError(_scrub(f"{shown}: {err} (after {RETRIES + 1} tries); {then}", url)) from None
-    _record_digest(target, downloader.sha256 or sha256_of_file(target))
+    _record_digest(target, downloader.sha256 or file_sha256(target))
 
 
 @contextlib.contextmanager
@@ -358,7 +356,7 @@ class _ResumingDownloader:
         if total is None and stated:  # a chunked 206 still says the length of the whole
             total = int(stated.group(1))
         if resumed:
-            digest = sha256_of_file(self.part, hasher=True)
+            digest = file_hash(self.part)
         else:
             digest = hashlib.sha256()
             self._save_validator(shown, response, total)
@@ -478,20 +476,8 @@ def _refuse_answer(shown: str, response: "requests.Response") -> None:
         raise _Refused(f"{shown}: the server sent an HTML page, not a model file (an error or login page?)")
 
 
-def sha256_of_file(path: Path, hasher: bool = False) -> Any:
-    """The SHA-256 of a file (hex), or with `hasher` the hash object, to go on with."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(CHUNK_BYTES), b""):
-            digest.update(block)
-    return digest if hasher else digest.hexdigest()
-
-
 def _record_digest(target: Path, sha256: str) -> None:
-    record = target.with_name(target.name + DIGEST_SUFFIX)
-    temporary = record.with_name(record.name + ".tmp")
-    temporary.write_text(f"{sha256}  {target.name}\n", encoding="utf-8")
-    os.replace(temporary, record)
+    atomic_write_text(target.with_name(target.name + DIGEST_SUFFIX), f"{sha256}  {target.name}\n")
 
 
 def _read_record(target: Path) -> Optional[str]:
@@ -507,7 +493,7 @@ def _check_cached(shown: str, target: Path, sha256: Optional[str]) -> None:
     """Refuse a cached file changed since its download (or unlike `sha256`). One with no readable record
     is trusted again only if it reads as its format (or matches `sha256`): the check a fresh download
     passes, made offline, without fetching it again; then it is recorded."""
-    actual = sha256_of_file(target)
+    actual = file_sha256(target)
     record = target.with_name(target.name + DIGEST_SUFFIX)
     recorded = _read_record(target)
     again = f"remove {target} to fetch it again (at its next use, or now: spacy elmo download {shown})"

@@ -11,12 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ..disk import OPTIONS_FILE, WEIGHT_SUFFIXES
 from ..errors import ModelFileError
 from .damage import damaged_as
 
-OPTIONS_MEMBER = "options.json"
 WEIGHT_MEMBERS = ("model.hdf5", "weights.hdf5", "lm_weights.hdf5")
-WEIGHT_SUFFIXES = (".hdf5", ".h5")
 PICKLE_SUFFIX = ".pkl"  # ELMoForManyLangs' state dicts (token_embedder.pkl, encoder.pkl)
 VOCAB_MEMBER = "vocab.txt"
 _MiB = 1 << 20
@@ -57,7 +56,7 @@ def _models(names: list[str]) -> dict[tuple[str, str], list[str]]:
     models: dict[tuple[str, str], list[str]] = {}
     for name in names:
         folder, _, base = name.rpartition("/")
-        if base == OPTIONS_MEMBER or base.endswith(WEIGHT_SUFFIXES):
+        if base == OPTIONS_FILE or base.endswith(WEIGHT_SUFFIXES):
             kind = "bilm-tf"
         elif base.endswith(PICKLE_SUFFIX):
             kind = "ELMoForManyLangs"
@@ -151,16 +150,16 @@ def member_blocks(archive: Path, member: str, limit: Optional[Limit] = None) -> 
 def bilm_tf_weights(archive: Path, inside: dict[str, str], where: str = "") -> str:
     """The name of the one weight file beside options.json in the model's folder (`member_names`' `inside`)."""
     weights = sorted(short for short in inside if short.endswith(WEIGHT_SUFFIXES) and "/" not in short)
-    if OPTIONS_MEMBER in inside and len(weights) > 1:
+    if OPTIONS_FILE in inside and len(weights) > 1:
         raise ArchiveError(
-            f"{archive}{where}: holds {len(weights)} weight files beside {inside[OPTIONS_MEMBER]} "
+            f"{archive}{where}: holds {len(weights)} weight files beside {inside[OPTIONS_FILE]} "
             f"({', '.join(inside[short] for short in weights)}); which one is the model's cannot be chosen inside "
             "an archive: unzip it and give the weight file you mean (the options.json beside it is read)"
         )
-    if OPTIONS_MEMBER not in inside or len(weights) != 1:
+    if OPTIONS_FILE not in inside or len(weights) != 1:
         found = ", ".join(sorted(inside.values())[:12]) or "nothing"
         raise ArchiveError(
-            f"{archive}{where}: expected a bilm-tf model in the archive ({OPTIONS_MEMBER} and one .hdf5 weight "
+            f"{archive}{where}: expected a bilm-tf model in the archive ({OPTIONS_FILE} and one .hdf5 weight "
             f"file such as {WEIGHT_MEMBERS[0]}, at its root or in one folder), found {found}"
         )
     return weights[0]

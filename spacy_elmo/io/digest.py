@@ -10,15 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..hub.download import sha256_of_file
-from ..text import PathLike
-
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-
-
-def file_sha256(path: PathLike) -> str:
-    """The SHA-256 of a file's bytes, as `sha256sum` prints it (streamed: the download cache's function)."""
-    return str(sha256_of_file(Path(path)))
 
 
 @dataclass(frozen=True)

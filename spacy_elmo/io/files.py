@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from ..disk import file_sha256
 from ..errors import ModelFileError
 from .archive import ArchiveError, Limit, member_blocks
 from .damage import damaged_as
-from .digest import file_sha256
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,9 @@ import numpy
 
 from ..bilm.bilm import BiLM
 from ..bilm.options import BiLMOptions
-from ..text import PathLike
+from ..disk import PathLike, atomic_path, atomic_write_text
 from .archive import JSON_LIMIT, WEIGHTS_LIMIT, WEIGHTS_SLACK, Limit
 from .arrays import WeightsError, bilm_arrays, build_bilm, check_accounted_for, expected_shapes
-from .atomic import atomic_path, atomic_write_text
 from .damage import damaged_as
 from .files import ModelFiles
 

@@ -15,16 +15,14 @@ from ..bilm.bilm import BiLM
 from ..bilm.lexicon import Lexicon
 from ..bilm.options import BiLMOptions
 from ..dicts import changed_keys
-from ..text import PathLike
+from ..disk import OPTIONS_FILE, PathLike, atomic_write_bytes, atomic_write_text
 from .arrays import SOFTMAX_ARRAYS, WeightsError, bilm_arrays, build_bilm
-from .atomic import atomic_write_bytes, atomic_write_text
 from .files import ModelFiles
 
 FORMAT = "spacy-elmo.bilm.v1"
 REWRITE = "copy or export the model again"
 ALLOWED_DTYPES = ("float32", "float16", "int32", "int64")
 MODEL_FILE = "model.msgpack"
-OPTIONS_FILE = "options.json"
 DIGEST_KEY = "sha256"
 SOURCE_KEY = "converted_from"
 LEXICON_KEY = "lexicon"
@@ -164,7 +162,7 @@ def save_native(
     keep_softmax: bool = True,
     converted_from: Optional[dict[str, Any]] = None,
 ) -> Path:
-    """Write a native model directory (each file atomically, see `io/atomic.py`); see `bilm_to_bytes`."""
+    """Write a native model directory (each file atomically, see `spacy_elmo/disk.py`); see `bilm_to_bytes`."""
     directory = Path(directory)
     data = bilm_to_bytes(bilm, softmax_dtype=softmax_dtype, keep_softmax=keep_softmax, converted_from=converted_from)
     atomic_write_bytes(directory / MODEL_FILE, data)

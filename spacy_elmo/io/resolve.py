@@ -16,15 +16,14 @@ from typing import Any, Optional
 
 from ..bilm.bilm import BiLM
 from ..bilm.options import BiLMOptions
+from ..disk import OPTIONS_FILE, PathLike, same_file
 from ..hub.download import path_exists, resolve_model_source
-from ..text import PathLike
-from .archive import OPTIONS_MEMBER, VOCAB_MEMBER, WEIGHT_MEMBERS, bilm_tf_weights, member_names
-from .atomic import same_file
+from .archive import VOCAB_MEMBER, WEIGHT_MEMBERS, bilm_tf_weights, member_names
 from .digest import ModelFile, check_pin, model_digest, parse_pin
 from .efml import CONFIG_FILE, ENCODER_FILE, MODEL_FILES, _read_efml
 from .files import ModelFiles, starts_as_hdf5
 from .hdf5 import _read_bilm_tf, weights_limit
-from .native import MODEL_FILE, OPTIONS_FILE, _read_native, is_native
+from .native import MODEL_FILE, _read_native, is_native
 from .onnx_graph import is_model_proto, names_onnx_graph
 
 SHIPPED_MODELS_DIR = Path(__file__).parent.parent / "models"
@@ -99,7 +98,7 @@ def resolve_model(path: PathLike, options_file: Optional[PathLike] = None, optio
             return ModelSource("efml", target, files, CONFIG_FILE, ENCODER_FILE)
         weights = bilm_tf_weights(target, inside, where)
         return ModelSource(
-            "bilm-tf", target, files, OPTIONS_MEMBER, weights, VOCAB_MEMBER if VOCAB_MEMBER in inside else None
+            "bilm-tf", target, files, OPTIONS_FILE, weights, VOCAB_MEMBER if VOCAB_MEMBER in inside else None
         )
     if target.is_dir() and all((target / name).exists() for name in MODEL_FILES):  # ELMoForManyLangs
         return ModelSource("efml", target, ModelFiles(target), CONFIG_FILE, ENCODER_FILE)

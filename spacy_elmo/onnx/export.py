@@ -17,8 +17,8 @@ from torch import nn
 from ..bilm.bilm import BiLM
 from ..bilm.lstm import lstm_cell, reverse_within_lengths
 from ..bilm.precision import Products, TorchFloat
+from ..disk import atomic_write_bytes
 from ..errors import require
-from ..io.atomic import atomic_write_bytes
 from ..io.onnx_graph import GRAPH_SHA256_KEY, INPUT_NAME, OUTPUT_NAME, GraphMetadata, graph_sha256
 
 OPSET = 18

@@ -22,11 +22,11 @@ from thinc.api import Config
 from ..bilm.bilm import BiLM
 from ..bilm.options import BiLMOptions
 from ..bilm.runner import parse_device, torch_threads
+from ..disk import PathLike
 from ..io.arrays import bilm_arrays, build_bilm
 from ..io.native import bilm_from_bytes
 from ..io.resolve import load_model
 from ..launch_env import launch_env
-from ..text import PathLike
 from .batches import WindowBatcher
 from .checkpoint import Checkpointer, CheckpointError, TrainState
 from .config import PretrainConfigError, PretrainSettings

@@ -15,7 +15,7 @@ import srsly
 import torch
 
 from ..bilm.bilm import BiLM
-from ..io.atomic import atomic_write_bytes, remove_stale_temporaries
+from ..disk import atomic_write_bytes, remove_stale_temporaries
 from ..io.native import bilm_to_bytes, decode_array, encode_array
 from .distributed import Log, Placement, gather_bytes
 
@@ -54,7 +54,7 @@ def checkpoint_path(directory: Path, step: int) -> Path:
 
 
 def write_checkpoint(directory: Path, step: int, payload: dict[str, Any]) -> Path:
-    """Write atomically (spacy_elmo/io/atomic.py): a reader never sees a partial file."""
+    """Write atomically (spacy_elmo/disk.py): a reader never sees a partial file."""
     body = srsly.msgpack_dumps(payload)
     blob = srsly.msgpack_dumps({"format": FORMAT, "sha256": hashlib.sha256(body).hexdigest(), "payload": body})
     remove_stale_temporaries(directory, PATTERN, keep_own=False)

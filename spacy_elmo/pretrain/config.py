@@ -21,7 +21,7 @@ from pydantic import (
 from thinc.api import Config, ConfigValidationError, Optimizer, registry
 
 from ..bilm.options import OPTION_NAMES, BiLMOptions
-from ..text import PathLike
+from ..disk import PathLike
 from .corpus import CorpusSettings, Format
 from .optimizers import OptimizerFactory
 from .schedule import LearnRate

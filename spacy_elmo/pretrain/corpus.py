@@ -28,9 +28,8 @@ import numpy
 import srsly
 
 from .. import chars
-from ..io.atomic import atomic_directory, atomic_path
-from ..io.digest import file_sha256
-from ..text import PathLike, check_rereadable, make_tokenizer, text_lines, texts_from_jsonl
+from ..disk import PathLike, atomic_directory, atomic_path, file_sha256
+from ..text import check_rereadable, make_tokenizer, text_lines, texts_from_jsonl
 from .vocab import BOS, EOS, Vocab
 
 CACHE_VERSION = 3  # part of the cache key: raised when the same text would give other tokens

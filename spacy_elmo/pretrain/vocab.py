@@ -9,8 +9,8 @@ from typing import Optional, Union
 
 import numpy
 
+from ..disk import PathLike
 from ..io.hdf5 import read_vocab
-from ..text import PathLike
 
 BOS, EOS, UNK = "<S>", "</S>", "<UNK>"
 SPECIALS = (BOS, EOS, UNK)

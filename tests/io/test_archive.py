@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from fixture_paths import ELMO_FIXTURE, FIXTURES
 from spacy_elmo.cli import elmo_cli
+from spacy_elmo.disk import file_sha256
 from spacy_elmo.io.archive import ArchiveError
-from spacy_elmo.io.digest import file_sha256
 from spacy_elmo.io.resolve import load_model
 
 META = {"id": 0, "corpus": [{"description": "the bilm-tf test fixture"}], "algorithm": {"name": "ELMo"}}

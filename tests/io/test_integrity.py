@@ -1,5 +1,5 @@
 """What loading checks beyond shapes: damaged weight values, pinned digests, the recorded source of a
-conversion, and the temporaries a killed process leaves (io/digest.py, io/arrays.py, io/atomic.py)."""
+conversion, and the temporaries a killed process leaves (io/digest.py, io/arrays.py, disk.py)."""
 
 import hashlib
 import json
@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 from fixture_paths import FIXTURES
 from kills import sha256_of
 from spacy_elmo.cli import elmo_cli
+from spacy_elmo.disk import remove_stale_temporaries
 from spacy_elmo.io.arrays import MAX_ABS_WEIGHT, WeightsError, bilm_arrays
-from spacy_elmo.io.atomic import remove_stale_temporaries
 from spacy_elmo.io.digest import parse_pin
 from spacy_elmo.io.resolve import load_model
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from spacy_elmo.io.atomic import (
+from spacy_elmo.disk import (
     atomic_directory,
     atomic_path,
     atomic_write_bytes,

@@ -1,4 +1,7 @@
-"""Writing files so that a reader, or a re-run after a crash, never sees half of one: each goes to a sibling
+"""Files on disk, below every module that reads or writes them (io, hub, embed, pretrain): the durable write,
+the file digest, and the file names the formats and the hub share.
+
+A durable write never shows a reader, or a re-run after a crash, half a file: it goes to a sibling
 `<name>.tmp<pid>` (the pid tells a dead writer's leftover), is fsynced, renamed over the target, and the
 directory fsynced. On an error the target is left as it was.
 """
@@ -6,16 +9,33 @@ directory fsynced. On an error the target is left as it was.
 import contextlib
 import fnmatch
 import glob
+import hashlib
 import os
 import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional, Union
 
-from ..text import PathLike
-
+PathLike = Union[str, Path]
+OPTIONS_FILE = "options.json"  # bilm-tf's, the native format's and an NLPL archive's options
+WEIGHT_SUFFIXES = (".hdf5", ".h5")  # a bilm-tf weight file
 TEMPORARY_SUFFIX = re.compile(r"\.tmp(\d+)$")
+HASH_BLOCK_BYTES = 1 << 20
+
+
+def file_hash(path: PathLike) -> Any:
+    """The SHA-256 hash object of a file's bytes, streamed (a download resumed goes on from it)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(HASH_BLOCK_BYTES), b""):
+            digest.update(block)
+    return digest
+
+
+def file_sha256(path: PathLike) -> str:
+    """The SHA-256 of a file's bytes, as `sha256sum` prints it."""
+    return str(file_hash(path).hexdigest())
 
 
 def temporary_sibling(path: Path) -> Path:
