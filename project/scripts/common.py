@@ -4,7 +4,8 @@ evaluated, and how scripts end.
 
 Tasks: WNUT-17 (`ner`) and MR (`textcat`) from assets/ always run; CoNLL-2003 and SST-5 only when their
 data directory is given (they cannot be redistributed). Each task is trained in three variants with the
-configs `project/configs/<component>_{baseline,elmo}.cfg`: spaCy's own tok2vec, ELMo from the project's
+configs `project/configs/<component>_{baseline,elmo}.cfg` (the ELMo ones: the shipped configs with the
+project's changes, merged by `full_config`): spaCy's own tok2vec, ELMo from the project's
 biLM and ELMo from the shipped one (or any model path). Files of a run NAME = <task>-<variant>:
 corpus/<task>/, training/NAME/ (model-best, timing.json), metrics/eval/NAME.json.
 """
@@ -187,11 +188,29 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics", type=Path, default=Path("metrics"))
 
 
+def full_config(config: Path, into: Path) -> Path:
+    """`config` as `spacy train` reads it. A config with `[project] extends = NAME` holds only what the project
+    changes in the package's shipped config NAME (`python -m spacy_elmo config NAME`), so the two cannot drift
+    apart: merged, it is written to `into`. Any other config is used as it is."""
+    from thinc.api import Config
+
+    from spacy_elmo.cli.config import CONFIGS_DIR
+
+    changes = Config().from_disk(config, interpolate=False)
+    if "project" not in changes:
+        return config
+    shipped = CONFIGS_DIR / f"{changes.pop('project')['extends']}.cfg"
+    into.parent.mkdir(parents=True, exist_ok=True)
+    Config().from_disk(shipped, interpolate=False).merge(changes).to_disk(into)
+    return into
+
+
 def train(task: Task, variant: str, epochs: int, args: argparse.Namespace) -> float:
     """`spacy train` one variant of a task into training/<task>-<variant> (with timing.json); its wall time."""
     corpus = args.corpus / task.name
     output = args.training / f"{task.name}-{variant}"
     config = args.configs / f"{task.component}_{'baseline' if variant == 'baseline' else 'elmo'}.cfg"
+    config = full_config(config, args.training / f"{task.name}-{variant}.cfg")
     command = ["python", "-m", "spacy", "train", str(config), "--output", str(output)]
     command += ["--paths.train", str(corpus / "train.spacy"), "--paths.dev", str(corpus / "dev.spacy")]
     if variant != "baseline":

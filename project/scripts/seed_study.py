@@ -18,7 +18,7 @@ import json
 import statistics
 from pathlib import Path
 
-from common import METRICS, run
+from common import METRICS, full_config, run
 
 
 def task_of(config: Path) -> str:
@@ -70,7 +70,7 @@ def main() -> None:
         if len(variant) not in (2, 3):
             parser.error(f"--variant takes NAME CONFIG [ELMO], got {variant}")
         name, config_path = variant[0], variant[1]
-        config = Path(config_path)
+        config = full_config(Path(config_path), args.work_dir / f"{name}.cfg")
         overrides = list(extra) + ([f"--paths.elmo={variant[2]}"] if len(variant) == 3 else [])
         tests = []
         for seed in args.seeds:

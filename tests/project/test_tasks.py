@@ -2,15 +2,17 @@
 (CoNLL-2003, SST-5) run when their data directory is given, on any language and biLM, with no pretraining."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 from spacy.tokens import DocBin
+from thinc.api import Config
 
 import collect_results
 import common
 import tasks
-from fixture_paths import FIXTURES
+from fixture_paths import FIXTURES, ROOT
 
 EFML_MODEL = FIXTURES / "elmoformanylangs" / "word_char"
 
@@ -27,6 +29,7 @@ def ran(tmp_path, monkeypatch):
 
     monkeypatch.setattr(common, "run", fake_run)
     (tmp_path / "training" / "bilm-domain" / "model").mkdir(parents=True)  # variant 'elmo' needs the biLM
+    shutil.copytree(ROOT / "project" / "configs", tmp_path / "project" / "configs")
     return commands
 
 
@@ -61,8 +64,13 @@ def test_train_runs_each_task_in_each_variant(ran, tmp_path):
     for task, epochs in (("ner", "10"), ("textcat", "3")):
         for variant, path in elmo.items():
             config, options = runs[f"training/{task}-{variant}"]
-            kind = "baseline" if variant == "baseline" else "elmo"
-            assert config == f"project/configs/{task}_{kind}.cfg"
+            if variant == "baseline":
+                assert config == f"project/configs/{task}_baseline.cfg"
+            else:  # the shipped config with the project's changes, written beside the run
+                assert config == f"training/{task}-{variant}.cfg"
+                merged = Config().from_disk(config, interpolate=False)
+                assert merged["components"][task]["model"]["tok2vec"]["encode"]["depth"] == 4
+                assert merged["nlp"]["pipeline"] == ["elmo", task] and "project" not in merged
             assert options.pop("--paths.elmo", None) == path
             assert options == {
                 "--paths.train": f"corpus/{task}/train.spacy",
@@ -195,3 +203,33 @@ def test_an_optional_task_with_a_train_only_cap_a_test_split_and_no_pretraining(
 def test_the_elmo_variant_needs_the_projects_bilm(tmp_path):
     with pytest.raises(SystemExit, match="variant 'elmo' needs the project's biLM at nowhere"):
         tasks.main(["train", "conll", "--elmo=nowhere", "--corpus", str(tmp_path / "c")])
+
+
+@pytest.mark.parametrize("component", ["ner", "textcat"])
+def test_the_project_elmo_configs_are_the_shipped_ones_with_only_the_changes_they_state(component, tmp_path):
+    """project/configs/<component>_elmo.cfg holds what the project changes in the shipped config; filled by
+    spaCy, the merged config differs from the filled shipped config in exactly those settings."""
+    from spacy.cli.init_config import fill_config
+
+    from spacy_elmo.cli.config import CONFIGS_DIR
+
+    stated = Config().from_disk(ROOT / "project" / "configs" / f"{component}_elmo.cfg", interpolate=False)
+    assert stated["project"] == {"extends": component}
+    merged = common.full_config(ROOT / "project" / "configs" / f"{component}_elmo.cfg", tmp_path / "merged.cfg")
+    fill_config(tmp_path / "merged_filled.cfg", merged, silent=True)
+    fill_config(tmp_path / "shipped_filled.cfg", CONFIGS_DIR / f"{component}.cfg", silent=True)
+
+    def leaves(config: dict, prefix: str = "") -> dict:
+        out = {}
+        for key, value in config.items():
+            out.update(leaves(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+        return out
+
+    filled = leaves(Config().from_disk(tmp_path / "merged_filled.cfg", interpolate=False))
+    shipped = leaves(Config().from_disk(tmp_path / "shipped_filled.cfg", interpolate=False))
+    changes = leaves({key: value for key, value in stated.items() if key != "project"})
+    differing = {key for key in set(filled) | set(shipped) if filled.get(key) != shipped.get(key)}
+    # a block the project replaces by a value (the learning-rate schedule by a constant) drops its keys
+    replaced = {key for key in shipped if any(key.startswith(f"{change}.") for change in changes)}
+    assert differing == {key for key in changes if changes[key] != shipped.get(key)} | replaced, differing
+    assert all(filled[key] == value for key, value in changes.items())
