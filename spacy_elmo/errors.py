@@ -25,14 +25,14 @@ class MissingPackageError(ModuleNotFoundError):
 # pyproject.toml's [project] dependencies and the extras that hints name, as written there (one copy, read
 # whether or not spacy-elmo's metadata is installed); tests/test_missing_packages.py checks it against pyproject.toml.
 DEPENDENCIES: tuple[str, ...] = (
-    "spacy>=3.7,<4.0",
-    "thinc>=8.2,<9.0",
-    "torch>=2.1",
+    "spacy>=3.8.13,<4.0",
+    "thinc>=8.3.12,<9.0",
+    "torch>=2.13",
     "srsly>=2.4",
     "h5py>=3.8",
     "numpy>=1.23",
     "pydantic>=2,<3",
-    "typer>=0.3,<1.0",
+    "typer>=0.29,<1.0",
     "tqdm>=4.38",
     "pooch>=1.6,<2",
     "requests>=2.19",

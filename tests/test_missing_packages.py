@@ -55,7 +55,7 @@ def test_a_requirement_is_found_by_its_module_with_its_range():
     assert requirements("onnx") == EXTRAS["onnx"] and requirements() == DEPENDENCIES
     assert requirement("onnxruntime", "onnx") == "onnxruntime>=1.20,<2"
     assert requirement("ray", "ray") == "ray[data]>=2.10"
-    assert requirement("torch") == "torch>=2.1"  # a dependency, found without an extra
+    assert requirement("torch") == "torch>=2.13"  # a dependency, found without an extra
     assert requirement("nowhere") == "nowhere"  # not listed: the bare name still installs it
 
 
@@ -67,7 +67,7 @@ def test_a_hint_names_the_packages_their_ranges_and_the_extra_as_installable_her
     assert 'pip install ".[onnx]" in a clone' in hint
     assert f'pip install "dist/spacy_elmo-{__version__}-py3-none-any.whl[onnx]"' in hint
     torch = missing_message("verify", ["torch"])
-    assert 'pip install "torch>=2.1"' in torch and "pip install --no-deps" in torch and "whl/cpu" in torch
+    assert 'pip install "torch>=2.13"' in torch and "pip install --no-deps" in torch and "whl/cpu" in torch
     for line in (hint, torch):
         assert "\n" not in line and not PYPI_INSTALL.search(line)
 

@@ -175,7 +175,6 @@ def _imported_top_level_names() -> dict[str, list[str]]:
     return found
 
 
-@pytest.mark.skipif(sys.version_info < (3, 10), reason="needs sys.stdlib_module_names (Python 3.10+)")
 def test_every_third_party_import_is_declared():
     from importlib.metadata import packages_distributions
 
