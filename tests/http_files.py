@@ -4,7 +4,9 @@ the bytes, unless told to send fewer), answers Range requests (unless told not t
 (unless told to ignore it, as a careless server would, sending a range of whatever it holds now), and can
 misbehave as the download cache must withstand: cut a body short (once, or every time), send no
 Content-Length (the body ends when the connection closes) or a chunked body, and change a file right after
-cutting it. It records every request with its Range header (`hits`) and all its headers (`headers`).
+cutting it. It records every request with its Range header (`hits`) and all its headers (`headers`). It
+speaks no TLS: a connection that opens with a TLS handshake (https:// to its port) is closed at once and
+counted (`tls_refused`), as a host that does not serve https refuses it.
 `write_catalog` writes a test catalog of entries pointing at it; `zip_of` makes an archive to serve."""
 
 import contextlib
@@ -12,12 +14,15 @@ import email.utils
 import hashlib
 import io
 import json
+import socket
 import threading
 import urllib.parse
 import zipfile
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+TLS_HANDSHAKE = b"\x16"  # the first byte of a TLS record that opens a handshake (a ClientHello)
 
 
 class FileServer:
@@ -34,6 +39,7 @@ class FileServer:
         self.after_cut: dict[str, bytes] = {}  # a path's new bytes, in place once its body was cut
         self.requests: list[tuple[str, object]] = []
         self.received: list[tuple[str, dict[str, str]]] = []
+        self.tls_refused = 0
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self.httpd.owner = self  # type: ignore[attr-defined]
         # a short poll: shutdown() waits for it, once per test
@@ -62,6 +68,12 @@ class FileServer:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # chunked bodies need it; every answer still closes its connection
+
+    def handle(self) -> None:
+        if self.connection.recv(1, socket.MSG_PEEK) == TLS_HANDSHAKE:  # https:// to a plain HTTP port
+            self.server.owner.tls_refused += 1  # type: ignore[attr-defined]
+            return  # closed without a word: the client's handshake fails
+        super().handle()
 
     def do_GET(self) -> None:
         server: FileServer = self.server.owner  # type: ignore[attr-defined]

@@ -6,6 +6,7 @@
 import difflib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -15,6 +16,10 @@ CATALOG_FILE = Path(__file__).with_name("catalog.json")
 CATALOG_ENV = "SPACY_ELMO_CATALOG"
 FORMATS = ("bilm-tf", "efml")
 ARCHIVE_ROLE = "archive"  # an entry's one URL, or "options" and "weights" for a bilm-tf model as two files
+NOT_STATED = "not stated"  # the licence of a model whose source states none
+# a size as the sources state it ("about 1.5 GB", "650 MB"), in decimal units
+_SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([KMGT]B)\b", re.IGNORECASE)
+_MB_PER_UNIT = {"KB": 1e-3, "MB": 1.0, "GB": 1e3, "TB": 1e6}
 
 
 @dataclass(frozen=True)
@@ -38,7 +43,19 @@ class CatalogEntry:
 
     @property
     def licence(self) -> str:
-        return str(self.source.get("licence", "not stated"))
+        """An SPDX id (CC-BY-4.0) or "not stated"; what the source says is in `source["licence_note"]`."""
+        return str(self.source.get("licence", NOT_STATED))
+
+    @property
+    def evidence(self) -> str:
+        """ "primary" (the publisher's own page or code gives the URLs) or "secondary" (another party's)."""
+        return str(self.source.get("evidence", "secondary"))
+
+    @property
+    def size_mb(self) -> Optional[float]:
+        """The download's size in (decimal) megabytes, if the source states one."""
+        match = _SIZE.search(self.size or "")
+        return float(match.group(1)) * _MB_PER_UNIT[match.group(2).upper()] if match else None
 
     @property
     def page(self) -> str:
@@ -52,6 +69,14 @@ def catalog_path() -> Path:
 def load_catalog(path: Optional[Path] = None) -> dict[str, CatalogEntry]:
     """The catalog's entries by name: `path`, else `SPACY_ELMO_CATALOG`, else the shipped catalog."""
     return dict(_read_catalog(path or catalog_path())[0])
+
+
+def other_scheme(url: str) -> Optional[str]:
+    """`url` over the other of http and https (the same host, port and path), or None for another scheme."""
+    for this, that in (("http://", "https://"), ("https://", "http://")):
+        if url[: len(this)].lower() == this:
+            return that + url[len(this) :]
+    return None
 
 
 def canonical_url(url: str) -> str:

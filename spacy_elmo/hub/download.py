@@ -40,6 +40,7 @@ from .catalog import (
     find_entry,
     load_catalog,
     looks_like_name,
+    other_scheme,
     unknown_name_message,
 )
 from .checks import SUFFIXES, format_problem, is_html
@@ -259,6 +260,7 @@ def _download(url: str, target: Path, sha256: Optional[str], progress: bool) -> 
 
     shown = _shown(url)
     downloader = _ResumingDownloader(url, target.with_name(target.name + PARTIAL_SUFFIX), sha256, progress)
+    downloader.fallback = scheme_fallback(url)
     fetcher = pooch.create(  # pooch logs the URL it is given: the one without credentials
         path=target.parent,
         base_url="",
@@ -281,6 +283,20 @@ def _download(url: str, target: Path, sha256: Optional[str], progress: bool) -> 
             then += f"; if this machine cannot reach {urlsplit(shown).netloc}, {FETCH_ELSEWHERE}"
         raise DownloadError(_scrub(f"{shown}: {err} (after {RETRIES + 1} tries); {then}", url)) from None
     _record_digest(target, downloader.sha256 or file_sha256(target))
+
+
+def scheme_fallback(url: str) -> Optional[str]:
+    """Where to try `url` when its host cannot be connected to (refused, no TLS, no route): over https for an
+    http URL; over http for an https URL only where the catalog lists it (the publisher gives the host; a
+    downgrade for any other URL is not made behind the user's back). Not after an HTTP answer: a 404 or a
+    wrong digest is the file's, whatever the scheme."""
+    other = other_scheme(url)
+    if other is None or other.startswith("https://"):
+        return other
+    try:
+        return other if entry_for_url(url) is not None else None
+    except ValueError:  # a catalog that cannot be read vouches for nothing
+        return None
 
 
 @contextlib.contextmanager
@@ -316,18 +332,19 @@ class _ResumingDownloader:
         self.validator_file = part.with_name(part.name + VALIDATOR_SUFFIX)
         self.kind = SUFFIXES.get(part.with_suffix("").suffix.lower())  # else what its first bytes claim
         self.sha256: Optional[str] = None
+        self.address = url  # where the bytes are asked for: `url`, or `fallback` once only it could be reached
+        self.fallback: Optional[str] = None  # the URL over the other scheme, tried if this one cannot connect
 
     def __call__(self, _url: str, output_file: str, _pooch: Any) -> None:
         import requests
 
         shown = _shown(self.url)
-        address, auth = request_parts(self.url)
         have, validator = self._resumable(shown)
         while True:  # at most twice: a range refused or of another file, then the whole file
             headers = {"Accept-Encoding": "identity"}  # the bytes as stored: a length and digest of those
             if validator:
                 headers["Range"], headers["If-Range"] = f"bytes={have}-", validator["if_range"]
-            with requests.get(address, headers=headers, auth=auth, stream=True, timeout=TIMEOUT_S) as response:
+            with self._get(shown, headers) as response:
                 if validator and (response.status_code == 416 or _other_range(response, have, validator)):
                     self._discard()
                     have, validator = 0, None
@@ -344,6 +361,28 @@ class _ResumingDownloader:
         self._check(shown, confirmed=total is not None)
         os.replace(self.part, output_file)  # pooch then renames it into place
         self.validator_file.unlink(missing_ok=True)
+
+    def _get(self, shown: str, headers: dict[str, str]) -> "requests.Response":
+        """The response to a GET of the URL; if its host cannot be connected to, of `fallback` (the other
+        scheme), which later tries then use. Only connecting falls back: an answer, whatever it says, is kept."""
+        import requests
+
+        address, auth = request_parts(self.address)
+        try:
+            return requests.get(address, headers=headers, auth=auth, stream=True, timeout=TIMEOUT_S)
+        except requests.ConnectionError as err:
+            if self.fallback is None:
+                raise
+            first = err
+        other, auth = request_parts(self.fallback)
+        scheme = urlsplit(other).scheme
+        try:
+            response = requests.get(other, headers=headers, auth=auth, stream=True, timeout=TIMEOUT_S)
+        except requests.ConnectionError as again:
+            raise requests.ConnectionError(f"{first}; over {scheme} too: {again}") from None
+        print(f"{shown}: cannot connect ({_first_line(first)}); fetching over {scheme}", file=sys.stderr)
+        self.address, self.fallback = self.fallback, None  # the scheme that answered, for the next tries
+        return response
 
     def _receive(self, shown: str, response: "requests.Response", resumed: bool) -> Optional[int]:
         """Write the body to `part` (after it, if `resumed`); the file's whole length, if the server said it."""
@@ -431,6 +470,11 @@ class _ResumingDownloader:
     def _discard(self) -> None:
         self.part.unlink(missing_ok=True)
         self.validator_file.unlink(missing_ok=True)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:200] if text else type(err).__name__
 
 
 def _read_validator(path: Path, shown: str) -> Optional[dict[str, Any]]:

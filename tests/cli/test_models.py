@@ -1,35 +1,95 @@
-"""`spacy elmo models` and `spacy elmo download`: the catalog listed (by language), a model fetched ahead of
-time from a local HTTP server into the cache given, an unknown name refused with the close ones."""
+"""`spacy elmo models` and `spacy elmo download`: the catalog listed whole with a header (one size unit, the
+licence), by language, format and licence, and as JSON; a model fetched ahead of time from a local HTTP
+server into the cache given, an unknown name refused with the close ones."""
 
 import importlib
+import json
 
 from typer.testing import CliRunner
 
 from http_files import serving, write_catalog, zip_of
 from spacy_elmo.cli import elmo_cli
 from spacy_elmo.hub import download
+from spacy_elmo.hub.catalog import CATALOG_FILE, load_catalog
 
 importlib.import_module("spacy_elmo.cli.models")  # registers the commands (as spacy_elmo.cli does)
 runner = CliRunner()
 
 
-def test_models_lists_the_catalog_and_one_language(tmp_path):
+def rows(output: str) -> list[list[str]]:
+    """The table's rows (a header, then one per model) split into their columns, the description apart."""
+    lines = [line for line in output.splitlines() if not line.startswith("    ")]
+    return [line[2:].split(None, 6) for line in lines]
+
+
+def test_models_lists_the_whole_catalog_with_a_header_one_size_unit_and_the_licence(tmp_path):
     done = runner.invoke(elmo_cli, ["models", "--cache", str(tmp_path)])
     assert done.exit_code == 0, done.output
-    header, *lines = done.stdout.splitlines()
-    assert header.split() == ["name", "lang", "format", "params", "download", "description"]
-    names = [line.split()[0] for line in lines]
-    original = next(line for line in lines if line.split()[0] == "allennlp/original").split()
-    assert original[3:5] == ["93.6M", "-"]  # the parameters and the download's size, each in its own column
-    assert {"allennlp/original", "allennlp/original-5.5b", "efml/ru", "efml/zh", "nlpl/212"} <= set(names)
+    header, *table = rows(done.stdout)
+    assert header == ["name", "lang", "format", "params", "MB", "licence", "description"]
+    assert len(table) == len(load_catalog(CATALOG_FILE)) and f"{len(table)} models; catalog:" in done.stderr
+    by_name = {row[0]: row for row in table}
+    assert by_name["allennlp/original"][1:6] == ["en", "bilm-tf", "93.6M", "-", "not"]  # "not stated"
+    assert by_name["nlpl/212"][4] == "1500"  # "about 1.5 GB" in megabytes, as every size
+    assert by_name["nlpl/210"][5] == "CC-BY-4.0" and by_name["tsystems/de"][5] == "BSD-2-Clause"
+    assert {"allennlp/original-5.5b", "allennlp/pt-brwac", "efml/zh", "exawizards/ja", "plur/eu"} <= set(by_name)
+
+
+def test_models_of_one_language_name_their_sources(tmp_path):
     done = runner.invoke(elmo_cli, ["models", "--lang", "ru", "--cache", str(tmp_path)])
     assert done.exit_code == 0, done.output
-    rows = [line.split() for line in done.stdout.splitlines()[1:] if not line.startswith("    ")]
-    assert [row[0] for row in rows] == ["efml/ru", "nlpl/195", "nlpl/212"]
-    assert rows[0][:3] == ["efml/ru", "ru", "efml"]
-    assert "source: https://github.com/HIT-SCIR/ELMoForManyLangs" in done.stdout
+    assert [row[0] for row in rows(done.stdout)[1:]] == ["efml/ru", "nlpl/195", "nlpl/196", "nlpl/199", "nlpl/212"]
+    assert rows(done.stdout)[1][:3] == ["efml/ru", "ru", "efml"]
+    assert "    source: https://github.com/HIT-SCIR/ELMoForManyLangs (primary)" in done.stdout
+    assert "    source: https://rusvectores.org/ru/contextual (secondary)" in done.stdout
     done = runner.invoke(elmo_cli, ["models", "--lang", "tlh"])
     assert done.exit_code == 1 and "no model for language 'tlh' in the catalog; its languages: ar, bg" in done.output
+
+
+def test_models_filter_by_format_and_licence(tmp_path):
+    done = runner.invoke(elmo_cli, ["models", "--format", "efml", "--cache", str(tmp_path)])
+    assert done.exit_code == 0, done.output
+    table = rows(done.stdout)[1:]
+    assert len(table) == 44 and {row[2] for row in table} == {"efml"}
+    done = runner.invoke(elmo_cli, ["models", "--licence", "cc-by-4.0", "--cache", str(tmp_path)])
+    assert done.exit_code == 0, done.output
+    assert [row[0] for row in rows(done.stdout)[1:]] == ["nlpl/210", "nlpl/211", "nlpl/217", "nlpl/218"]
+    done = runner.invoke(elmo_cli, ["models", "--licence", "not stated", "--format", "bilm-tf", "--lang", "de"])
+    assert done.exit_code == 0, done.output
+    assert [row[0] for row in rows(done.stdout)[1:]] == ["allennlp/multilingual-de"]
+    done = runner.invoke(elmo_cli, ["models", "--format", "onnx"])
+    assert done.exit_code == 1 and "no format 'onnx': the catalog's formats are bilm-tf, efml" in done.output
+    done = runner.invoke(elmo_cli, ["models", "--licence", "GPL-3.0"])
+    assert done.exit_code == 1 and "no model in the catalog with licence 'GPL-3.0'; its licences: " in done.output
+    assert "BSD-2-Clause, CC-BY-4.0, not stated" in done.output
+
+
+def test_models_json_gives_every_field_for_tools(tmp_path):
+    done = runner.invoke(elmo_cli, ["models", "--json", "--format", "bilm-tf", "--cache", str(tmp_path)])
+    assert done.exit_code == 0, done.output
+    records = json.loads(done.stdout)  # the count and catalog line go to stderr
+    assert {record["format"] for record in records} == {"bilm-tf"} and len(records) >= 20
+    by_name = {record["name"]: record for record in records}
+    nlpl = by_name["nlpl/212"]
+    assert nlpl["size"] == "about 1.5 GB" and nlpl["size_mb"] == 1500.0 and nlpl["nlpl_id"] == 212
+    assert nlpl["urls"] == {"archive": "http://vectors.nlpl.eu/repository/20/212.zip"} and nlpl["cached"] is False
+    assert nlpl["source"]["evidence"] == "secondary" and nlpl["source"]["page"].startswith("https://")
+    german = by_name["tsystems/de"]
+    assert german["licence"] == "BSD-2-Clause" and "LICENSE" in german["source"]["licence_note"]
+    assert set(german) == {
+        "name",
+        "language",
+        "format",
+        "licence",
+        "parameters",
+        "size",
+        "size_mb",
+        "description",
+        "urls",
+        "nlpl_id",
+        "source",
+        "cached",
+    }
 
 
 def test_download_fetches_into_the_cache_and_models_marks_it(tmp_path, monkeypatch):

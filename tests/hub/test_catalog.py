@@ -20,19 +20,84 @@ from spacy_elmo.hub.catalog import (
 CATALOG = load_catalog(CATALOG_FILE)
 
 
+RAW = json.loads(CATALOG_FILE.read_text(encoding="utf-8"))
+SPDX_OR_NOT_STATED = re.compile(r"not stated|[A-Za-z0-9.+-]+")
+SIZE = re.compile(r"(about )?[0-9]+(\.[0-9]+)? [KMGT]B")
+
+
 def test_every_entry_is_well_formed_and_cites_its_source():
-    assert len(CATALOG) == len(json.loads(CATALOG_FILE.read_text(encoding="utf-8"))["models"]) >= 50
+    assert len(CATALOG) == len(RAW["models"]) >= 70
     for name, entry in CATALOG.items():
         assert entry.name == name and re.fullmatch(r"[a-z]+/[a-z0-9.-]+", name), name
         assert entry.format in FORMATS and entry.language and entry.description, name
         assert set(entry.urls) in ({"archive"}, {"options", "weights"}), name
-        # https only: the NLPL repository serves https too (its http addresses, as the ELMoForManyLangs
-        # README gives them, are aliases)
-        assert all(re.fullmatch(r"https://[^\s/]+/\S+", url) for url in entry.urls.values()), name
+        assert all(re.fullmatch(r"https?://[^\s/]+/\S+", url) for url in entry.urls.values()), name
         assert entry.page.startswith("https://") and entry.licence, name
         assert set(entry.sha256) <= set(entry.urls), name
-    urls = [url for entry in CATALOG.values() for url in entry.urls.values()]
-    assert len(urls) == len(set(urls)), "two entries share a URL"
+    weights = [url for entry in CATALOG.values() for role, url in entry.urls.items() if role != "options"]
+    assert len(weights) == len(set(weights)), "two entries share a model file (only an options file may be shared)"
+
+
+def test_every_entry_states_its_source_licence_evidence_and_size():
+    """Complete fields: a source cited (its page and where the URLs are stated), primary or secondary, the
+    licence as an SPDX id or "not stated" (with what the source says), format and language; a size wherever
+    the source states one (null where none does, never left out)."""
+    for key, source in RAW["sources"].items():
+        assert source["page"].startswith("https://") and source["publisher"], key
+        assert source["evidence"] in ("primary", "secondary"), key
+        assert SPDX_OR_NOT_STATED.fullmatch(source["licence"]) and source["licence_note"], key
+        assert source["urls_stated_in"] and all(isinstance(text, str) and text for text in source["urls_stated_in"])
+        assert source["url_scheme"] in ("http", "https"), key
+    for model in RAW["models"]:
+        assert model["source"] in RAW["sources"], model["name"]
+        assert "size" in model and (model["size"] is None or SIZE.fullmatch(model["size"])), model["name"]
+        assert model["format"] in FORMATS and re.fullmatch(r"[a-z]{2,3}", model["language"]), model["name"]
+    assert CATALOG["nlpl/212"].size_mb == 1500.0 and CATALOG["efml/ru"].size_mb is None
+
+
+def test_each_url_has_the_scheme_its_source_gives():
+    """http for the NLPL repository, as ELMoForManyLangs' README and the NLPL pages give it; https where the
+    publisher gives https (AllenNLP's page, GitHub releases). The downloader falls back to the other."""
+    for name, entry in CATALOG.items():
+        for url in entry.urls.values():
+            assert url.startswith(entry.source["url_scheme"] + "://"), (name, url)
+        if "vectors.nlpl.eu" in " ".join(entry.urls.values()):
+            assert entry.source["url_scheme"] == "http", name
+    assert CATALOG["efml/ru"].urls["archive"] == "http://vectors.nlpl.eu/repository/11/170.zip"  # as the README
+
+
+def test_the_licences_and_sources_the_publishers_state():
+    assert {CATALOG[f"nlpl/{i}"].licence for i in (210, 211, 217, 218)} == {"CC-BY-4.0"}  # NorELMo's paper
+    assert CATALOG["efml/ru"].licence == "not stated" and "MIT" in CATALOG["efml/ru"].source["licence_note"]
+    assert CATALOG["tsystems/de"].licence == "BSD-2-Clause"
+    allennlp = CATALOG["allennlp/original"].source
+    assert allennlp["page"] == "https://allennlp.org/elmo" and allennlp["evidence"] == "primary"
+    assert not any("tutorials/" in text or "flair" in text.lower() for text in allennlp["urls_stated_in"])
+    secondary = sorted(name for name, entry in CATALOG.items() if entry.evidence == "secondary")
+    assert secondary == ["nlpl/195", "nlpl/196", "nlpl/199", "nlpl/210", "nlpl/211", "nlpl/212", "nlpl/217", "nlpl/218"]
+
+
+def test_the_portuguese_models_are_the_pair_allennlps_page_gives_since_2020_03_05():
+    contributed = "https://allennlp.s3.amazonaws.com/models/elmo/contributed/pt/"
+    assert CATALOG["allennlp/pt"].urls == {
+        "options": contributed + "wikipedia/options.json",
+        "weights": contributed + "wikipedia/elmo_pt_weights.hdf5",
+    }
+    assert CATALOG["allennlp/pt-brwac"].urls == {
+        "options": contributed + "brwac/options.json",
+        "weights": contributed + "brwac/elmo_pt_weights_dgx1.hdf5",
+    }
+    as_the_page_gives = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo/contributed/pt/brwac/"
+    assert entry_for_url(as_the_page_gives + "elmo_pt_weights_dgx1.hdf5", CATALOG) is CATALOG["allennlp/pt-brwac"]
+
+
+def test_the_aligned_multilingual_models_share_one_options_file():
+    multilingual = [entry for name, entry in CATALOG.items() if name.startswith("allennlp/multilingual-")]
+    assert sorted(entry.language for entry in multilingual) == ["de", "en", "es", "fr", "it", "pt", "sv"]
+    shared = "https://allennlp.s3.amazonaws.com/models/multilingual_elmo/options262.json"
+    assert {entry.urls["options"] for entry in multilingual} == {shared}
+    for entry in multilingual:
+        assert entry.urls["weights"].endswith(f"/multilingual_elmo/{entry.language}_weights.hdf5")
 
 
 def test_allennlps_english_models_are_named_as_users_guess():
@@ -50,7 +115,7 @@ def test_the_44_elmoformanylangs_languages_with_their_nlpl_ids():
     assert sorted(entry.nlpl_id for entry in efml) == list(range(136, 180))
     for entry in efml:
         assert entry.name == f"efml/{entry.language}"
-        assert entry.urls == {"archive": f"https://vectors.nlpl.eu/repository/11/{entry.nlpl_id}.zip"}
+        assert entry.urls == {"archive": f"http://vectors.nlpl.eu/repository/11/{entry.nlpl_id}.zip"}
     assert CATALOG["efml/ru"].nlpl_id == 170 and CATALOG["efml/nb"].nlpl_id == 165 and CATALOG["efml/nl"].nlpl_id == 164
 
 
@@ -62,7 +127,7 @@ def test_nlpl_models_are_named_by_their_repository_id():
 
 def test_names_are_found_whatever_their_case_and_by_language():
     assert find_entry("EFML/RU", CATALOG) is CATALOG["efml/ru"] and find_entry("efml/xx", CATALOG) is None
-    assert [e.name for e in entries_for("RU", CATALOG)] == ["efml/ru", "nlpl/195", "nlpl/212"]
+    assert [e.name for e in entries_for("RU", CATALOG)] == ["efml/ru", "nlpl/195", "nlpl/196", "nlpl/199", "nlpl/212"]
     assert looks_like_name("efml/xx", CATALOG) and not looks_like_name("models/efml", CATALOG)
     assert close_names("efml/rus", CATALOG)[0] == "efml/ru"
     pubmed = CATALOG["allennlp/pubmed"]
@@ -86,9 +151,9 @@ def test_a_catalog_of_ones_own_replaces_the_shipped_one(tmp_path, monkeypatch):
         load_catalog()
 
 
-def test_the_http_addresses_the_elmoformanylangs_readme_gives_find_their_https_entries():
+def test_the_https_addresses_of_the_nlpl_repository_find_their_http_entries():
     from spacy_elmo.hub.catalog import canonical_url, entry_for_url
 
-    given = "http://vectors.nlpl.eu/repository/11/170.zip"  # as the ELMoForManyLangs README lists Russian
-    assert canonical_url(given) == "https://vectors.nlpl.eu/repository/11/170.zip"
+    given = "https://vectors.nlpl.eu/repository/11/170.zip"  # the repository serves https too
+    assert canonical_url(given) == "http://vectors.nlpl.eu/repository/11/170.zip"  # as the README lists Russian
     assert entry_for_url(given).name == "efml/ru"
