@@ -50,6 +50,15 @@ def model_loader() -> Callable[[str], Any]:
     return load_bilm
 
 
+def bilm_tf_files() -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """(load_bilm_tf, save_bilm_tf), wherever this version of the package has them."""
+    try:
+        from spacy_elmo.io.hdf5 import load_bilm_tf, save_bilm_tf
+    except ImportError:  # when they were top-level names
+        from spacy_elmo import load_bilm_tf, save_bilm_tf  # type: ignore[attr-defined,no-redef]
+    return load_bilm_tf, save_bilm_tf
+
+
 def cli(*args: str) -> None:
     subprocess.run([sys.executable, "-m", "spacy_elmo", *args], check=True, stdout=subprocess.DEVNULL)
 
@@ -58,8 +67,9 @@ def dump(path: str, smoke: bool = False) -> None:
     torch.set_num_threads(1)
     out: dict[str, numpy.ndarray] = {}
     import spacy_elmo
-    from spacy_elmo import BiLMRunner, load_bilm_tf
+    from spacy_elmo import BiLMRunner
 
+    load_bilm_tf, _ = bilm_tf_files()
     print("spacy_elmo from", spacy_elmo.__file__, file=sys.stderr)
     groups = json.loads((FIX / "sentences.json").read_text())
     sents = [s.split() for g in groups for s in g]
@@ -222,8 +232,10 @@ def reference_gap(bilm: Any) -> dict[str, float]:
 
 def exactness(argv: list[str]) -> None:
     import spacy_elmo
-    from spacy_elmo import BiLM, BiLMRunner, load_model, save_bilm_tf
+    from spacy_elmo import BiLM, BiLMRunner, load_model
     from spacy_elmo.bilm.options import full_options
+
+    _, save_bilm_tf = bilm_tf_files()
 
     parser = argparse.ArgumentParser(prog="output_parity.py exactness")
     parser.add_argument("--models", default="fixture,shipped,full", help="comma-separated: fixture, shipped, full")

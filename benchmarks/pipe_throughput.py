@@ -26,8 +26,9 @@ import spacy
 import torch
 
 from common import SMOKE_HELP, describe_machine, emit
-from spacy_elmo import BiLM, save_bilm_tf
+from spacy_elmo import BiLM
 from spacy_elmo.bilm.options import full_options
+from spacy_elmo.io.hdf5 import save_bilm_tf
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "assets" / "gutenberg" / "valid_sample.txt.gz"

@@ -14,9 +14,7 @@ _TORCH_EXPORTS = {
     "BiLM": "spacy_elmo.bilm.bilm",
     "BiLMOutput": "spacy_elmo.bilm.bilm",
     "BiLMRunner": "spacy_elmo.bilm.runner",
-    "load_bilm_tf": "spacy_elmo.io.hdf5",
     "load_model": "spacy_elmo.io.resolve",
-    "save_bilm_tf": "spacy_elmo.io.hdf5",
 }
 
 
@@ -38,10 +36,8 @@ __all__ = [
     "BiLMOptions",
     "BiLMRunner",
     "Elmo",
-    "load_bilm_tf",
     "load_model",
     "ModelFileError",
     "make_elmo",
-    "save_bilm_tf",
     "set_vector_hooks",
 ]

@@ -8,10 +8,8 @@ import numpy
 import torch
 from torch import nn
 
-from .. import chars
-from . import lexicon
 from .char_cnn import CharacterEncoder
-from .lexicon import Lexicon
+from .lexicon import AnyLexicon, ByteLexicon
 from .lstm import BiLSTMStack, LSTMState
 from .options import BiLMOptions
 from .precision import FP32, Products
@@ -46,21 +44,19 @@ class BiLM(nn.Module):
             SoftmaxHead(options.n_tokens_vocab, options.projection_dim) if with_softmax else None
         )
         self.vocab: Optional[list[str]] = None
-        # The model's own character/word vocabularies (ELMoForManyLangs); None: bilm-tf's byte ids.
-        self.lexicon: Optional[Lexicon] = None
+        # How it reads tokens: bilm-tf's byte ids, or (ELMoForManyLangs) vocabularies of its own.
+        self.lexicon: AnyLexicon = ByteLexicon(options.max_characters_per_token)
         # Inference-time options (not weights): see `embed_tokens`.
         self.dedupe_tokens = True
         self.token_cache: Optional[TokenCache] = None
 
     def batch_to_ids(self, sentences: Sequence[Sequence[str]]) -> numpy.ndarray:
         """Sentences -> (B, T + 2, width) ids, framed by the sentence boundaries, as this model reads them."""
-        return lexicon.batch_to_ids(sentences, self.options.max_characters_per_token, self.lexicon)
+        return self.lexicon.batch_to_ids(sentences)
 
     def tokens_to_ids(self, tokens: Sequence[str]) -> numpy.ndarray:
         """Tokens -> (n, width) ids, without sentence boundaries."""
-        if self.lexicon is not None:
-            return self.lexicon.tokens_to_ids(tokens)
-        return chars.tokens_to_ids(tokens, self.options.max_characters_per_token)
+        return self.lexicon.tokens_to_ids(tokens)
 
     def set_token_cache(self, max_size: Optional[int]) -> None:
         """Keep the token vectors of up to `max_size` recent word types (None or 0: no cache)."""

@@ -1,5 +1,5 @@
-"""A model's own vocabularies: how ELMoForManyLangs-style models turn words into ids (bilm-tf models read
-UTF-8 bytes, `chars.py`).
+"""How a model turns words into ids: every biLM has a lexicon. `ByteLexicon` reads UTF-8 bytes (bilm-tf's and
+AllenNLP's ids, `chars.py`); `Lexicon` is a model's own vocabularies (ELMoForManyLangs).
 
 A token is framed by the `begin_of_word` and `end_of_word` characters and cut to
 `max_characters_per_token - 2` code points; what a vocabulary lacks is its `unknown` entry. The sentence
@@ -10,7 +10,7 @@ if any, is one more column after the character ids.
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import numpy
 
@@ -30,6 +30,29 @@ class LexiconError(ModelFileError):
 def gap(i: int) -> str:
     """The entry at id `i` when no entry has that id: no token and no character is ever looked up as it."""
     return _GAP.format(i)
+
+
+@dataclass(frozen=True)
+class ByteLexicon:
+    """bilm-tf's and AllenNLP's ids: a token's UTF-8 bytes (`chars.py`). Stored as null (`to_dict`), as a
+    model without vocabularies of its own has always been stored."""
+
+    max_characters_per_token: int
+
+    @property
+    def width(self) -> int:
+        return self.max_characters_per_token
+
+    def tokens_to_ids(self, tokens: Sequence[str]) -> numpy.ndarray:
+        """(n, width) ids of tokens without sentence boundaries."""
+        return chars.tokens_to_ids(tokens, self.max_characters_per_token)
+
+    def batch_to_ids(self, sentences: Sequence[Sequence[str]]) -> numpy.ndarray:
+        """(B, T + 2, width) ids, each sentence framed by `<S>` and `</S>`; rows padded with 0."""
+        return chars.batch_to_ids(sentences, max_characters_per_token=self.max_characters_per_token)
+
+    def to_dict(self) -> None:
+        return None
 
 
 @dataclass
@@ -164,10 +187,11 @@ def _index(entries: Sequence[str], aliases: dict[str, int], what: str) -> dict[s
     return ids
 
 
-def batch_to_ids(
-    sentences: Sequence[Sequence[str]], max_characters_per_token: int, lexicon: Optional[Lexicon]
-) -> numpy.ndarray:
-    """Sentences -> (B, T + 2, width) ids as a model reads them: through its lexicon, else as UTF-8 bytes."""
-    if lexicon is not None:
-        return lexicon.batch_to_ids(sentences)
-    return chars.batch_to_ids(sentences, max_characters_per_token=max_characters_per_token)
+AnyLexicon = Union[ByteLexicon, Lexicon]
+
+
+def read_lexicon(data: Any, max_characters_per_token: int, source: str = "lexicon") -> AnyLexicon:
+    """A stored lexicon; null, what a model without vocabularies of its own stores, is the byte lexicon."""
+    if data is None:
+        return ByteLexicon(max_characters_per_token)
+    return Lexicon.from_dict(data, source)

@@ -77,7 +77,6 @@ def model_report(model: str, options: Optional[Path], sha256: Optional[str]) -> 
         "format": loaded.source.kind,
         "sha256": loaded.sha256,
         "sha256_of": loaded.sha256_of,
-        "content_sha256": loaded.content_sha256,
         "files": [{"role": f.role, "path": f.path, "sha256": f.sha256} for f in loaded.files],
         "converted_from": loaded.converted_from,
         "max_abs_weight": {"value": largest, "array": holder},

@@ -10,9 +10,9 @@ import itertools
 import multiprocessing
 import warnings
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -21,16 +21,15 @@ import numpy
 from ..bilm.batching import (
     DEFAULT_WINDOW_CONTEXT,
     DEFAULT_WINDOW_SIZE,
-    SentenceRunner,
     check_window,
     embed_windowed,
 )
 from ..disk import file_sha256
 from ..errors import require
 from ..io.digest import parse_pin
-from ..launch_env import launch_env
 from ..mix import REDUCTIONS, reduce_layers
-from ..onnx.runtime import RUNTIMES, OnnxRunner, load_graph
+from ..runtimes import RUNTIMES, Loaded, RunSettings, check_integer
+from ..runtimes.torch import device_for_rank
 from ..text import (
     UTF8,
     check_encoding,
@@ -47,6 +46,7 @@ from .shards import Shard, shard_path
 from .store import EmbedWarning, PartialRun, check_output_path
 
 STORAGE_DTYPES = ("float32", "float16")
+EMBED_NAMES = {"runtime": "--runtime", "device": "--device", "precision": "--precision", "n_threads": "--threads"}
 OUTPUT_FORMATS = ("hdf5", "parquet")
 
 
@@ -71,37 +71,25 @@ class EmbedSettings:
     def __post_init__(self) -> None:
         """Refuse a bad setting, naming the option, before any file is read or written."""
         self.encoding = check_encoding(self.encoding, "--encoding")
-        for option, choice, allowed in (
-            ("--runtime", self.runtime, RUNTIMES),
-            ("--layers", self.layers, REDUCTIONS),
-            ("--dtype", self.dtype, STORAGE_DTYPES),
-        ):
+        for option, choice, allowed in (("--layers", self.layers, REDUCTIONS), ("--dtype", self.dtype, STORAGE_DTYPES)):
             if choice not in allowed:
                 raise ValueError(f"{option} must be one of {', '.join(allowed)}, got {choice!r}")
-        if self.runtime == "onnxruntime" and (self.device != "cpu" or self.precision != "fp32"):
-            raise ValueError(
-                f"--runtime onnxruntime runs the exported fp32 graph on the CPU; got --device {self.device} "
-                f"--precision {self.precision} (use --runtime torch for GPUs and other precisions)"
-            )
-        if self.runtime == "torch":
-            import torch
-
-            from ..bilm.precision import check_device, check_precision
-            from ..bilm.runner import parse_device
-
-            check_precision(self.precision, "--precision")
-            kind = self.device.split(":")[0]
-            if kind in ("cpu", "cuda"):  # a precision for another device is refused first, on any machine
-                check_device(self.precision, torch.device(kind))
-            parse_device(self.device, "--device")
         for option, value, least in (
             ("--batch-tokens", self.token_budget, 1),
-            ("--threads", self.n_threads, 0),
             ("--chunk-lines", self.chunk_size, 1),
             ("--window-size", self.window_size, 1),
             ("--window-context", self.window_context, 0),
         ):
             check_integer(option, value, least)
+        self.run = RunSettings(
+            self.runtime,
+            self.device,
+            self.precision,
+            self.n_threads,
+            self.token_budget,
+            token_cache_size=16384,
+            names=EMBED_NAMES,
+        )
         try:
             check_window(self.window_size, self.window_context)
         except ValueError as err:
@@ -118,52 +106,6 @@ class EmbedSettings:
         return numbers
 
 
-def check_integer(option: str, value: Any, least: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ValueError(f"{option} must be an integer >= {least}, got {value!r}")
-
-
-_worker_state: dict = {}
-
-
-def device_for_rank(device: str, environ: Optional[Mapping[str, str]] = None) -> str:
-    """ "cuda" under a launcher means this process's GPU (LOCAL_RANK); anything more specific is kept."""
-    local_rank = launch_env(environ).local_rank
-    return f"cuda:{local_rank}" if device == "cuda" and local_rank is not None else device
-
-
-@dataclass
-class EmbedModel:
-    """What the output records of a model, its options, and the torch biLM (runtime torch) or the exported
-    graph (onnxruntime)."""
-
-    description: dict[str, Any]
-    options: Any  # `BiLMOptions`
-    bilm: Any = None
-    graph: Optional[bytes] = None
-
-
-def load_embed_model(settings: EmbedSettings) -> EmbedModel:
-    """The model, with every check and the pinned digest (runtime onnxruntime: `load_graph`)."""
-    if settings.runtime == "onnxruntime":
-        found = load_graph(settings.model, settings.sha256, "MODEL", "--sha256")
-        if found.exported_from is not None:
-            return EmbedModel(found.exported_from.describe(), found.exported_from.bilm.options, graph=found.graph)
-        runner = OnnxRunner(found.graph, source=found.source)
-        description = {
-            "path": settings.model,
-            "format": "onnx",
-            "sha256": runner.sha256,
-            "content_sha256": runner.sha256,
-            "source_sha256": runner.metadata.source_sha256,
-        }
-        return EmbedModel(description, runner.options, graph=found.graph)
-    from ..io.resolve import load_model
-
-    loaded = load_model(settings.model, option="MODEL", sha256=settings.sha256)
-    return EmbedModel(loaded.describe(), loaded.bilm.options, bilm=loaded.bilm)
-
-
 def make_tokenize(settings: EmbedSettings) -> Callable[[str], list[str]]:
     """The settings' tokenizer: whitespace, or spaCy's for a language code ("en"), whitespace tokens left out."""
     if settings.tokenizer == "whitespace":
@@ -174,36 +116,18 @@ def make_tokenize(settings: EmbedSettings) -> Callable[[str], list[str]]:
 class Embedder:
     """The model, runner and tokenizer of `embed` and every table engine alike, so a text has the same
     vectors whichever way it is embedded. `threads` (None in-process: the settings' `n_threads`) is set
-    before the model is built: a forked worker's first parallel op would otherwise wait forever for the
-    OpenMP pool it inherits from its parent only as bookkeeping."""
+    before the model is loaded (`Runtime.pin_threads`); `loaded`: the model, loaded already."""
 
-    def __init__(self, settings: EmbedSettings, threads: Optional[int] = None, model: Optional[EmbedModel] = None):
-        if threads is not None and settings.runtime == "torch":
-            import torch
-
-            torch.set_num_threads(threads)
+    def __init__(self, settings: EmbedSettings, threads: Optional[int] = None, loaded: Optional[Loaded] = None):
+        runtime = RUNTIMES[settings.runtime]
+        if threads is not None:
+            runtime.pin_threads(threads)
         self.settings = settings
         self.tokenize = make_tokenize(settings)
-        model = load_embed_model(settings) if model is None else model
-        self.shape = model_shape(settings, model)
-        self.runner: SentenceRunner
-        if model.graph is not None:
-            self.runner = OnnxRunner(
-                model.graph,
-                source=str(settings.model),
-                n_threads=settings.n_threads if threads is None else threads,
-                token_budget=settings.token_budget,
-            )
-        else:
-            from ..bilm.runner import BiLMRunner
-
-            self.runner = BiLMRunner(
-                model.bilm.to(device_for_rank(settings.device)),
-                token_budget=settings.token_budget,
-                precision=settings.precision,
-                token_cache_size=16384,
-                n_threads=settings.n_threads if threads is None else 0,
-            )
+        loaded = load_embed_model(settings) if loaded is None else loaded
+        self.shape = model_shape(settings, loaded)
+        run = settings.run if threads is None else replace(settings.run, n_threads=threads)
+        self.runner = runtime.runner(run, loaded)
 
     def embed(self, tokenized: Sequence[Sequence[str]]) -> list[numpy.ndarray]:
         """Tokenized texts -> their vectors: windowed, reduced and stored as the settings say."""
@@ -211,8 +135,16 @@ class Embedder:
         return [reduce_layers(array, self.settings.layers).astype(self.settings.dtype) for array in arrays]
 
 
-def _init_worker(settings: EmbedSettings, threads: Optional[int], model: Optional[EmbedModel] = None) -> None:
-    _worker_state["embedder"] = Embedder(settings, threads, model)
+def load_embed_model(settings: EmbedSettings) -> Loaded:
+    """The model, with every check and the pinned digest."""
+    return RUNTIMES[settings.runtime].load(settings.model, settings.sha256, "MODEL", "--sha256")
+
+
+_worker_state: dict = {}
+
+
+def _init_worker(settings: EmbedSettings, threads: Optional[int], loaded: Optional[Loaded] = None) -> None:
+    _worker_state["embedder"] = Embedder(settings, threads, loaded)
 
 
 def _embed_chunk(chunk: Sequence[tuple[int, str]]) -> list[tuple[int, numpy.ndarray]]:
@@ -260,19 +192,16 @@ def embed_file(
     if output_format == "parquet":
         check_table_dtype(settings.dtype, "Parquet output")
         require("--format parquet", "pyarrow", extra="parquet")  # else only the finished output would need it
-    if settings.runtime == "onnxruntime":
-        require("--runtime onnxruntime", "onnxruntime", extra="onnx")  # else only the first batch would need it
     make_tokenize(settings)  # an unknown --tokenizer language is refused before any file is read or written
     if shard is not None:
         output_path = shard_path(output_path, shard)
     check_paths(input_path, output_path)
-    if settings.runtime == "torch":
-        _check_rank_device(settings.device)
+    _check_rank_device(settings.device)
     check_text(input_path, settings.encoding, option="--encoding")  # all of it, before anything is written
     # the model first (every check, the pinned digest): a model that does not load leaves nothing behind
-    model = load_embed_model(settings)
+    loaded = load_embed_model(settings)
     bound = {  # what the output is bound to: the model and the input by content, and the settings
-        "model": model.description,
+        "model": loaded.describe(),
         "input": {"path": str(input_path), "sha256": file_sha256(input_path)},
         "settings": settings.numbers(),
         "shard": list(shard) if shard is not None else None,
@@ -284,7 +213,7 @@ def embed_file(
             tokenize = make_tokenize(settings)
             return (tokenize(text) for i, text in enumerate(input_texts(input_path, settings)) if _in_shard(i, shard))
 
-        run = ParquetRun(output_path, bound, tokens, model_shape(settings, model), settings.chunk_size)
+        run = ParquetRun(output_path, bound, tokens, model_shape(settings, loaded), settings.chunk_size)
     if run.finished():
         return 0
     started_here = not run.directory.exists()
@@ -299,17 +228,15 @@ def embed_file(
         results: Iterable[tuple[int, list[tuple[int, numpy.ndarray]]]]
         with contextlib.ExitStack() as stack:
             if workers <= 1:
-                _init_worker(settings, threads=None, model=model)
+                _init_worker(settings, threads=None, loaded=loaded)
                 results = ((k, _embed_chunk(chunk)) for k, chunk in todo)
             else:
-                # an exported graph goes to spawned workers: a fork of a process that has run torch's exporter or
-                # ONNX Runtime may inherit a lock some thread held, and hang; a torch model is loaded by each fork
-                if model.graph is not None:
+                if RUNTIMES[settings.runtime].spawn_workers:  # each given the model loaded here
                     context = multiprocessing.get_context("spawn")
-                    initargs: tuple[Any, ...] = (settings, 1, model)
+                    initargs: tuple[Any, ...] = (settings, 1, loaded)
                     pool = ProcessPoolExecutor(workers, context, initializer=_init_worker, initargs=initargs)
                 else:
-                    del model
+                    del loaded
                     pool = ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(settings, 1))
                 stack.callback(pool.shutdown, cancel_futures=True)
                 results = _pooled(pool, todo, in_flight=2 * workers)
@@ -338,9 +265,9 @@ def input_texts(input_path: Path, settings: EmbedSettings) -> Iterator[str]:
     return (line.rstrip("\n") for line in lines)
 
 
-def model_shape(settings: EmbedSettings, model: EmbedModel) -> tuple[bool, int, int]:
-    """(all layers kept, L, D) of the vectors `model` gives with `settings`: a table's column type."""
-    return settings.layers == "all", model.options.n_output_layers, model.options.output_dim
+def model_shape(settings: EmbedSettings, loaded: Loaded) -> tuple[bool, int, int]:
+    """(all layers kept, L, D) of the vectors `loaded` gives with `settings`: a table's column type."""
+    return settings.layers == "all", loaded.options.n_output_layers, loaded.options.output_dim
 
 
 def check_paths(input_path: Path, output_path: Path) -> None:
@@ -360,10 +287,10 @@ def check_paths(input_path: Path, output_path: Path) -> None:
 
 def _check_rank_device(device: str) -> None:
     """Under a launcher, "cuda" is this process's GPU (`device_for_rank`), which this machine must have."""
-    from ..bilm.runner import parse_device
-
     mine = device_for_rank(device)
     if mine != device:
+        from ..bilm.runner import parse_device
+
         try:
             parse_device(mine, "--device")
         except ValueError as err:

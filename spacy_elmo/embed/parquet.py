@@ -1,6 +1,6 @@
 """`embed --format parquet`: one row a line (`line`, `tokens`, `elmo`, see `columns.py`), with the HDF5
 output's guarantees: the work is kept as `store.PartialRun` keeps it, and only the last step differs (the
-chunks assembled into a Parquet file, a row group a chunk). Its metadata holds the binding, `content_sha256`
+chunks assembled into a Parquet file, a row group a chunk). Its metadata holds the binding, `vectors_sha256`
 (the HDF5 output's, over the vectors) and `tokens_sha256`, which a re-run checks.
 """
 
@@ -74,7 +74,7 @@ class ParquetRun(PartialRun):
                 "format": FORMAT,
                 "binding": self.binding,
                 "n_input_lines": n_input_lines,
-                "content_sha256": vectors_digest.hexdigest(),
+                "vectors_sha256": vectors_digest.hexdigest(),
                 "tokens_sha256": tokens_digest.hexdigest(),
             }
             writer.add_key_value_metadata({METADATA_KEY: json.dumps(recorded, sort_keys=True).encode("utf-8")})
@@ -122,7 +122,7 @@ class ParquetRun(PartialRun):
             for line, row_tokens, array in zip(lines, tokens, column_arrays(table.column(VECTORS))):
                 add_dataset(vectors_digest, str(line), array)
                 _add_tokens(tokens_digest, str(line), row_tokens)
-        return {"content_sha256": vectors_digest.hexdigest(), "tokens_sha256": tokens_digest.hexdigest()}
+        return {"vectors_sha256": vectors_digest.hexdigest(), "tokens_sha256": tokens_digest.hexdigest()}
 
     def damage_errors(self) -> tuple[type[Exception], ...]:
         import pyarrow

@@ -136,5 +136,5 @@ def _interleaved(handles: list, paths: list[Path], n_lines: int) -> Iterator[tup
         add_dataset(digests[index], str(line), array)
         yield str(line), array
     for handle, path, digest in zip(handles, paths, digests):
-        recorded = handle.attrs.get("content_sha256")
+        recorded = handle.attrs.get("vectors_sha256")
         check_digest(path, digest.hexdigest(), recorded, "shard", "delete it and run that shard again", ShardError)

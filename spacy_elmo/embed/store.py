@@ -93,7 +93,7 @@ def write_datasets(path: Path, datasets: Iterable[tuple[str, numpy.ndarray]], **
         for name, array in datasets:
             handle.create_dataset(name, data=array)
             add_dataset(digest, name, array)
-        handle.attrs.update(attrs, content_sha256=digest.hexdigest(), complete=True)
+        handle.attrs.update(attrs, vectors_sha256=digest.hexdigest(), complete=True)
 
 
 def write_finished(
@@ -188,7 +188,7 @@ class PartialRun:
                 continue
             try:
                 with h5py.File(path, "r") as handle:
-                    recorded = handle.attrs.get("content_sha256")
+                    recorded = handle.attrs.get("vectors_sha256")
                     actual = dataset_digest(file_datasets(handle)) if handle.attrs.get("complete", False) else None
             except (OSError, KeyError, ValueError):
                 recorded = actual = None
@@ -230,7 +230,7 @@ class PartialRun:
         import h5py
 
         with h5py.File(self.output, "r") as handle:
-            return {"content_sha256": dataset_digest(file_datasets(handle))}
+            return {"vectors_sha256": dataset_digest(file_datasets(handle))}
 
     def damage_errors(self) -> tuple[type[Exception], ...]:
         return (OSError, KeyError, ValueError)
@@ -255,7 +255,7 @@ class PartialRun:
                     position += 1
                     add_dataset(digest, name, array)
                     yield name, array
-                recorded = handle.attrs.get("content_sha256")
+                recorded = handle.attrs.get("vectors_sha256")
             check_digest(
                 path, digest.hexdigest(), recorded, "chunk", "run the same command again: it embeds its lines again"
             )

@@ -21,7 +21,7 @@ import numpy
 import torch
 
 from ..bilm.bilm import BiLM
-from ..bilm.lexicon import Lexicon
+from ..bilm.lexicon import AnyLexicon, ByteLexicon, Lexicon
 from ..bilm.options import BiLMOptions
 from ..errors import ModelFileError
 
@@ -158,11 +158,12 @@ def build_bilm(
     arrays: dict[str, numpy.ndarray],
     source: str = "weights",
     vocab: Optional[list[str]] = None,
-    lexicon: Optional[Lexicon] = None,
+    lexicon: Optional[AnyLexicon] = None,
 ) -> BiLM:
     """A BiLM from reference-layout arrays, every name, shape and value checked; a model with a character
-    vocabulary needs its `lexicon`."""
+    vocabulary needs its `lexicon` (by default it reads bytes)."""
     options = BiLMOptions.from_dict(options.to_dict(), source=source)
+    lexicon = lexicon or ByteLexicon(options.max_characters_per_token)
     check_lexicon(options, lexicon, source)
     check_accounted_for(arrays, options, source)
     shapes = expected_shapes(options)
@@ -197,16 +198,16 @@ def build_bilm(
     return bilm
 
 
-def check_lexicon(options: BiLMOptions, lexicon: Optional[Lexicon], source: str) -> None:
+def check_lexicon(options: BiLMOptions, lexicon: AnyLexicon, source: str) -> None:
     """The vocabularies must be the ones the options and the embedding tables were made for."""
-    if not options.char_vocab_size:
-        if lexicon is not None:
-            raise WeightsError(f"{source}: a character vocabulary is given, but option 'char_cnn.char_vocab_size' is 0")
+    if not isinstance(lexicon, Lexicon):
+        if options.char_vocab_size:
+            raise WeightsError(
+                f"{source}: option 'char_cnn.char_vocab_size' is set, but the model has no character vocabulary"
+            )
         return
-    if lexicon is None:
-        raise WeightsError(
-            f"{source}: option 'char_cnn.char_vocab_size' is set, but the model has no character vocabulary"
-        )
+    if not options.char_vocab_size:
+        raise WeightsError(f"{source}: a character vocabulary is given, but option 'char_cnn.char_vocab_size' is 0")
     pairs = (
         ("char_cnn.char_vocab_size", options.char_vocab_size, len(lexicon.characters), "character vocabulary entries"),
         ("char_cnn.word_vocab_size", options.word_vocab_size, len(lexicon.words or []), "word vocabulary entries"),

@@ -13,7 +13,7 @@ import io
 import json
 import pickle
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy
 
@@ -22,7 +22,9 @@ from ..bilm.lexicon import Lexicon, gap
 from ..bilm.options import BiLMOptions
 from ..errors import ModelFileError
 from .arrays import build_bilm, lstm_name
+from .digest import ModelFile
 from .files import ModelFiles
+from .formats import Container, Format, LoadedModel, ModelSource, digested
 
 CONFIG_FILE = "config.json"
 TOKEN_EMBEDDER_FILE = "token_embedder.pkl"
@@ -59,6 +61,25 @@ GATES_TO_BILM_TF = (0, 2, 1, 3)  # AllenNLP's i, f, g, o -> bilm-tf's i, j(g), f
 
 class EfmlError(ModelFileError):
     """An ELMoForManyLangs model that is incomplete, unsafe, or whose parts disagree."""
+
+
+class EfmlFormat(Format):
+    """config.json, token_embedder.pkl and encoder.pkl (+ the dictionaries and the architecture JSON), in a
+    directory or a zip archive; what the model is made of is what reading it read."""
+
+    name = "efml"
+
+    def recognise(self, container: Container) -> Optional[ModelSource]:
+        if not all(container.files.exists(name) for name in MODEL_FILES):
+            return None
+        return ModelSource(self, container.path, container.files, {})
+
+    def read(self, source: ModelSource, files: list[ModelFile]) -> LoadedModel:
+        bilm, read = _read_efml(source.files), source.files.digests
+        return digested(bilm, source, [ModelFile(name, source.files.where(name), read[name]) for name in sorted(read)])
+
+
+EFML = EfmlFormat()
 
 
 def _read_efml(files: ModelFiles) -> BiLM:

@@ -1,5 +1,6 @@
 """The bilm-tf/AllenNLP file format: `options.json` + one HDF5 file (+ `vocab.txt`), read and written,
-each dataset checked as it is read. It records no checksum: only a pinned model digest catches an edit.
+each dataset checked as it is read. It records no checksum: only a pinned model digest catches an edit, and
+it is checked before the weights are parsed.
 """
 
 import io
@@ -12,11 +13,14 @@ import numpy
 
 from ..bilm.bilm import BiLM
 from ..bilm.options import BiLMOptions
-from ..disk import PathLike, atomic_path, atomic_write_text
-from .archive import JSON_LIMIT, WEIGHTS_LIMIT, WEIGHTS_SLACK, Limit
+from ..disk import OPTIONS_FILE, PathLike, atomic_path, atomic_write_text
+from .archive import JSON_LIMIT, VOCAB_MEMBER, WEIGHT_MEMBERS, WEIGHTS_LIMIT, WEIGHTS_SLACK, Limit, bilm_tf_weights
 from .arrays import WeightsError, bilm_arrays, build_bilm, check_accounted_for, expected_shapes
 from .damage import damaged_as
+from .digest import ModelFile
 from .files import ModelFiles
+from .formats import Container, Format, LoadedModel, ModelSource, digested
+from .native import MODEL_FILE
 
 if TYPE_CHECKING:
     import h5py
@@ -83,6 +87,65 @@ def _read_bilm_tf(files: ModelFiles, options_name: str, weights_name: str, vocab
             shapes["softmax/b"] = (rows,)
         arrays = {name: _read_dataset(handle, name, shape, source) for name, shape in shapes.items()}
     return build_bilm(options, arrays, source=source, vocab=vocab)
+
+
+class BilmTfFormat(Format):
+    """options.json and one HDF5 weight file (+ vocab.txt): in a directory, a zip archive, or a weight file
+    given with options.json beside it (or `--options`)."""
+
+    name = "bilm-tf"
+
+    def recognise(self, container: Container) -> ModelSource:
+        """The last format tried: a container that holds no bilm-tf model is refused here, saying what it needs."""
+        target, where = container.path, container.where
+        if container.files.zipped:
+            roles = {"options": OPTIONS_FILE, "weights": bilm_tf_weights(target, container.members, where)}
+            roles.update({"vocab": VOCAB_MEMBER} if VOCAB_MEMBER in container.members else {})
+            return ModelSource(self, target, container.files, roles)
+        weight_file = target  # or, in a directory, the one weight file there
+        if target.is_dir():
+            found = [target / n for n in WEIGHT_MEMBERS if (target / n).exists()]
+            if len(found) > 1:
+                raise ValueError(
+                    f"{target}{where}: holds {len(found)} weight files ({', '.join(p.name for p in found)}); which "
+                    f"one is the model's cannot be chosen: give the .hdf5 file you mean (e.g. {found[0]}; the "
+                    f"{OPTIONS_FILE} beside it is read)"
+                )
+            found = found or sorted(target.glob("*.hdf5")) + sorted(target.glob("*.h5"))
+            if len(found) != 1:
+                raise FileNotFoundError(
+                    f"{target}{where}: expected a native model ({MODEL_FILE}), a weight file named one of "
+                    f"{WEIGHT_MEMBERS}, or exactly one .hdf5 file beside options.json; found {len(found)}"
+                )
+            weight_file = found[0]
+        options = container.options_file or weight_file.with_name(OPTIONS_FILE)
+        vocab = weight_file.with_name(VOCAB_MEMBER)
+        roles = {"options": str(options), "weights": str(weight_file)}
+        roles.update({"vocab": str(vocab)} if vocab.exists() else {})
+        return ModelSource(self, target, ModelFiles(Path()), roles)  # each file named by its path as given
+
+    def model_files(self, source: ModelSource) -> list[ModelFile]:
+        """Each file hashed as stored (in an archive, the weights within what the options describe)."""
+        files, roles, limit = source.files, source.roles, None
+        if files.zipped:
+            options = BiLMOptions.from_bytes(files.read(roles["options"]), files.where(roles["options"]))
+            limit = weights_limit(options, roles["options"])
+        return [
+            ModelFile(role, files.where(name), files.sha256(name, limit if role == "weights" else None))
+            for role, name in roles.items()
+        ]
+
+    def read(self, source: ModelSource, files: list[ModelFile]) -> LoadedModel:
+        roles = source.roles
+        bilm = _read_bilm_tf(source.files, roles["options"], roles["weights"], roles.get("vocab"))
+        return digested(bilm, source, files)
+
+    def origin(self, loaded: LoadedModel) -> tuple[str, str]:
+        """The weight file's name and its own SHA-256."""
+        return loaded.source.weight_file.name, next(file.sha256 for file in loaded.files if file.role == "weights")
+
+
+BILM_TF = BilmTfFormat()
 
 
 def _dataset_names(handle: "h5py.File") -> list[str]:

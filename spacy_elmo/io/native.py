@@ -12,12 +12,14 @@ import numpy
 import srsly
 
 from ..bilm.bilm import BiLM
-from ..bilm.lexicon import Lexicon
+from ..bilm.lexicon import read_lexicon
 from ..bilm.options import BiLMOptions
 from ..dicts import changed_keys
 from ..disk import OPTIONS_FILE, PathLike, atomic_write_bytes, atomic_write_text
 from .arrays import SOFTMAX_ARRAYS, WeightsError, bilm_arrays, build_bilm
+from .digest import ModelFile
 from .files import ModelFiles
+from .formats import Container, Format, LoadedModel, ModelSource
 
 FORMAT = "spacy-elmo.bilm.v1"
 REWRITE = "copy or export the model again"
@@ -26,6 +28,10 @@ MODEL_FILE = "model.msgpack"
 DIGEST_KEY = "sha256"
 SOURCE_KEY = "converted_from"
 LEXICON_KEY = "lexicon"
+RECORDED = (
+    "recorded in the file and checked; it covers the options, vocabularies and arrays as stored (dtype included) "
+    "and the record of what the model was converted from: a converted copy has its own digest"
+)
 
 
 def encode_array(array: numpy.ndarray) -> dict[str, Any]:
@@ -57,11 +63,10 @@ def payload_digest(
 ) -> str:
     """SHA-256 of everything a model file stores."""
     digest = hashlib.sha256()
-    if converted_from is not None:
-        digest.update(json.dumps({SOURCE_KEY: converted_from}, sort_keys=True).encode("utf-8"))
-    if lexicon is not None:
-        text = json.dumps({LEXICON_KEY: lexicon}, sort_keys=True, ensure_ascii=False)
-        digest.update(text.encode("utf-8", "surrogatepass"))
+    for key, value, ascii_only in ((SOURCE_KEY, converted_from, True), (LEXICON_KEY, lexicon, False)):
+        if value is not None:  # each only when stored (a byte lexicon is stored as none)
+            text = json.dumps({key: value}, sort_keys=True, ensure_ascii=ascii_only)
+            digest.update(text.encode("utf-8", "surrogatepass"))
     digest.update(json.dumps(options, sort_keys=True).encode("utf-8"))
     digest.update(json.dumps(vocab, ensure_ascii=False).encode("utf-8", "surrogatepass"))
     for name in sorted(weights):
@@ -89,7 +94,7 @@ def bilm_to_bytes(
             weights[name] = encode_array(value.astype(numpy.dtype(softmax_dtype)))
     options = {key: value for key, value in bilm.options.to_dict().items() if keep_softmax or key != "n_tokens_vocab"}
     vocab = bilm.vocab if keep_softmax else None
-    lexicon = bilm.lexicon.to_dict() if bilm.lexicon is not None else None
+    lexicon = bilm.lexicon.to_dict()
     payload = {
         "format": FORMAT,
         "options": options,
@@ -122,7 +127,7 @@ def _checked_payload(data: bytes, source: str, remedy: str = REWRITE) -> dict[st
     if converted_from is not None and not isinstance(converted_from, dict):
         raise WeightsError(f"{source}: the model file is corrupt: {SOURCE_KEY!r} is {converted_from!r}")
     lexicon = payload.get(LEXICON_KEY)
-    if lexicon is not None and not isinstance(lexicon, dict):
+    if not isinstance(lexicon, (dict, type(None))):
         raise WeightsError(f"{source}: the model file is corrupt: {LEXICON_KEY!r} is not a mapping")
     actual = payload_digest(payload["options"], payload["weights"], payload.get("vocab"), converted_from, lexicon)
     if actual != recorded:
@@ -137,8 +142,7 @@ def _bilm_from_payload(payload: dict[str, Any], source: str) -> BiLM:
     options = BiLMOptions.from_dict(payload["options"], source=source)
     arrays = {name: decode_array(value, name, source) for name, value in payload["weights"].items()}
     vocab: Optional[list[str]] = payload.get("vocab")
-    stored = payload.get(LEXICON_KEY)
-    lexicon = Lexicon.from_dict(stored, source) if stored is not None else None
+    lexicon = read_lexicon(payload.get(LEXICON_KEY), options.max_characters_per_token, source)
     return build_bilm(options, arrays, source=source, vocab=vocab, lexicon=lexicon)
 
 
@@ -147,12 +151,28 @@ def bilm_from_bytes(data: bytes, source: str = "model bytes", remedy: str = REWR
     return _bilm_from_payload(_checked_payload(data, source, remedy), source)
 
 
-def _read_native(files: ModelFiles) -> tuple[BiLM, str, Optional[dict[str, Any]]]:
-    """The model in model.msgpack, its checked digest and what it was converted from; options.json beside it
-    is checked against the stored options."""
-    payload = _checked_payload(files.read(MODEL_FILE), files.where(MODEL_FILE))
-    _check_readable_copy(files, payload["options"])
-    return _bilm_from_payload(payload, files.where(MODEL_FILE)), payload[DIGEST_KEY], payload.get(SOURCE_KEY)
+class NativeFormat(Format):
+    """model.msgpack, which records its own digest, and options.json, a readable copy checked against it."""
+
+    name = "native"
+
+    def recognise(self, container: Container) -> Optional[ModelSource]:
+        if not container.files.exists(MODEL_FILE):
+            return None
+        return ModelSource(self, container.path, container.files, {"model": MODEL_FILE, "options": OPTIONS_FILE})
+
+    def read(self, source: ModelSource, files: list[ModelFile]) -> LoadedModel:
+        where = source.files.where(MODEL_FILE)
+        payload = _checked_payload(source.files.read(MODEL_FILE), where)
+        _check_readable_copy(source.files, payload["options"])
+        bilm, read = _bilm_from_payload(payload, where), tuple(source.read_files())
+        return LoadedModel(bilm, source, payload[DIGEST_KEY], RECORDED, read, payload.get(SOURCE_KEY))
+
+    def origin(self, loaded: LoadedModel) -> tuple[str, str]:
+        return MODEL_FILE, loaded.sha256
+
+
+NATIVE = NativeFormat()
 
 
 def save_native(

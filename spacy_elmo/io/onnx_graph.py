@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..bilm.lexicon import Lexicon, LexiconError
+from ..bilm.lexicon import AnyLexicon, Lexicon, LexiconError, read_lexicon
 from ..bilm.options import FILE_KEYS, BiLMOptions
 from ..errors import ModelFileError
 
@@ -40,10 +40,10 @@ class OnnxModelError(ModelFileError):
 
 @dataclass(frozen=True)
 class GraphMetadata:
-    """lexicon None: bilm-tf byte ids; source_sha256: the digest of the model it was exported from."""
+    """source_sha256: the digest of the model it was exported from. A byte lexicon is recorded as no entry."""
 
     options: BiLMOptions
-    lexicon: Optional[Lexicon]
+    lexicon: AnyLexicon
     source_sha256: Optional[str]
 
     def to_strings(self) -> dict[str, str]:
@@ -54,8 +54,9 @@ class GraphMetadata:
             OPTIONS_KEY: json.dumps(self.options.to_dict(), sort_keys=True),
             VERSION_KEY: __version__,
         }
-        if self.lexicon is not None:
-            strings[LEXICON_KEY] = json.dumps(self.lexicon.to_dict(), ensure_ascii=False)
+        vocabularies = self.lexicon.to_dict()  # none for a byte lexicon
+        if vocabularies is not None:
+            strings[LEXICON_KEY] = json.dumps(vocabularies, ensure_ascii=False)
         if self.source_sha256 is not None:
             strings[SOURCE_SHA256_KEY] = self.source_sha256
         return strings
@@ -72,8 +73,8 @@ class GraphMetadata:
             )
         try:
             options = BiLMOptions.from_dict(json.loads(strings[OPTIONS_KEY]), source=f"{source} ({OPTIONS_KEY})")
-            lexicon_json = strings.get(LEXICON_KEY)
-            lexicon = Lexicon.from_dict(json.loads(lexicon_json), source) if lexicon_json is not None else None
+            stored = json.loads(strings.get(LEXICON_KEY, "null"))
+            lexicon = read_lexicon(stored, options.max_characters_per_token, source)
         except (KeyError, json.JSONDecodeError, LexiconError) as err:
             raise OnnxModelError(f"{source}: the ONNX graph's spacy-elmo metadata is damaged ({err})") from None
         return cls(options, lexicon, strings.get(SOURCE_SHA256_KEY))
@@ -85,7 +86,7 @@ class GraphMetadata:
         output (L+1, B, T, 2P), naming the key."""
         o, lexicon = self.options, self.lexicon
         width_key = f"{OPTIONS_KEY} {FILE_KEYS['max_characters_per_token']}"
-        if lexicon is not None and lexicon.max_characters_per_token != o.max_characters_per_token:
+        if lexicon.max_characters_per_token != o.max_characters_per_token:
             raise OnnxModelError(
                 f"{source}: {width_key} = {o.max_characters_per_token} but {LEXICON_KEY} max_characters_per_token "
                 f"= {lexicon.max_characters_per_token}; the graph's metadata was edited"
@@ -95,13 +96,11 @@ class GraphMetadata:
                 f"{source}: the graph's input has shape {list(input_shape)} and its output {list(output_shape)}; a "
                 "spacy-elmo graph takes (batch, length, width) ids and returns (layers, batch, length, 2P) layers"
             )
-        width = o.max_characters_per_token
-        if lexicon is not None:
+        if isinstance(lexicon, Lexicon):
             width_key = f"{LEXICON_KEY} max_characters_per_token" + (" (+1: a word id)" if lexicon.words else "")
-            width = lexicon.width
         layers_key, projection_key = (f"{OPTIONS_KEY} {FILE_KEYS[name]}" for name in ("n_layers", "projection_dim"))
         stated = (  # (key, its value, what in the graph, the graph's dim, the dim the value implies)
-            (width_key, o.max_characters_per_token, "input's last dim", input_shape[-1], width),
+            (width_key, o.max_characters_per_token, "input's last dim", input_shape[-1], lexicon.width),
             (layers_key, o.n_layers, "output's first dim", output_shape[0], o.n_layers + 1),
             (projection_key, o.projection_dim, "output's last dim", output_shape[-1], o.output_dim),
         )

@@ -1,11 +1,13 @@
 """The biLM as a thinc layer: docs in, one (n_layers, n_tokens, 2P) array of layer outputs per doc out.
 
-One forward and init for every runtime; a runtime is a thinc shim holding a runner (`torch_bilm.py`,
-`onnx_bilm.py`), imported only when chosen, so that this module imports no torch. Weights are loaded by
-`init`, by the first batch, or by `from_bytes` when a saved pipeline is loaded (then `path` is never read).
+One forward and init for every runtime (`spacy_elmo.runtimes`): its runner in a thinc shim (`torch_bilm.py`
+for a trainable one, else `onnx_bilm.py`), imported only when chosen, so that this module imports no torch.
+Weights are loaded by `init`, by the first batch, or by `from_bytes` when a saved pipeline is loaded (then
+`path` is never read).
 """
 
 import copy
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, cast
 
@@ -24,7 +26,7 @@ from ..bilm.batching import (
 )
 from ..io.digest import parse_pin
 from ..io.onnx_graph import names_onnx_graph
-from ..onnx.runtime import RUNTIMES
+from ..runtimes import RUNTIMES, RunSettings
 from .bilm_names import ARCHITECTURE, BILM_LAYER_NAME, PATH_OPTION, SHA256_OPTION
 from .bilm_names import saved_weights_at as saved_weights_at  # the pipe's from_disk
 from .segments import segment_docs
@@ -35,6 +37,9 @@ TORCH_MISSING = (
     'spacy.load(PATH, config={"components": {"elmo": {"model": {"runtime": "onnxruntime"}}}}) and save it '
     "with nlp.to_disk (the README's recipe)"
 )
+LAYER_NAMES = {
+    s: f"{ARCHITECTURE} {s}" for s in ("runtime", "precision", "n_threads", "token_budget", "stateful", "fine_tune")
+}
 
 
 @dataclass(frozen=True)
@@ -78,7 +83,7 @@ def ensure_loaded(model: Model, X: Any = None, Y: Any = None) -> Any:
 def ensure_bilm(model: Model, what: str = "the biLM") -> Any:
     """The PyTorch biLM, loaded if need be (runtime "torch" only; `what` names the caller's need)."""
     runtime = model.attrs["settings"].runtime
-    if runtime != "torch":
+    if not RUNTIMES[runtime].trainable:
         raise ValueError(
             f"{what} needs the PyTorch biLM, and this pipe runs with runtime {runtime!r} (an exported graph, "
             f'no torch module): build the pipe with {ARCHITECTURE} runtime = "torch"'
@@ -192,37 +197,33 @@ def BiLM_v1(
         `spacy elmo verify` prints, covering every file that makes the model: options, weights and
         vocabularies; for an .onnx file, the file's SHA-256).
     runtime: "torch" (default) or "onnxruntime": serve the exported graph on the CPU, without torch
-        (fp32, stateless and frozen only; see `spacy_elmo.layers.onnx_bilm`).
+        (fp32, stateless and frozen only; see `spacy_elmo.runtimes.onnx`).
     """
     parse_pin(sha256, SHA256_OPTION)
     check_window(window_size, window_context)
-    if runtime not in RUNTIMES:
-        raise ValueError(f"{ARCHITECTURE}: runtime must be one of {RUNTIMES}, got {runtime!r}")
     if runtime == "torch" and names_onnx_graph(path):
         raise ValueError(
             f'{PATH_OPTION} = {path!r} is an ONNX graph, which runtime "torch" (the default) cannot load: set '
             '[components.elmo.model] runtime = "onnxruntime" (with add_pipe: config={"model": {"runtime": '
             '"onnxruntime", ...}})'
         )
-    for name, value, allowed in (
-        ("n_threads", n_threads, "an integer >= 0 (0 = the runtime's own setting)"),
-        ("token_budget", token_budget, "an integer >= 1, or 0 for the device's default"),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{ARCHITECTURE}: {name} must be {allowed}, got {value!r}")
     shim: Shim
-    if runtime == "onnxruntime":
-        from .onnx_bilm import build_onnx_shim
+    try:
+        run = RunSettings(runtime, None, precision, n_threads, token_budget, stateful, fine_tune, names=LAYER_NAMES)
+        chosen = RUNTIMES[runtime]
+        runner = chosen.runner(run, load=functools.partial(chosen.load, path, sha256, PATH_OPTION, SHA256_OPTION))
+        if chosen.trainable:
+            from .torch_bilm import torch_shim
 
-        shim = build_onnx_shim(path, sha256, token_budget, stateful, fine_tune, n_threads, precision)
-    else:
-        try:
-            from .torch_bilm import build_torch_shim
-        except ModuleNotFoundError as err:
-            if err.name != "torch" and not (err.name or "").startswith("torch."):
-                raise
-            raise ModuleNotFoundError(TORCH_MISSING, name=err.name) from None
-        shim = build_torch_shim(path, sha256, token_budget, stateful, fine_tune, n_threads, precision)
+            shim = torch_shim(runner)
+        else:
+            from .onnx_bilm import OnnxRuntimeShim
+
+            shim = OnnxRuntimeShim(runner)
+    except ModuleNotFoundError as err:
+        if err.name != "torch" and not (err.name or "").startswith("torch."):
+            raise
+        raise ModuleNotFoundError(TORCH_MISSING, name=err.name) from None
     attrs = {
         "settings": BiLMLayerSettings(window_size, window_context, fine_tune, runtime),
         "replace_listener": replace_listener,

@@ -1,10 +1,9 @@
-"""The biLM layer's onnxruntime runtime: an exported graph served by ONNX Runtime on the CPU, with no torch.
+"""The biLM layer's part of the "onnxruntime" runtime: an exported graph served on the CPU, with no torch.
 
 The shim saves the graph as the layer's weights, so a saved pipeline loads where only spaCy, this package
-and onnxruntime are installed. A graph is fp32, stateless and frozen (`build_onnx_shim`).
+and onnxruntime are installed. A graph is fp32, stateless and frozen (`runtimes.onnx`).
 """
 
-import functools
 from typing import Any, Callable, Optional, cast
 
 import numpy
@@ -13,8 +12,8 @@ from thinc.api import Ops
 from thinc.shims import Shim
 from thinc.types import Floats4d
 
-from ..onnx.runtime import OnnxRunner, load_graph
-from .bilm_names import ARCHITECTURE, PATH_OPTION, SAVED_REMEDY, SHA256_OPTION, saved_weights_source
+from ..onnx.runtime import OnnxRunner
+from .bilm_names import ARCHITECTURE, SAVED_REMEDY, saved_weights_source
 
 
 def graph_from_weights(data: bytes, source: str) -> bytes:
@@ -68,25 +67,3 @@ class OnnxRuntimeShim(Shim):
 
     def finish_update(self, optimizer: Any) -> None:
         """A frozen graph: nothing to update."""
-
-
-def build_onnx_shim(
-    path: str, sha256: Optional[str], token_budget: int, stateful: bool, fine_tune: bool, n_threads: int, precision: str
-) -> OnnxRuntimeShim:
-    """The runtime `spacy-elmo.BiLM.v1` builds for `runtime = "onnxruntime"`; it refuses, naming the option, what
-    an exported graph cannot do (the other arguments are checked there)."""
-    where = f'{ARCHITECTURE} runtime = "onnxruntime"'
-    if fine_tune:
-        raise ValueError(f"{where}: fine_tune = true needs gradients, which a graph has none of; use runtime 'torch'")
-    if stateful:
-        raise ValueError(
-            f"{where}: stateful = true carries LSTM state between batches, and the exported graph starts every "
-            "sentence from zero; use runtime 'torch' for stateful embedding"
-        )
-    if precision != "fp32":
-        raise ValueError(
-            f"{where}: precision {precision!r}: the exported graph runs in fp32; use precision 'fp32', or "
-            "runtime 'torch' for bf16/int8/fp16"
-        )
-    load = functools.partial(load_graph, path, sha256, PATH_OPTION, SHA256_OPTION)  # module-level: it pickles
-    return OnnxRuntimeShim(OnnxRunner(load=load, n_threads=n_threads, token_budget=token_budget))

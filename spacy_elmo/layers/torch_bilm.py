@@ -1,39 +1,18 @@
-"""The biLM layer's torch runtime: `BiLMRunner` in thinc's PyTorch shim (CPU or GPU, trainable), saved in
-the native msgpack format (no pickle)."""
+"""The biLM layer's part of the "torch" runtime: its `BiLMRunner` in thinc's PyTorch shim (CPU or GPU,
+trainable), saved in the native msgpack format (no pickle)."""
 
-import functools
 from typing import Callable, Optional, cast
 
 import numpy
 import torch
-from thinc.api import ArgsKwargs, Ops, PyTorchShim, get_torch_default_device, torch2xp, xp2torch
+from thinc.api import ArgsKwargs, Ops, PyTorchShim, torch2xp, xp2torch
 from thinc.types import Floats4d
 
-from ..bilm.bilm import BiLM
-from ..bilm.precision import check_precision
+from ..bilm.batching import SentenceRunner
 from ..bilm.runner import BiLMRunner
 from ..io.native import bilm_from_bytes, bilm_to_bytes
-from ..io.resolve import load_model
-from .bilm_names import ARCHITECTURE, PATH_OPTION, SAVED_REMEDY, SHA256_OPTION, saved_weights_source
-
-
-def prepare_for_pipe(bilm: BiLM) -> BiLM:
-    """A biLM as the layer holds it: no language-model softmax (a pipe never uses it, and it can be most of the
-    weights), trainable (fine-tuning), on thinc's current device."""
-    if bilm.softmax is not None or bilm.options.n_tokens_vocab:
-        bilm.softmax = None
-        options = bilm.options.model_copy(update={"n_tokens_vocab": 0})
-        for module in (bilm, bilm.token_encoder, bilm.lstm):
-            module.options = options
-    bilm.vocab = None
-    for param in bilm.parameters():
-        param.requires_grad_(True)
-    return bilm.to(get_torch_default_device())
-
-
-def load_for_pipe(path: str, sha256: Optional[str] = None) -> BiLM:
-    """The runner's loader (a module-level function, so the runner stays picklable)."""
-    return prepare_for_pipe(load_model(path, option=PATH_OPTION, sha256=sha256, sha256_option=SHA256_OPTION).bilm)
+from ..runtimes.torch import prepare
+from .bilm_names import SAVED_REMEDY, saved_weights_source
 
 
 def serialize_runner(runner: BiLMRunner) -> bytes:
@@ -43,7 +22,7 @@ def serialize_runner(runner: BiLMRunner) -> bytes:
 
 def deserialize_runner(runner: BiLMRunner, data: bytes, device: torch.device) -> BiLMRunner:
     """The shim's deserializer; errors name the file the weights come from where it is known."""
-    runner.set_bilm(prepare_for_pipe(bilm_from_bytes(data, source=saved_weights_source(), remedy=SAVED_REMEDY)), device)
+    runner.set_bilm(prepare(bilm_from_bytes(data, source=saved_weights_source(), remedy=SAVED_REMEDY)), device)
     return runner
 
 
@@ -71,21 +50,6 @@ class TorchRuntimeShim(PyTorchShim):
         return arrays, backprop
 
 
-def build_torch_shim(
-    path: str, sha256: Optional[str], token_budget: int, stateful: bool, fine_tune: bool, n_threads: int, precision: str
-) -> TorchRuntimeShim:
-    """The runtime `spacy-elmo.BiLM.v1` builds for `runtime = "torch"` (its other arguments checked there)."""
-    check_precision(precision, f"{ARCHITECTURE} precision")
-    if fine_tune and precision == "int8":
-        raise ValueError(
-            f"{ARCHITECTURE}: fine_tune = true needs gradients, and precision 'int8' has none; fine-tune with "
-            "precision 'fp32' or 'bf16', or keep the biLM frozen (fine_tune = false) to use int8"
-        )
-    runner = BiLMRunner(
-        load=functools.partial(load_for_pipe, path, sha256),
-        precision=precision,
-        token_budget=token_budget,
-        stateful=stateful,
-        n_threads=n_threads,
-    )
+def torch_shim(runner: SentenceRunner) -> TorchRuntimeShim:
+    """The layer's shim for a runner of the "torch" runtime (a `BiLMRunner`)."""
     return TorchRuntimeShim(runner, serialize_model=serialize_runner, deserialize_model=deserialize_runner)

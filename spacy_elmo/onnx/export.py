@@ -127,7 +127,7 @@ def export_bytes(bilm: BiLM, source_sha256: Optional[str] = None) -> bytes:
     was_training = bilm.training
     bilm.eval()
     module = ExportableBiLM(bilm).eval()
-    width = bilm.lexicon.width if bilm.lexicon is not None else bilm.options.max_characters_per_token
+    width = bilm.lexicon.width
     example = torch.from_numpy(bilm.batch_to_ids([["a", "b", "c"], ["d"]])).long()
     assert example.shape[-1] == width
     try:

@@ -6,6 +6,7 @@ parent's: freeing one waits forever on condition variables whose waiters (the pa
 not exist in the child, so at fork they move where nothing frees them (`_inherited`).
 """
 
+import functools
 import hashlib
 import itertools
 import os
@@ -18,7 +19,7 @@ from typing import Any, Callable, Optional, Union
 import numpy
 
 from ..bilm.batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET, SentenceRunner, token_slice
-from ..bilm.lexicon import Lexicon, batch_to_ids
+from ..bilm.lexicon import AnyLexicon
 from ..bilm.options import BiLMOptions
 from ..cpus import omp_threads, usable_cpus
 from ..errors import MissingPackageError, missing_message
@@ -33,7 +34,6 @@ from ..io.onnx_graph import (
     names_onnx_graph,
 )
 
-RUNTIMES = ("torch", "onnxruntime")  # what the layer and `embed` run the biLM with
 MISSING_RUNTIME = missing_message("the 'onnxruntime' runtime", ["onnxruntime"], extra="onnx")
 
 
@@ -53,11 +53,33 @@ os.register_at_fork(after_in_child=_keep_inherited_sessions)
 
 @dataclass(frozen=True)
 class LoadedGraph:
-    """A graph to serve; exported_from: the `LoadedModel` it was exported from now, None for an .onnx file."""
+    """A graph to serve, named by `source`; `exported_from`: what an output records of the model it was exported
+    from now, and its options (None: an .onnx file, whose own metadata says both)."""
 
     graph: bytes
     source: str
-    exported_from: Any = None
+    exported_from: Optional[tuple[dict[str, Any], BiLMOptions]] = None
+
+    @functools.cached_property
+    def metadata(self) -> GraphMetadata:
+        """The graph's metadata, read and checked once, by a session of its own."""
+        return OnnxRunner(self.graph, source=self.source).metadata
+
+    @property
+    def options(self) -> BiLMOptions:
+        return self.metadata.options if self.exported_from is None else self.exported_from[1]
+
+    def describe(self) -> dict[str, Any]:
+        """What an output records of the graph: the model it was exported from, else the .onnx file itself."""
+        if self.exported_from is not None:
+            return self.exported_from[0]
+        sha256 = hashlib.sha256(self.graph).hexdigest()
+        return {
+            "path": self.source,
+            "format": "onnx",
+            "sha256": sha256,
+            "source_sha256": self.metadata.source_sha256,
+        }
 
 
 def read_graph_file(path: Union[str, Path], option: str = "ONNX file") -> bytes:
@@ -84,7 +106,8 @@ def load_graph(path: str, sha256: Optional[str], option: str, sha256_option: str
             "the .onnx file"
         ) from None
     loaded = load_model(path, option=option, sha256=sha256, sha256_option=sha256_option)
-    return LoadedGraph(export_bytes(loaded.bilm, source_sha256=loaded.sha256), str(loaded.source.path), loaded)
+    graph = export_bytes(loaded.bilm, source_sha256=loaded.sha256)
+    return LoadedGraph(graph, str(loaded.source.path), (loaded.describe(), loaded.bilm.options))
 
 
 class OnnxRunner(SentenceRunner):
@@ -161,7 +184,7 @@ class OnnxRunner(SentenceRunner):
         return self.metadata.options
 
     @property
-    def lexicon(self) -> Optional[Lexicon]:
+    def lexicon(self) -> AnyLexicon:
         return self.metadata.lexicon
 
     @property
@@ -218,7 +241,7 @@ class OnnxRunner(SentenceRunner):
         return metadata
 
     def batch_to_ids(self, sentences: Sequence[Sequence[str]]) -> numpy.ndarray:
-        return batch_to_ids(sentences, self.options.max_characters_per_token, self.lexicon)
+        return self.lexicon.batch_to_ids(sentences)
 
     def run(self, char_ids: numpy.ndarray) -> numpy.ndarray:
         """(B, T, width) int64 ids -> (L+1, B, T, 2P) float32 layers, zero past each row's end."""

@@ -20,6 +20,7 @@ import torch
 from thinc.api import Config
 
 from ..bilm.bilm import BiLM
+from ..bilm.lexicon import ByteLexicon
 from ..bilm.options import BiLMOptions
 from ..bilm.runner import parse_device, torch_threads
 from ..disk import PathLike
@@ -170,7 +171,7 @@ def build_model(
     seed, bias_init = settings.training.seed, settings.training.softmax_bias_init
     if init_from:
         source = load_model(init_from).bilm
-        if source.lexicon is not None:  # the corpus is read as bilm-tf's byte ids
+        if not isinstance(source.lexicon, ByteLexicon):  # the corpus is read as bilm-tf's byte ids
             raise ValueError(
                 f"--init-from {init_from}: a model with its own character vocabulary (ELMoForManyLangs) cannot "
                 "be pretrained further here; pretraining reads characters as bilm-tf's byte ids"

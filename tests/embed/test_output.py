@@ -134,7 +134,7 @@ def test_embed_refuses_a_bad_precision_before_reading_anything(fixture_dir, tmp_
 @pytest.mark.parametrize(
     "setting,value,message",
     [
-        ("n_threads", -1, "--threads must be an integer >= 0, got -1"),
+        ("n_threads", -1, r"--threads must be an integer >= 0 \(0 = the runtime's own setting\), got -1"),
         ("token_budget", 0, "--batch-tokens must be an integer >= 1, got 0"),
         ("token_budget", "2", "--batch-tokens must be an integer >= 1, got '2'"),
         ("dtype", "float64", "--dtype must be one of float32, float16, got 'float64'"),
@@ -263,7 +263,7 @@ def test_an_output_records_the_model_input_and_settings_by_content(fixture_dir, 
     assert binding["input"]["sha256"] == sha256_of(text_file)
     assert binding["model"]["sha256"] == load_model(str(fixture_dir)).sha256  # what `verify` prints and a pin is
     assert binding["settings"]["layers"] == "top" and binding["shard"] is None
-    assert attrs["content_sha256"] == dataset_digest(datasets)
+    assert attrs["vectors_sha256"] == dataset_digest(datasets)
 
 
 def test_a_long_line_is_windowed_within_bounded_memory(fixture_dir, tmp_path):
@@ -311,7 +311,7 @@ def test_the_onnx_runtime_embeds_the_torch_runtimes_layers(fixture_dir, fixture_
 
 def test_the_onnx_runtime_refuses_what_it_cannot_do(fixture_graph):
     with pytest.raises(
-        ValueError, match=r"--runtime onnxruntime runs the exported fp32 graph on the CPU.*--precision bf16"
+        ValueError, match=r"--precision 'bf16': the exported graph runs in fp32; use precision 'fp32', or --runtime"
     ):
         EmbedSettings(model=str(fixture_graph), runtime="onnxruntime", precision="bf16")
     with pytest.raises(ValueError, match=r"--runtime must be one of torch, onnxruntime, got 'tf'"):

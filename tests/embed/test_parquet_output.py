@@ -52,10 +52,10 @@ def test_parquet_holds_the_hdf5_outputs_vectors_bit_for_bit(fixture_dir, text_fi
         for line, _, vectors in rows:
             expected = handle[str(line)][...]
             assert vectors.shape == expected.shape and numpy.array_equal(vectors, expected), line
-        content = handle.attrs["content_sha256"]
+        content = handle.attrs["vectors_sha256"]
         binding = json.loads(handle.attrs["binding"])
     record = recorded(tmp_path / "out.parquet")
-    assert record["content_sha256"] == content  # the same vectors: the same digest in either format
+    assert record["vectors_sha256"] == content  # the same vectors: the same digest in either format
     assert record["binding"] == {**binding, "input": record["binding"]["input"]} and record["n_input_lines"] == 5
     assert pyarrow.parquet.ParquetFile(tmp_path / "out.parquet").num_row_groups == 3  # one a chunk of 2 lines
     assert embed_file(text_file, tmp_path / "out.parquet", settings, output_format="parquet") == 0  # finished

@@ -1,6 +1,6 @@
 """Files that outlive a run are checked by content before they are used: every chunk under OUTPUT.partial/
 carries its own digest (a damaged one is embedded again, never published), and a re-run of a finished
-output checks its recorded `content_sha256`."""
+output checks its recorded `vectors_sha256`."""
 
 import re
 
@@ -83,7 +83,7 @@ def test_a_chunk_without_a_digest_is_embedded_again(corpus, whole, tmp_path):
     out = tmp_path / "out.hdf5"
     stopped_after(corpus, out, 2)
     with h5py.File(chunk_file(partial_dir(out), 0), "r+") as handle:
-        handle.attrs.pop("content_sha256", None)
+        handle.attrs.pop("vectors_sha256", None)
     with pytest.warns(EmbedWarning, match=r"chunk-000000000\.hdf5: damaged \(.*written with no digest\)"):
         assert embed_file(corpus, out, SETTINGS) == len(LINES) - 2
     assert sha256_of(out) == sha256_of(whole)

@@ -129,7 +129,7 @@ def test_everything_that_takes_a_model_takes_an_efml_directory(efml_dir, tmp_pat
     import spacy
 
     loaded = load_model(efml_dir)
-    assert loaded.source.kind == "efml" and loaded.sha256 == loaded.content_sha256
+    assert loaded.source.kind == "efml" and loaded.describe()["sha256"] == loaded.sha256
     runner = CliRunner()
     verified = runner.invoke(elmo_cli, ["verify", str(efml_dir)])
     assert verified.exit_code == 0 and "(efml)" in verified.output, verified.output

@@ -17,6 +17,7 @@ import onnx
 from efml_models import efml_bilm
 from fixture_paths import ELMO_FIXTURE
 from spacy_elmo.bilm.bilm import BiLM
+from spacy_elmo.bilm.lexicon import ByteLexicon
 from spacy_elmo.bilm.options import full_options
 from spacy_elmo.bilm.runner import BiLMRunner
 from spacy_elmo.cli import elmo_cli
@@ -67,7 +68,7 @@ def test_the_file_alone_is_the_model(fixture_graph):
     loaded, path = fixture_graph
     served = OnnxRunner.from_file(path)
     assert served.options == loaded.bilm.options
-    assert served.lexicon is None
+    assert served.lexicon == ByteLexicon(loaded.bilm.options.max_characters_per_token)  # bytes, as bilm-tf reads
     assert served.metadata.source_sha256 == loaded.sha256
     assert served.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
     assert_same_layers(served, loaded.bilm)
