@@ -191,7 +191,9 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
 def full_config(config: Path, into: Path) -> Path:
     """`config` as `spacy train` reads it. A config with `[project] extends = NAME` holds only what the project
     changes in the package's shipped config NAME (`python -m spacy_elmo config NAME`), so the two cannot drift
-    apart: merged, it is written to `into`. Any other config is used as it is."""
+    apart: merged and filled with spaCy's defaults (`spacy init fill-config`, as the shipped configs are base
+    configs), it is written to `into`. Any other config is used as it is."""
+    from spacy.cli.init_config import fill_config
     from thinc.api import Config
 
     from spacy_elmo.cli.config import CONFIGS_DIR
@@ -202,6 +204,7 @@ def full_config(config: Path, into: Path) -> Path:
     shipped = CONFIGS_DIR / f"{changes.pop('project')['extends']}.cfg"
     into.parent.mkdir(parents=True, exist_ok=True)
     Config().from_disk(shipped, interpolate=False).merge(changes).to_disk(into)
+    fill_config(into, into, silent=True)
     return into
 
 
