@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..bilm.bilm import BiLM
+from ..bilm.options import BiLMOptions
 from .digest import ModelFile, model_digest
 from .files import ModelFiles
 
@@ -66,6 +67,10 @@ class LoadedModel:
     sha256_of: str
     files: tuple[ModelFile, ...] = ()
     converted_from: Optional[dict[str, Any]] = None
+
+    @property
+    def options(self) -> BiLMOptions:
+        return self.bilm.options
 
     def describe(self) -> dict[str, Any]:
         """What an output records of its model."""

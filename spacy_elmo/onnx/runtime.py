@@ -22,7 +22,7 @@ from ..bilm.batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET, Senten
 from ..bilm.lexicon import AnyLexicon
 from ..bilm.options import BiLMOptions
 from ..cpus import omp_threads, usable_cpus
-from ..errors import MissingPackageError, missing_message
+from ..errors import require
 from ..io.digest import check_pin
 from ..io.onnx_graph import (
     EXPORT_AGAIN,
@@ -33,9 +33,6 @@ from ..io.onnx_graph import (
     check_graph_sha256,
     names_onnx_graph,
 )
-
-MISSING_RUNTIME = missing_message("the 'onnxruntime' runtime", ["onnxruntime"], extra="onnx")
-
 
 # this process's sessions, by `OnnxRunner._key`; and those inherited through a fork, never freed (see above)
 _sessions: dict[int, Any] = {}
@@ -199,10 +196,9 @@ class OnnxRunner(SentenceRunner):
         if session is None:
             if self._graph is None:
                 self.load()
-            try:
-                import onnxruntime as ort
-            except ImportError:
-                raise MissingPackageError(MISSING_RUNTIME, name="onnxruntime") from None
+            require("the 'onnxruntime' runtime", "onnxruntime", extra="onnx")
+            import onnxruntime as ort
+
             settings = ort.SessionOptions()
             settings.intra_op_num_threads = self._threads() if os.getpid() == self._origin_pid else 1
             settings.log_severity_level = 3  # errors only: its warnings are about graph rewrites

@@ -3,11 +3,9 @@ imported only when this runtime is used, so that a serving install without it ca
 
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from ..bilm.batching import SentenceRunner
-from ..bilm.options import BiLMOptions
 from ..launch_env import launch_env
 from . import Loaded, RunSettings
 
@@ -34,25 +32,10 @@ def prepare(bilm: Any, device: Optional[str] = None) -> Any:
     return bilm.to(get_torch_default_device() if device is None else device_for_rank(device))
 
 
-@dataclass(frozen=True)
-class LoadedBiLM:
-    """`load_model`'s answer as a runtime's `Loaded`."""
-
-    model: Any  # `io.resolve.LoadedModel`
-
-    @property
-    def options(self) -> BiLMOptions:
-        return self.model.bilm.options
-
-    def describe(self) -> dict[str, Any]:
-        return self.model.describe()
-
-
 def _prepared(load: Callable[[], Loaded], device: Optional[str]) -> Any:
-    """The runner's loader (module-level, so that the runner pickles)."""
-    loaded = load()
-    assert isinstance(loaded, LoadedBiLM)
-    return prepare(loaded.model.bilm, device)
+    """The runner's loader (module-level, so that the runner pickles); `load` gives `load_model`'s answer."""
+    loaded: Any = load()
+    return prepare(loaded.bilm, device)
 
 
 class TorchRuntime:
@@ -79,10 +62,10 @@ class TorchRuntime:
                 check_device(run.precision, torch.device(kind))
             parse_device(run.device, run.name("device"))
 
-    def load(self, path: str, sha256: Optional[str], option: str, sha256_option: str) -> LoadedBiLM:
+    def load(self, path: str, sha256: Optional[str], option: str, sha256_option: str) -> Loaded:
         from ..io.resolve import load_model
 
-        return LoadedBiLM(load_model(path, option=option, sha256=sha256, sha256_option=sha256_option))
+        return load_model(path, option=option, sha256=sha256, sha256_option=sha256_option)
 
     def runner(
         self, run: RunSettings, loaded: Optional[Loaded] = None, load: Optional[Callable[[], Loaded]] = None
