@@ -41,7 +41,7 @@ from ..text import (
     texts_from_jsonl,
 )
 from .columns import check_table_dtype
-from .parquet import ParquetRun
+from .parquet import ParquetOutput
 from .shards import Shard, shard_path
 from .store import EmbedWarning, PartialRun, check_output_path
 
@@ -213,7 +213,8 @@ def embed_file(
             tokenize = make_tokenize(settings)
             return (tokenize(text) for i, text in enumerate(input_texts(input_path, settings)) if _in_shard(i, shard))
 
-        run = ParquetRun(output_path, bound, tokens, model_shape(settings, loaded), settings.chunk_size)
+        finished = ParquetOutput(output_path, tokens, model_shape(settings, loaded), settings.chunk_size)
+        run = PartialRun(output_path, bound, finished)
     if run.finished():
         return 0
     started_here = not run.directory.exists()

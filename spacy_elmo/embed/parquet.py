@@ -1,7 +1,7 @@
 """`embed --format parquet`: one row a line (`line`, `tokens`, `elmo`, see `columns.py`), with the HDF5
-output's guarantees: the work is kept as `store.PartialRun` keeps it, and only the last step differs (the
-chunks assembled into a Parquet file, a row group a chunk). Its metadata holds the binding, `vectors_sha256`
-(the HDF5 output's, over the vectors) and `tokens_sha256`, which a re-run checks.
+output's guarantees: the work is kept as `store.PartialRun` keeps it, and only the finished output differs
+(`ParquetOutput`: the chunks assembled into a Parquet file, a row group a chunk). Its metadata holds the
+binding, `vectors_sha256` (the HDF5 output's, over the vectors) and `tokens_sha256`, which a re-run checks.
 """
 
 import hashlib
@@ -11,9 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy
+
 from ..disk import atomic_path
 from .columns import LINE, TOKENS, VECTORS, column_arrays, tokens_array, vectors_array, vectors_type
-from .store import FORMAT, ROLES, OutputError, PartialRun, add_dataset
+from .store import FORMAT, ROLES, Hdf5Output, OutputError, add_dataset
 
 METADATA_KEY = b"spacy_elmo.embed"
 PARQUET_MAGIC = b"PAR1"
@@ -23,25 +25,19 @@ def _add_tokens(digest: "hashlib._Hash", name: str, tokens: list[str]) -> None:
     digest.update(json.dumps([name, tokens], ensure_ascii=False).encode("utf-8"))
 
 
-class ParquetRun(PartialRun):
-    """A partial run whose output is Parquet: `tokens()` gives the tokens of its lines (the input read again),
-    `shape` (all layers, L, D) the type of the vectors."""
+class ParquetOutput:
+    """The finished output as Parquet (a `store.OutputFormat`): `tokens()` gives the tokens of its lines (the
+    input read again), `shape` (all layers, L, D) the type of the vectors."""
 
     def __init__(
-        self,
-        output: Path,
-        binding: dict[str, Any],
-        tokens: Callable[[], Iterator[list[str]]],
-        shape: tuple[bool, int, int],
-        rows_per_group: int,
+        self, path: Path, tokens: Callable[[], Iterator[list[str]]], shape: tuple[bool, int, int], rows_per_group: int
     ) -> None:
-        super().__init__(output, binding)
+        self.path = path
         self.tokens = tokens
         self.shape = shape
         self.rows_per_group = rows_per_group
 
-    def publish(self, n_chunks: int, expected: list[str], n_input_lines: int) -> None:
-        """Assemble the output from the chunks, publish it, then remove the partial directory."""
+    def write(self, datasets: Iterator[tuple[str, numpy.ndarray]], binding: dict[str, Any], n_input_lines: int) -> None:
         import pyarrow
         import pyarrow.parquet
 
@@ -52,14 +48,14 @@ class ParquetRun(PartialRun):
                 (VECTORS, vectors_type(*self.shape)),
             ]
         )
-        rows = zip(self._datasets(n_chunks, expected), self.tokens())
+        rows = zip(datasets, self.tokens())
         vectors_digest, tokens_digest = hashlib.sha256(), hashlib.sha256()
-        with atomic_path(self.output) as tmp, pyarrow.parquet.ParquetWriter(tmp, schema) as writer:
+        with atomic_path(self.path) as tmp, pyarrow.parquet.ParquetWriter(tmp, schema) as writer:
             while group := list(itertools.islice(rows, self.rows_per_group)):
                 for (name, array), tokens in group:
                     if array.shape[-2] != len(tokens):
                         raise OutputError(
-                            f"{self.output}: line {name} has {array.shape[-2]} vectors but {len(tokens)} tokens now: "
+                            f"{self.path}: line {name} has {array.shape[-2]} vectors but {len(tokens)} tokens now: "
                             "the input changed while it was embedded; run it again"
                         )
                     add_dataset(vectors_digest, name, array)
@@ -72,20 +68,19 @@ class ParquetRun(PartialRun):
                 writer.write_batch(pyarrow.record_batch(columns, schema=schema), row_group_size=len(group))
             recorded = {
                 "format": FORMAT,
-                "binding": self.binding,
+                "binding": binding,
                 "n_input_lines": n_input_lines,
                 "vectors_sha256": vectors_digest.hexdigest(),
                 "tokens_sha256": tokens_digest.hexdigest(),
             }
             writer.add_key_value_metadata({METADATA_KEY: json.dumps(recorded, sort_keys=True).encode("utf-8")})
-        self.discard()
 
     def read_record(self) -> dict[str, Any]:
         """What the finished output records of itself, or an OutputError saying why it is not one."""
         import pyarrow
         import pyarrow.parquet
 
-        path, (is_not, remedy) = self.output, ROLES["output"]
+        path, (is_not, remedy) = self.path, ROLES["output"]
         try:
             with open(path, "rb") as raw:
                 is_parquet = raw.read(len(PARQUET_MAGIC)) == PARQUET_MAGIC
@@ -115,7 +110,7 @@ class ParquetRun(PartialRun):
         import pyarrow.parquet
 
         vectors_digest, tokens_digest = hashlib.sha256(), hashlib.sha256()
-        handle = pyarrow.parquet.ParquetFile(self.output)
+        handle = pyarrow.parquet.ParquetFile(self.path)
         for group in range(handle.num_row_groups):
             table = handle.read_row_group(group, columns=[LINE, TOKENS, VECTORS])
             lines, tokens = table.column(LINE).to_pylist(), table.column(TOKENS).to_pylist()
@@ -127,4 +122,4 @@ class ParquetRun(PartialRun):
     def damage_errors(self) -> tuple[type[Exception], ...]:
         import pyarrow
 
-        return (*super().damage_errors(), pyarrow.ArrowException)
+        return (*Hdf5Output(self.path).damage_errors(), pyarrow.ArrowException)

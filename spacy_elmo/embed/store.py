@@ -13,7 +13,7 @@ import shutil
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional, Protocol
 
 import numpy
 
@@ -147,13 +147,53 @@ def check_output_path(output: Path, inputs: Iterable[Path], what: str) -> None:
             raise ValueError(f"{output}: OUTPUT is the {what} {path}; give another output name")
 
 
-class PartialRun:
-    """The `<output>.partial/` directory of one output: its binding and its finished chunks."""
+class OutputFormat(Protocol):
+    """What a finished output is written as: `write` it from the chunks' datasets (in line order), read its
+    `record`, compute the `digests` it records from what it holds now, and the `damage_errors` reading a
+    damaged one raises."""
 
-    def __init__(self, output: Path, binding: dict[str, Any]) -> None:
+    def write(
+        self, datasets: Iterator[tuple[str, numpy.ndarray]], binding: dict[str, Any], n_input_lines: int
+    ) -> None: ...
+
+    def read_record(self) -> dict[str, Any]: ...
+
+    def digests(self) -> dict[str, str]: ...
+
+    def damage_errors(self) -> tuple[type[Exception], ...]: ...
+
+
+class Hdf5Output:
+    """The finished output as one HDF5 file: a dataset a line, the binding and the vectors' digest as attributes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def write(self, datasets: Iterator[tuple[str, numpy.ndarray]], binding: dict[str, Any], n_input_lines: int) -> None:
+        write_finished(self.path, binding, datasets, n_input_lines)
+
+    def read_record(self) -> dict[str, Any]:
+        return read_binding(self.path)
+
+    def digests(self) -> dict[str, str]:
+        import h5py
+
+        with h5py.File(self.path, "r") as handle:
+            return {"vectors_sha256": dataset_digest(file_datasets(handle))}
+
+    def damage_errors(self) -> tuple[type[Exception], ...]:
+        return (OSError, KeyError, ValueError)
+
+
+class PartialRun:
+    """The `<output>.partial/` directory of one output: its binding and its finished chunks, assembled at the
+    end into `finished` (an output format: `Hdf5Output` unless given another, e.g. `parquet.ParquetOutput`)."""
+
+    def __init__(self, output: Path, binding: dict[str, Any], finished: Optional[OutputFormat] = None) -> None:
         self.output = output
         self.directory = partial_dir(output)
         self.binding = binding
+        self.format: OutputFormat = finished if finished is not None else Hdf5Output(output)
 
     def open(self) -> None:
         """Create the directory (with its binding) or check the binding of the one there."""
@@ -206,7 +246,7 @@ class PartialRun:
         left by a kill after publishing is removed); an OutputError when it is there and is not."""
         if not self.output.exists():
             return False
-        record = self.read_record()
+        record = self.format.read_record()
         differ = differences(record["binding"], self.binding)
         if differ:
             raise OutputError(
@@ -214,26 +254,13 @@ class PartialRun:
                 f"{'; '.join(differ)}. Choose another output name, or delete it to embed again"
             )
         try:
-            digests = self.digests()
-        except self.damage_errors() as err:
+            digests = self.format.digests()
+        except self.format.damage_errors() as err:
             raise OutputError(f"{self.output}: damaged ({err}); delete it and run again") from None
         for key, actual in digests.items():
             check_digest(self.output, actual, record.get(key), "output", "delete it and run again")
         self.discard()
         return True
-
-    def read_record(self) -> dict[str, Any]:
-        return read_binding(self.output)
-
-    def digests(self) -> dict[str, str]:
-        """The digests the output records of itself, computed from what it holds now."""
-        import h5py
-
-        with h5py.File(self.output, "r") as handle:
-            return {"vectors_sha256": dataset_digest(file_datasets(handle))}
-
-    def damage_errors(self) -> tuple[type[Exception], ...]:
-        return (OSError, KeyError, ValueError)
 
     def write_chunk(self, k: int, items: list[tuple[int, numpy.ndarray]]) -> None:
         """Publish chunk k with the digest of its datasets, written in the same atomic write."""
@@ -264,7 +291,7 @@ class PartialRun:
 
     def publish(self, n_chunks: int, expected: list[str], n_input_lines: int) -> None:
         """Assemble the output from the chunks, publish it, then remove the partial directory."""
-        write_finished(self.output, self.binding, self._datasets(n_chunks, expected), n_input_lines)
+        self.format.write(self._datasets(n_chunks, expected), self.binding, n_input_lines)
         self.discard()
 
     def discard(self) -> None:
