@@ -123,6 +123,7 @@ class OnnxRunner(SentenceRunner):
         source: str = "ONNX graph",
         n_threads: int = 0,
         token_budget: int = 0,
+        metadata: Optional[GraphMetadata] = None,
     ) -> None:
         if graph is None and load is None:
             raise ValueError("OnnxRunner needs a graph or a function that loads one")
@@ -133,7 +134,7 @@ class OnnxRunner(SentenceRunner):
         self.token_budget = token_budget or DEFAULT_TOKEN_BUDGET  # 0: the default (a CPU's)
         self._register()
         if graph is not None:
-            self.set_graph(graph, source)
+            self.set_graph(graph, source, metadata=metadata)
 
     def _register(self) -> None:
         """A key of this object's own for `_sessions`; its session there is freed with it."""
@@ -156,12 +157,15 @@ class OnnxRunner(SentenceRunner):
             self.set_graph(found.graph, found.source)
         return self
 
-    def set_graph(self, graph: bytes, source: str, remedy: str = EXPORT_AGAIN) -> None:
-        """Serve `graph` (`source` names it) from now on; `remedy`: what errors about a damaged graph advise."""
+    def set_graph(
+        self, graph: bytes, source: str, remedy: str = EXPORT_AGAIN, metadata: Optional[GraphMetadata] = None
+    ) -> None:
+        """Serve `graph` (`source` names it) from now on; `remedy`: what errors about a damaged graph advise;
+        `metadata`: the graph's, read and checked already (its session is then made on first use)."""
         _sessions.pop(self._key, None)
         self._graph, self._metadata = graph, None
         self.source, self.remedy, self._origin_pid = source, remedy, os.getpid()
-        self._metadata = self._read_metadata()
+        self._metadata = metadata if metadata is not None else self._read_metadata()
 
     @property
     def graph(self) -> bytes:

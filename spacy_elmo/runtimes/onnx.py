@@ -51,6 +51,7 @@ class OnnxRuntime:
             source="ONNX graph" if graph is None else graph.source,
             n_threads=run.n_threads,
             token_budget=run.token_budget,
+            metadata=None if graph is None else graph.metadata,  # read and checked once, by `load`'s answer
         )
 
     def pin_threads(self, n_threads: int) -> None:

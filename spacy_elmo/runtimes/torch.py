@@ -3,7 +3,7 @@ imported only when this runtime is used, so that a serving install without it ca
 
 import functools
 from collections.abc import Mapping
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, cast
 
 from ..bilm.batching import SentenceRunner
 from ..launch_env import launch_env
@@ -73,7 +73,7 @@ class TorchRuntime:
         from ..bilm.runner import BiLMRunner
 
         return BiLMRunner(
-            None if loaded is None else _prepared(lambda: loaded, run.device),
+            None if loaded is None else prepare(cast(Any, loaded).bilm, run.device),
             load=None if load is None else functools.partial(_prepared, load, run.device),
             token_budget=run.token_budget,
             stateful=run.stateful,
