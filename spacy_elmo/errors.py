@@ -1,13 +1,21 @@
 """The package's own errors. `ModelFileError`: the one base of every "this model file is bad" error, so a
 caller catches one type whatever the format: options, vocabularies, weights, ELMoForManyLangs files, archives
-and ONNX graphs. `MissingPackageError`: a package that a feature imports only when used is not installed;
+and ONNX graphs. `SettingError`: a value refused, carrying which setting it is (`setting`) as a field.
+
+Context is added where it is known, not threaded through signatures: a reader raises naming the file and
+the key; the entry point that took the value from the user (a CLI command, `BiLM.v1`, `embed`'s settings,
+a saved pipeline's loading) wraps its call in `named_settings` (which option); what reads a file wraps its
+parsing in `reading` (which file, what to do).
+
+`MissingPackageError`: a package that a feature imports only when used is not installed;
 `require` raises it before any work starts, in one line naming the package and the pip line that installs it
 (the package is not on PyPI: the hint names the packages themselves, and the extra as a clone or a built
 wheel installs it)."""
 
+import contextlib
 import importlib.util
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Optional
 
 from .about import __title__, __version__
@@ -15,6 +23,52 @@ from .about import __title__, __version__
 
 class ModelFileError(ValueError):
     """A model's files cannot be read as the model they claim to be; the message names the file and the key."""
+
+
+class SettingError(ValueError):
+    """A value refused, the message led by `setting`, its name where it was refused ("sha256: ..."), which an
+    entry point's `named_settings` replaces with the name the user gave it by ("--sha256: ...")."""
+
+    def __init__(self, message: str, setting: str) -> None:
+        super().__init__(f"{setting}: {message}")
+        self.setting = setting
+
+
+def _amend(err: BaseException, flag: str, before: str = "", after: str = "", drop: int = 0) -> None:
+    """Add to the one-line message of `err` (kept: its type, traceback and fields), once per kind of context;
+    `drop`: characters of its start that `before` replaces."""
+    if getattr(err, flag, False) or len(err.args) != 1 or not isinstance(err.args[0], str):
+        return
+    err.args = (f"{before}{err.args[0][drop:]}{after}",)
+    setattr(err, flag, True)
+
+
+@contextlib.contextmanager
+def named_settings(**names: str) -> Iterator[None]:
+    """Name, in front of the message, the setting a refusal inside is about, as the user gave it: a
+    `SettingError`'s own `setting` (it leads the message), anything else (a model file's error, a path not
+    found) as `path`'s name, where `names` has one."""
+    try:
+        yield
+    except (ValueError, OSError) as err:
+        if isinstance(err, SettingError):
+            if err.setting in names:
+                _amend(err, "setting_named", before=names[err.setting], drop=len(err.setting))
+        elif "path" in names:
+            _amend(err, "setting_named", before=f"{names['path']}: ")
+        raise
+
+
+@contextlib.contextmanager
+def reading(subject: str, remedy: str = "") -> Iterator[None]:
+    """Name what was being read (`subject`: a file, a file's part) in front of a model file's refusal from
+    inside (unless it starts with it), and what to do (`remedy`) after it; the innermost `reading` adds them."""
+    try:
+        yield
+    except ModelFileError as err:
+        named = str(err).startswith(f"{subject}:")
+        _amend(err, "read_from", before="" if named else f"{subject}: ", after=f"; {remedy}" if remedy else "")
+        raise
 
 
 class MissingPackageError(ModuleNotFoundError):

@@ -68,30 +68,24 @@ class Lexicon:
     sentence_end: str = "<eos>"
     character_aliases: dict[str, int] = field(default_factory=dict)
     word_aliases: dict[str, int] = field(default_factory=dict)
-    source: str = field(default="", compare=False, repr=False)  # the file it was read from, for errors
 
     def __post_init__(self) -> None:
-        """The indexes, checked; errors name the `source` file where there is one."""
-        try:
-            self._char_ids = _index(self.characters, self.character_aliases, "character")
-            self._word_ids = _index(self.words, self.word_aliases, "word") if self.words is not None else None
-            self._roles = {
-                role: self._role_id(self._char_ids, self.character_roles, role, "character") for role in CHARACTER_ROLES
+        """The indexes, checked."""
+        self._char_ids = _index(self.characters, self.character_aliases, "character")
+        self._word_ids = _index(self.words, self.word_aliases, "word") if self.words is not None else None
+        self._roles = {
+            role: self._role_id(self._char_ids, self.character_roles, role, "character") for role in CHARACTER_ROLES
+        }
+        for boundary in (self.sentence_start, self.sentence_end):
+            if boundary not in self._char_ids:
+                raise LexiconError(f"the character vocabulary has no entry {boundary!r} (a sentence boundary)")
+        self._word_roles: dict[str, int] = {}
+        if self._word_ids is not None:
+            self._word_roles = {
+                role: self._role_id(self._word_ids, self.word_roles, role, "word") for role in WORD_ROLES
             }
-            for boundary in (self.sentence_start, self.sentence_end):
-                if boundary not in self._char_ids:
-                    raise LexiconError(f"the character vocabulary has no entry {boundary!r} (a sentence boundary)")
-            self._word_roles: dict[str, int] = {}
-            if self._word_ids is not None:
-                self._word_roles = {
-                    role: self._role_id(self._word_ids, self.word_roles, role, "word") for role in WORD_ROLES
-                }
-            if self.max_characters_per_token < 3:
-                raise LexiconError(f"max_characters_per_token must be >= 3, got {self.max_characters_per_token}")
-        except LexiconError as err:
-            if self.source:
-                raise LexiconError(f"{self.source}: {err}") from None
-            raise
+        if self.max_characters_per_token < 3:
+            raise LexiconError(f"max_characters_per_token must be >= 3, got {self.max_characters_per_token}")
 
     @staticmethod
     def _role_id(ids: dict[str, int], roles: dict[str, str], role: str, what: str) -> int:
@@ -140,16 +134,15 @@ class Lexicon:
     def to_dict(self) -> dict[str, Any]:
         """What a native model stores (the aliases only when there are some)."""
         data = asdict(self)
-        del data["source"]
         for key in ("character_aliases", "word_aliases"):
             if not data[key]:
                 del data[key]
         return data
 
     @classmethod
-    def from_dict(cls, data: Any, source: str = "lexicon") -> "Lexicon":
+    def from_dict(cls, data: Any) -> "Lexicon":
         if not isinstance(data, dict) or not isinstance(data.get("characters"), list):
-            raise LexiconError(f"{source}: malformed lexicon (expected a dict with a 'characters' list)")
+            raise LexiconError("malformed lexicon (expected a dict with a 'characters' list)")
         try:
             return cls(
                 characters=[str(c) for c in data["characters"]],
@@ -163,7 +156,7 @@ class Lexicon:
                 word_aliases=_aliases(data.get("word_aliases")),
             )
         except (KeyError, TypeError, ValueError) as err:
-            raise LexiconError(f"{source}: malformed lexicon ({err})") from None
+            raise LexiconError(f"malformed lexicon ({err})") from None
 
 
 def _aliases(data: Any) -> dict[str, int]:
@@ -190,8 +183,8 @@ def _index(entries: Sequence[str], aliases: dict[str, int], what: str) -> dict[s
 AnyLexicon = Union[ByteLexicon, Lexicon]
 
 
-def read_lexicon(data: Any, max_characters_per_token: int, source: str = "lexicon") -> AnyLexicon:
+def read_lexicon(data: Any, max_characters_per_token: int) -> AnyLexicon:
     """A stored lexicon; null, what a model without vocabularies of its own stores, is the byte lexicon."""
     if data is None:
         return ByteLexicon(max_characters_per_token)
-    return Lexicon.from_dict(data, source)
+    return Lexicon.from_dict(data)

@@ -23,7 +23,7 @@ from pydantic import (
 )
 
 from .. import chars
-from ..errors import ModelFileError
+from ..errors import ModelFileError, reading
 
 T = TypeVar("T")
 
@@ -220,18 +220,18 @@ class BiLMOptions(_Section):
         return self.n_layers + 1
 
     @classmethod
-    def from_dict(cls, data: Any, source: str = "options") -> "BiLMOptions":
+    def from_dict(cls, data: Any) -> "BiLMOptions":
         """Parse an options.json dict: every problem at once, at its key, in one `OptionsError`."""
         if not isinstance(data, dict):
-            raise OptionsError(f"{source}: expected a JSON object with 'char_cnn' and 'lstm' sections")
+            raise OptionsError("expected a JSON object with 'char_cnn' and 'lstm' sections")
         try:
             return cls.model_validate(data)
         except ValidationError as err:
             problems = [_problem(error) for error in err.errors()]
         if len(problems) == 1:
-            raise OptionsError(f"{source}: {problems[0]}")
+            raise OptionsError(problems[0])
         listed = "".join(f"\n  - {problem}" for problem in problems)
-        raise OptionsError(f"{source}: {len(problems)} problems in the options:{listed}")
+        raise OptionsError(f"{len(problems)} problems in the options:{listed}")
 
     def to_dict(self) -> dict[str, Any]:
         """The options.json dict: unknown keys written back, options at bilm-tf's value left out."""
@@ -242,16 +242,17 @@ class BiLMOptions(_Section):
         path = Path(path)
         if not path.exists():
             raise FileNotFoundError(f"options file not found: {path}")
-        return cls.from_bytes(path.read_bytes(), str(path))
+        with reading(str(path)):
+            return cls.from_bytes(path.read_bytes())
 
     @classmethod
-    def from_bytes(cls, data: bytes, source: str) -> "BiLMOptions":
-        """Parse an options.json file's bytes; `source` names the file in errors."""
+    def from_bytes(cls, data: bytes) -> "BiLMOptions":
+        """Parse an options.json file's bytes (the caller names the file: `errors.reading`)."""
         try:
             parsed = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as err:
-            raise OptionsError(f"{source}: not a valid JSON options file ({err})") from None
-        return cls.from_dict(parsed, source=source)
+            raise OptionsError(f"not a valid JSON options file ({err})") from None
+        return cls.from_dict(parsed)
 
 
 FLAT: dict[str, _Flat[Any]] = {name: value for name, value in vars(BiLMOptions).items() if isinstance(value, _Flat)}

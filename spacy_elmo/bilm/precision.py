@@ -12,6 +12,7 @@ from typing import Callable, Optional, Protocol, Union
 
 import torch
 
+from ..errors import SettingError
 from . import _torch_private
 from .int8 import Int8, choose_kernel
 
@@ -19,25 +20,27 @@ PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 HALF_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def check_precision(precision: object, where: str = "precision") -> str:
-    """The precision, or a ValueError that names the allowed ones."""
+def check_precision(precision: object) -> str:
+    """The precision, or a `SettingError` that names the allowed ones."""
     if precision not in PRECISIONS:
         allowed = ", ".join(repr(p) for p in PRECISIONS)
-        raise ValueError(f"{where} must be one of {allowed}, got {precision!r}")
+        raise SettingError(f"must be one of {allowed}, got {precision!r}", "precision")
     return str(precision)
 
 
 def check_device(precision: str, device: torch.device) -> None:
     """Refuse a precision on a device it is not for (int8: CPUs; fp16: GPUs)."""
     if precision == "int8" and device.type != "cpu":
-        raise ValueError(
-            f"precision {precision!r} runs on the CPU only (PyTorch has no dynamic int8 products for "
-            f"{device.type}); on a GPU use precision 'bf16'"
+        raise SettingError(
+            f"{precision!r} runs on the CPU only (PyTorch has no dynamic int8 products for "
+            f"{device.type}); on a GPU use precision 'bf16'",
+            "precision",
         )
     if precision == "fp16" and device.type == "cpu":
-        raise ValueError(
-            f"precision {precision!r} is for GPUs (CPUs have no fp16 units: torch emulates its fp16 products "
-            "there, slower than fp32); on the CPU use precision 'bf16' or 'fp32'"
+        raise SettingError(
+            f"{precision!r} is for GPUs (CPUs have no fp16 units: torch emulates its fp16 products "
+            "there, slower than fp32); on the CPU use precision 'bf16' or 'fp32'",
+            "precision",
         )
 
 

@@ -14,6 +14,7 @@ import numpy
 import torch
 
 from ..cpus import openmp_spins, threads_beside_other_work, usable_cpus
+from ..errors import SettingError
 from .batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET, GPU_TOKEN_BUDGET, SentenceRunner, token_slice
 from .bilm import BiLM
 from .lstm import BiLSTMStack, LSTMState
@@ -25,28 +26,28 @@ def is_out_of_memory(error: BaseException) -> bool:
     return isinstance(error, oom_type) or (isinstance(error, RuntimeError) and "out of memory" in str(error))
 
 
-def parse_device(text: str, option: str = "--device") -> torch.device:
-    """`text` ("cpu", "cuda", "cuda:N") as a device this machine has, or a ValueError naming `option`."""
+def parse_device(text: str) -> torch.device:
+    """`text` ("cpu", "cuda", "cuda:N") as a device this machine has, or a `SettingError` of "device"."""
     try:
         device = torch.device(text)
     except RuntimeError:
-        raise ValueError(f"{option} {text!r} is not a device; use cpu, cuda or cuda:N") from None
+        raise SettingError(f"{text!r} is not a device; use cpu, cuda or cuda:N", "device") from None
     if device.type == "cpu":
         return device
+    count = torch.cuda.device_count() if device.type == "cuda" and torch.cuda.is_available() else 0
     if device.type != "cuda":
-        raise ValueError(f"{option} {text!r}: spacy-elmo runs on cpu or cuda[:N], not {device.type}")
-    if not torch.cuda.is_available():
-        raise ValueError(f"{option} {text!r}: this machine has no CUDA device that torch can use; use cpu")
-    count = torch.cuda.device_count()
+        raise SettingError(f"{text!r}: spacy-elmo runs on cpu or cuda[:N], not {device.type}", "device")
+    if not count:
+        raise SettingError(f"{text!r}: this machine has no CUDA device that torch can use; use cpu", "device")
     if device.index is not None and device.index >= count:
-        raise ValueError(f"{option} {text!r}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
+        raise SettingError(f"{text!r}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}", "device")
     return device
 
 
-def check_threads(n_threads: int, option: str = "--threads") -> int:
-    """`n_threads` if it is a thread count (0: the runtime's default), else a ValueError naming `option`."""
+def check_threads(n_threads: int) -> int:
+    """`n_threads` if it is a thread count (0: the runtime's default), else a `SettingError` of "n_threads"."""
     if n_threads < 0:
-        raise ValueError(f"{option} is {n_threads}; give a number of threads, or 0 for the runtime's default")
+        raise SettingError(f"{n_threads}: give a number of threads, or 0 for the runtime's default", "n_threads")
     return n_threads
 
 

@@ -6,6 +6,7 @@ from typing import Optional
 
 import typer
 
+from ..errors import named_settings
 from . import PIN_OPTION, elmo_cli, one_line_errors
 
 TARGETS = ("native", "bilm-tf")
@@ -36,8 +37,9 @@ def convert_cli(
     from ..io.resolve import check_output, load_model
 
     with one_line_errors():
-        loaded = load_model(source, options_file=options, sha256=sha256)
-        check_output(loaded, output, "OUTPUT", directory=True)
+        with named_settings(path="SOURCE", sha256="--sha256", output="OUTPUT"):
+            loaded = load_model(source, sha256, options_file=options)
+            check_output(loaded, output, directory=True)
         target = to or ("native" if loaded.source.kind != "native" else "bilm-tf")
         origin = loaded.provenance()
         if target == "native":

@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from ..errors import named_settings
 from . import elmo_cli, one_line_errors
 
 
@@ -39,11 +40,13 @@ def evaluate_cli(
     from ..text import detect_format
 
     with one_line_errors():
-        check_threads(threads)  # before the model loads: a bad option is the first thing said
-        place = parse_device(device)
-        loaded = load_model(model)
-        if output is not None:
-            check_output(loaded, output, "--output", directory=False)
+        with named_settings(n_threads="--threads", device="--device"):
+            check_threads(threads)  # before the model loads: a bad option is the first thing said
+            place = parse_device(device)
+        with named_settings(path="MODEL", output="--output"):
+            loaded = load_model(model)
+            if output is not None:
+                check_output(loaded, output, directory=False)
         loaded.bilm.to(place)
         settings = CorpusSettings(format=fmt or detect_format(text), text_field=text_field, max_tokens=max_tokens)
         with tempfile.TemporaryDirectory() as tmp, torch_threads(threads):

@@ -5,7 +5,7 @@ from typing import Optional
 
 import typer
 
-from ..errors import require
+from ..errors import named_settings, require
 from . import PIN_OPTION, elmo_cli, one_line_errors
 
 
@@ -24,9 +24,9 @@ def export_cli(
     from ..io.resolve import check_output, load_model
     from ..onnx.export import export_onnx
 
-    with one_line_errors():
-        loaded = load_model(model, option="MODEL", sha256=sha256)
-        check_output(loaded, output, "OUTPUT", directory=False)
+    with one_line_errors(), named_settings(path="MODEL", sha256="--sha256", output="OUTPUT"):
+        loaded = load_model(model, sha256)
+        check_output(loaded, output, directory=False)
     export_onnx(loaded.bilm, output, source_sha256=loaded.sha256)
     typer.echo(
         f"wrote {output} (ONNX graph, sha256 {file_sha256(output)}: the digest `model.sha256` pins; exported from "

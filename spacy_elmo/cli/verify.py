@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import typer
 
-from ..errors import require
+from ..errors import named_settings, require
 from . import PIN_OPTION, elmo_cli, one_line_errors
 
 
@@ -57,8 +57,8 @@ def model_report(model: str, options: Optional[Path], sha256: Optional[str]) -> 
     from ..io.arrays import MAX_ABS_WEIGHT, bilm_arrays, weight_range  # torch: see cli/__init__
     from ..io.resolve import load_model
 
-    with one_line_errors():
-        loaded = load_model(model, options, sha256=sha256)
+    with one_line_errors(), named_settings(path="MODEL", sha256="--sha256"):
+        loaded = load_model(model, sha256, options_file=options)
     o, arrays = loaded.bilm.options, dict(bilm_arrays(loaded.bilm))
     largest, holder = weight_range(arrays.items())
     params = {"token_encoder": 0, "lstm": 0, "softmax": 0}

@@ -25,7 +25,7 @@ from ..bilm.batching import (
     embed_windowed,
 )
 from ..disk import file_sha256
-from ..errors import require
+from ..errors import SettingError, named_settings, require
 from ..io.digest import parse_pin
 from ..mix import REDUCTIONS, reduce_layers
 from ..runtimes import RUNTIMES, Loaded, RunSettings, check_integer
@@ -46,7 +46,12 @@ from .shards import Shard, shard_path
 from .store import EmbedWarning, PartialRun, check_output_path
 
 STORAGE_DTYPES = ("float32", "float16")
-EMBED_NAMES = {"runtime": "--runtime", "device": "--device", "precision": "--precision", "n_threads": "--threads"}
+EMBED_NAMES = {  # the settings as `spacy elmo embed` calls them
+    "path": "MODEL",
+    **{name: f"--{name}" for name in ("runtime", "device", "precision", "sha256", "layers", "dtype", "encoding")},
+    **{"n_threads": "--threads", "token_budget": "--batch-tokens", "chunk_size": "--chunk-lines"},
+    **{"window_size": "--window-size", "window_context": "--window-context"},
+}
 OUTPUT_FORMATS = ("hdf5", "parquet")
 
 
@@ -71,30 +76,28 @@ class EmbedSettings:
     def __post_init__(self) -> None:
         """Refuse a bad setting, naming the option, before any file is read or written."""
         self.encoding = check_encoding(self.encoding, "--encoding")
-        for option, choice, allowed in (("--layers", self.layers, REDUCTIONS), ("--dtype", self.dtype, STORAGE_DTYPES)):
-            if choice not in allowed:
-                raise ValueError(f"{option} must be one of {', '.join(allowed)}, got {choice!r}")
-        for option, value, least in (
-            ("--batch-tokens", self.token_budget, 1),
-            ("--chunk-lines", self.chunk_size, 1),
-            ("--window-size", self.window_size, 1),
-            ("--window-context", self.window_context, 0),
-        ):
-            check_integer(option, value, least)
-        self.run = RunSettings(
-            self.runtime,
-            self.device,
-            self.precision,
-            self.n_threads,
-            self.token_budget,
-            token_cache_size=16384,
-            names=EMBED_NAMES,
-        )
+        with named_settings(**EMBED_NAMES):
+            for setting, choice, allowed in (
+                ("layers", self.layers, REDUCTIONS),
+                ("dtype", self.dtype, STORAGE_DTYPES),
+            ):
+                if choice not in allowed:
+                    raise SettingError(f"must be one of {', '.join(allowed)}, got {choice!r}", setting)
+            for setting, value, least in (
+                ("token_budget", self.token_budget, 1),
+                ("chunk_size", self.chunk_size, 1),
+                ("window_size", self.window_size, 1),
+                ("window_context", self.window_context, 0),
+            ):
+                check_integer(setting, value, least)
+            self.run = RunSettings(
+                self.runtime, self.device, self.precision, self.n_threads, self.token_budget, token_cache_size=16384
+            )
+            parse_pin(self.sha256)
         try:
             check_window(self.window_size, self.window_context)
         except ValueError as err:
             raise ValueError(f"--window-size/--window-context: {err}") from None
-        parse_pin(self.sha256, "--sha256")
 
     def numbers(self) -> dict[str, Any]:
         """The settings that change what is written, which a resumed or merged output must agree on."""
@@ -137,7 +140,8 @@ class Embedder:
 
 def load_embed_model(settings: EmbedSettings) -> Loaded:
     """The model, with every check and the pinned digest."""
-    return RUNTIMES[settings.runtime].load(settings.model, settings.sha256, "MODEL", "--sha256")
+    with named_settings(**EMBED_NAMES):
+        return RUNTIMES[settings.runtime].load(settings.model, settings.sha256)
 
 
 _worker_state: dict = {}
@@ -186,7 +190,8 @@ def embed_file(
 ) -> int:
     """Embed every line of `input_path` (of `shard` only: into `shard_path`); returns the number of lines
     embedded now (0 when the output was finished)."""
-    check_integer("--workers", workers, 1)
+    with named_settings(workers="--workers"):
+        check_integer("workers", workers, 1)
     if output_format not in OUTPUT_FORMATS:
         raise ValueError(f"--format must be one of {', '.join(OUTPUT_FORMATS)}, got {output_format!r}")
     if output_format == "parquet":
@@ -293,7 +298,7 @@ def _check_rank_device(device: str) -> None:
         from ..bilm.runner import parse_device
 
         try:
-            parse_device(mine, "--device")
+            parse_device(mine)
         except ValueError as err:
             raise ValueError(f"{err} (--device {device} under a launcher is cuda:LOCAL_RANK, here {mine})") from None
 

@@ -47,8 +47,8 @@ def with_elmo(
     to the tasks that feed them: fewer actors, or fewer CPUs asked each, than `workers` x `threads` when the
     cluster is too small, with an `EmbedWarning` saying so (0: no reserve, for a Dataset already in memory)."""
     check_table_dtype(settings.dtype, "a Ray Dataset")
-    for option, value, least in (("workers", workers, 1), ("threads", threads, 1), ("reserve_cpus", reserve_cpus, 0)):
-        check_integer(option, value, least)
+    for setting, value, least in (("workers", workers, 1), ("threads", threads, 1), ("reserve_cpus", reserve_cpus, 0)):
+        check_integer(setting, value, least)
     on_gpu = settings.device.split(":")[0] == "cuda"
     if bool(num_gpus) != on_gpu:
         raise ValueError(

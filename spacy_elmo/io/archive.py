@@ -66,7 +66,7 @@ def _models(names: list[str]) -> dict[tuple[str, str], list[str]]:
     return models
 
 
-def _refuse_repeated(archive: Path, where: str, names: list[str]) -> None:
+def _refuse_repeated(archive: Path, names: list[str]) -> None:
     """Refuse two members of one name as an unzip tool writes it (zipfile would read the last silently)."""
     seen: dict[str, list[str]] = {}
     for name in names:
@@ -75,25 +75,25 @@ def _refuse_repeated(archive: Path, where: str, names: list[str]) -> None:
         if len(raw) > 1:
             spelled = "" if set(raw) == {name} else f", spelled {', '.join(map(repr, raw))}"
             raise ArchiveError(
-                f"{archive}{where}: holds {len(raw)} members named {name}{spelled}; which one is the model's "
+                f"{archive}: holds {len(raw)} members named {name}{spelled}; which one is the model's "
                 "cannot be known (zipfile reads the last, an unzip tool may keep the first): zip the model again "
                 "with each file once"
             )
 
 
-def member_names(archive: Path, where: str = "") -> tuple[str, dict[str, str]]:
+def member_names(archive: Path) -> tuple[str, dict[str, str]]:
     """(the model's folder, {name inside it: member name}); more than one model, or a repeated name, is refused."""
-    unreadable = damaged_as(ArchiveError, f"{archive}{where}", "not a readable zip archive")
+    unreadable = damaged_as(ArchiveError, f"{archive}", "not a readable zip archive")
     with unreadable, zipfile.ZipFile(archive) as handle:
         infos = handle.infolist()
     names = [info.filename for info in infos if not info.is_dir()]
     missing = -min((info.header_offset for info in infos), default=0)
     if missing > 0:  # zipfile places the members by where the central directory is found: some before byte 0
         raise ArchiveError(
-            f"{archive}{where}: not a readable zip archive (its central directory places members up to {missing} "
+            f"{archive}: not a readable zip archive (its central directory places members up to {missing} "
             "bytes before the file's start: its beginning is missing, as in a cut or partial download)"
         )
-    _refuse_repeated(archive, where, names)
+    _refuse_repeated(archive, names)
     models = _models(names)
     if len(models) > 1:
         found = "; ".join(
@@ -101,7 +101,7 @@ def member_names(archive: Path, where: str = "") -> tuple[str, dict[str, str]]:
             for (folder, kind), files in sorted(models.items())
         )
         raise ArchiveError(
-            f"{archive}{where}: holds more than one model ({found}); a model cannot be chosen inside an "
+            f"{archive}: holds more than one model ({found}); a model cannot be chosen inside an "
             "archive: unzip it and give the folder (or weight file) of the one you mean"
         )
     if models:
@@ -147,19 +147,19 @@ def member_blocks(archive: Path, member: str, limit: Optional[Limit] = None) -> 
                 yield block
 
 
-def bilm_tf_weights(archive: Path, inside: dict[str, str], where: str = "") -> str:
+def bilm_tf_weights(archive: Path, inside: dict[str, str]) -> str:
     """The name of the one weight file beside options.json in the model's folder (`member_names`' `inside`)."""
     weights = sorted(short for short in inside if short.endswith(WEIGHT_SUFFIXES) and "/" not in short)
     if OPTIONS_FILE in inside and len(weights) > 1:
         raise ArchiveError(
-            f"{archive}{where}: holds {len(weights)} weight files beside {inside[OPTIONS_FILE]} "
+            f"{archive}: holds {len(weights)} weight files beside {inside[OPTIONS_FILE]} "
             f"({', '.join(inside[short] for short in weights)}); which one is the model's cannot be chosen inside "
             "an archive: unzip it and give the weight file you mean (the options.json beside it is read)"
         )
     if OPTIONS_FILE not in inside or len(weights) != 1:
         found = ", ".join(sorted(inside.values())[:12]) or "nothing"
         raise ArchiveError(
-            f"{archive}{where}: expected a bilm-tf model in the archive ({OPTIONS_FILE} and one .hdf5 weight "
+            f"{archive}: expected a bilm-tf model in the archive ({OPTIONS_FILE} and one .hdf5 weight "
             f"file such as {WEIGHT_MEMBERS[0]}, at its root or in one folder), found {found}"
         )
     return weights[0]

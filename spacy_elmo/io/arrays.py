@@ -74,7 +74,7 @@ _FAMILIES = (
 )
 
 
-def check_accounted_for(names: Iterable[str], options: BiLMOptions, source: str) -> None:
+def check_accounted_for(names: Iterable[str], options: BiLMOptions) -> None:
     """Refuse arrays the options do not describe (the softmax aside): loading would silently drop layers."""
     known = set(expected_shapes(options)) | set(SOFTMAX_ARRAYS)
     extra = sorted(set(names) - known)
@@ -87,10 +87,10 @@ def check_accounted_for(names: Iterable[str], options: BiLMOptions, source: str)
         else "the options and the weights are probably from different models"
     )
     shown = ", ".join(repr(n) for n in extra[:6]) + (f" and {len(extra) - 6} more" if len(extra) > 6 else "")
-    raise WeightsError(f"{source}: {len(extra)} weight array(s) that the options do not account for ({shown}): {hint}")
+    raise WeightsError(f"{len(extra)} weight array(s) that the options do not account for ({shown}): {hint}")
 
 
-def check_values(name: str, array: numpy.ndarray, source: str) -> None:
+def check_values(name: str, array: numpy.ndarray) -> None:
     """Refuse NaN, infinite and absurdly large weights, naming the array and where."""
     if array.size == 0:
         return
@@ -98,13 +98,13 @@ def check_values(name: str, array: numpy.ndarray, source: str) -> None:
     if not finite.all():
         where = tuple(int(i) for i in numpy.argwhere(~finite)[0])
         raise WeightsError(
-            f"{source}: dataset '{name}' holds a NaN or infinite value at {where} (a damaged file or a diverged model)"
+            f"dataset '{name}' holds a NaN or infinite value at {where} (a damaged file or a diverged model)"
         )
     magnitude = numpy.abs(array)
     if float(magnitude.max()) > MAX_ABS_WEIGHT:
         where = tuple(int(i) for i in numpy.unravel_index(int(magnitude.argmax()), array.shape))
         raise WeightsError(
-            f"{source}: dataset '{name}' holds {array[where]:.6g} at {where}, beyond the {MAX_ABS_WEIGHT:g} that no "
+            f"dataset '{name}' holds {array[where]:.6g} at {where}, beyond the {MAX_ABS_WEIGHT:g} that no "
             "trained ELMo reaches: the file is damaged (a flipped bit?); copy or download it again"
         )
 
@@ -156,41 +156,35 @@ def bilm_arrays(bilm: BiLM) -> Iterator[tuple[str, numpy.ndarray]]:
 def build_bilm(
     options: BiLMOptions,
     arrays: dict[str, numpy.ndarray],
-    source: str = "weights",
     vocab: Optional[list[str]] = None,
     lexicon: Optional[AnyLexicon] = None,
 ) -> BiLM:
     """A BiLM from reference-layout arrays, every name, shape and value checked; a model with a character
-    vocabulary needs its `lexicon` (by default it reads bytes)."""
-    options = BiLMOptions.from_dict(options.to_dict(), source=source)
+    vocabulary needs its `lexicon` (by default it reads bytes). The caller names the file (`errors.reading`)."""
+    options = BiLMOptions.from_dict(options.to_dict())
     lexicon = lexicon or ByteLexicon(options.max_characters_per_token)
-    check_lexicon(options, lexicon, source)
-    check_accounted_for(arrays, options, source)
+    check_lexicon(options, lexicon)
+    check_accounted_for(arrays, options)
     shapes = expected_shapes(options)
     with_softmax = "softmax/W" in arrays
     if with_softmax:
         n_vocab = arrays["softmax/W"].shape[0]
         if options.n_tokens_vocab and options.n_tokens_vocab != n_vocab:
             raise WeightsError(
-                f"{source}: dataset 'softmax/W' has {n_vocab} rows but option 'n_tokens_vocab' is "
-                f"{options.n_tokens_vocab}"
+                f"dataset 'softmax/W' has {n_vocab} rows but option 'n_tokens_vocab' is {options.n_tokens_vocab}"
             )
         options.n_tokens_vocab = n_vocab
         shapes["softmax/W"] = (n_vocab, options.projection_dim)
         shapes["softmax/b"] = (n_vocab,)
     for name, shape in shapes.items():
         if name not in arrays:
-            raise WeightsError(f"{source}: missing dataset '{name}' (expected shape {shape} from the options)")
+            raise WeightsError(f"missing dataset '{name}' (expected shape {shape} from the options)")
         if tuple(arrays[name].shape) != shape:
-            raise WeightsError(
-                f"{source}: dataset '{name}' has shape {tuple(arrays[name].shape)}, but the options imply {shape}"
-            )
+            raise WeightsError(f"dataset '{name}' has shape {tuple(arrays[name].shape)}, but the options imply {shape}")
     if vocab is not None and with_softmax and len(vocab) != options.n_tokens_vocab:
-        raise WeightsError(
-            f"{source}: vocabulary has {len(vocab)} words but the softmax has {options.n_tokens_vocab} rows"
-        )
+        raise WeightsError(f"vocabulary has {len(vocab)} words but the softmax has {options.n_tokens_vocab} rows")
     for name in sorted(arrays):
-        check_values(name, arrays[name], source)
+        check_values(name, arrays[name])
     bilm = BiLM(options, with_softmax=with_softmax)
     load_arrays(bilm, arrays)
     bilm.vocab = list(vocab) if vocab is not None else None
@@ -198,16 +192,14 @@ def build_bilm(
     return bilm
 
 
-def check_lexicon(options: BiLMOptions, lexicon: AnyLexicon, source: str) -> None:
+def check_lexicon(options: BiLMOptions, lexicon: AnyLexicon) -> None:
     """The vocabularies must be the ones the options and the embedding tables were made for."""
     if not isinstance(lexicon, Lexicon):
         if options.char_vocab_size:
-            raise WeightsError(
-                f"{source}: option 'char_cnn.char_vocab_size' is set, but the model has no character vocabulary"
-            )
+            raise WeightsError("option 'char_cnn.char_vocab_size' is set, but the model has no character vocabulary")
         return
     if not options.char_vocab_size:
-        raise WeightsError(f"{source}: a character vocabulary is given, but option 'char_cnn.char_vocab_size' is 0")
+        raise WeightsError("a character vocabulary is given, but option 'char_cnn.char_vocab_size' is 0")
     pairs = (
         ("char_cnn.char_vocab_size", options.char_vocab_size, len(lexicon.characters), "character vocabulary entries"),
         ("char_cnn.word_vocab_size", options.word_vocab_size, len(lexicon.words or []), "word vocabulary entries"),
@@ -220,7 +212,7 @@ def check_lexicon(options: BiLMOptions, lexicon: AnyLexicon, source: str) -> Non
     )
     for option, expected, actual, what in pairs:
         if expected != actual:
-            raise WeightsError(f"{source}: option '{option}' is {expected}, but the model has {actual} {what}")
+            raise WeightsError(f"option '{option}' is {expected}, but the model has {actual} {what}")
 
 
 def load_arrays(bilm: BiLM, arrays: dict[str, numpy.ndarray]) -> None:

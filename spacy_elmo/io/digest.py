@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ..errors import SettingError
+
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -32,31 +34,33 @@ def model_digest(files: Iterable[ModelFile]) -> str:
     return digest.hexdigest()
 
 
-def parse_pin(pin: Optional[str], option: str) -> Optional[str]:
+def parse_pin(pin: Optional[str]) -> Optional[str]:
     """A pinned digest as given by the user (64 hex digits, any case), normalized; None when not pinned."""
     if pin is None or pin == "":
         return None
     normalized = pin.strip().lower() if isinstance(pin, str) else ""
     if not _HEX64.match(normalized):
-        raise ValueError(f"{option} must be a SHA-256 digest (64 hexadecimal digits), got {pin!r}")
+        raise SettingError(f"{pin!r} is not a SHA-256 digest (64 hexadecimal digits)", "sha256")
     return normalized
 
 
-def check_pin(actual: str, pin: Optional[str], what: str, option: str, files: Sequence[ModelFile] = ()) -> None:
-    """Refuse a model whose digest `actual` is not the pinned one; a pin of one of its `files` alone (the
+def check_pin(actual: str, pin: Optional[str], model: str, files: Sequence[ModelFile] = ()) -> None:
+    """Refuse the `model` whose digest `actual` is not the pinned one; a pin of one of its `files` alone (the
     weights' `sha256sum`) is refused naming the digest to pin instead."""
-    expected = parse_pin(pin, option)
+    expected = parse_pin(pin)
     if expected is None or actual == expected:
         return
     alone = next((file for file in files if file.sha256 == expected), None)
     if alone is not None:
         names = ", ".join(Path(file.path).name for file in files)
-        raise ValueError(
-            f"{what}: {option} pins {expected}, the SHA-256 of {alone.path} alone; a pin must be the digest of "
-            f"the whole model ({names}), or an edited file beside it would load unnoticed: if these are the "
-            f"files you validated, pin {actual} instead (`spacy elmo verify` prints it)"
+        raise SettingError(
+            f"{model}: the pin {expected} is the SHA-256 of {alone.path} alone; a pin must be the digest of the "
+            f"whole model ({names}), or an edited file beside it would load unnoticed: if these are the files "
+            f"you validated, pin {actual} instead (`spacy elmo verify` prints it)",
+            "sha256",
         )
-    raise ValueError(
-        f"{what}: SHA-256 {actual} differs from the digest pinned by {option} ({expected}); the model was "
-        "changed, damaged or replaced since it was pinned (`spacy elmo verify` prints a model's digest)"
+    raise SettingError(
+        f"{model}: SHA-256 {actual} differs from the pinned digest ({expected}); the model was changed, damaged "
+        "or replaced since it was pinned (`spacy elmo verify` prints a model's digest)",
+        "sha256",
     )

@@ -20,7 +20,7 @@ import numpy
 from ..bilm.bilm import BiLM
 from ..bilm.lexicon import Lexicon, gap
 from ..bilm.options import BiLMOptions
-from ..errors import ModelFileError
+from ..errors import ModelFileError, reading
 from .arrays import build_bilm, lstm_name
 from .digest import ModelFile
 from .files import ModelFiles
@@ -86,7 +86,8 @@ def _read_efml(files: ModelFiles) -> BiLM:
     """The biLM of an ELMoForManyLangs model, every file, key and shape checked."""
     config = _json(files, CONFIG_FILE)
     architecture, architecture_name = _architecture(files, config)
-    embedder_config, encoder_config = _sections(architecture, files.where(architecture_name))
+    with reading(files.where(architecture_name)):
+        embedder_config, encoder_config = _sections(architecture)
     state = {name: _state_dict(files, name) for name in (TOKEN_EMBEDDER_FILE, ENCODER_FILE)}
     if not embedder_config["char_dim"] > 0:
         raise EfmlError(
@@ -95,9 +96,21 @@ def _read_efml(files: ModelFiles) -> BiLM:
         )
     chars, char_aliases = _dictionary(files, CHAR_DIC)
     words, word_aliases = _dictionary(files, WORD_DIC) if embedder_config["word_dim"] > 0 else (None, {})
-    options = _options(embedder_config, encoder_config, len(chars), len(words or []), files.where(architecture_name))
+    with reading(f"{files.where(architecture_name)} (as options.json)"):
+        options = _options(embedder_config, encoder_config, len(chars), len(words or []))
     arrays = _arrays(options, state, files)
-    lexicon = Lexicon(
+    with reading(str(files.root)):
+        return build_bilm(options, arrays, lexicon=_lexicon(options, chars, char_aliases, words, word_aliases))
+
+
+def _lexicon(
+    options: BiLMOptions,
+    chars: list[str],
+    char_aliases: dict[str, int],
+    words: Optional[list[str]],
+    word_aliases: dict[str, int],
+) -> Lexicon:
+    return Lexicon(
         characters=chars,
         character_roles=dict(CHARACTER_ROLES),
         max_characters_per_token=options.max_characters_per_token,
@@ -105,9 +118,7 @@ def _read_efml(files: ModelFiles) -> BiLM:
         word_roles=dict(WORD_ROLES) if words is not None else {},
         character_aliases=char_aliases,
         word_aliases=word_aliases,
-        source=str(files.root),
     )
-    return build_bilm(options, arrays, source=str(files.root), lexicon=lexicon)
 
 
 def _json(files: ModelFiles, name: str) -> dict[str, Any]:
@@ -140,20 +151,20 @@ def _architecture(files: ModelFiles, config: dict[str, Any]) -> tuple[dict[str, 
     )
 
 
-def _sections(architecture: dict[str, Any], source: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def _sections(architecture: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     embedder, encoder = architecture.get("token_embedder"), architecture.get("encoder")
     if not isinstance(embedder, dict) or not isinstance(encoder, dict):
-        raise EfmlError(f"{source}: expected 'token_embedder' and 'encoder' sections")
+        raise EfmlError("expected 'token_embedder' and 'encoder' sections")
     for part, section, supported in (("token_embedder", embedder, "cnn"), ("encoder", encoder, "elmo")):
         if str(section.get("name", "")).lower() != supported:
-            raise EfmlError(f"{source}: {part}.name is {section.get('name')!r}; only {supported!r} is supported")
+            raise EfmlError(f"{part}.name is {section.get('name')!r}; only {supported!r} is supported")
     missing = [f"{part}.{key}" for part, keys in REQUIRED.items() for key in keys if key not in architecture[part]]
     if missing:
-        raise EfmlError(f"{source}: missing {', '.join(missing)}")
+        raise EfmlError(f"missing {', '.join(missing)}")
     return embedder, encoder
 
 
-def _options(embedder: dict[str, Any], encoder: dict[str, Any], n_chars: int, n_words: int, source: str) -> BiLMOptions:
+def _options(embedder: dict[str, Any], encoder: dict[str, Any], n_chars: int, n_words: int) -> BiLMOptions:
     """The options the architecture JSON and the vocabularies describe."""
     data = {
         "char_cnn": {
@@ -176,7 +187,7 @@ def _options(embedder: dict[str, Any], encoder: dict[str, Any], n_chars: int, n_
             **{clip: encoder[clip] for clip in ("cell_clip", "proj_clip") if encoder.get(clip)},
         },
     }
-    return BiLMOptions.from_dict(data, source=f"{source} (as options.json)")
+    return BiLMOptions.from_dict(data)
 
 
 def _state_dict(files: ModelFiles, name: str) -> dict[str, numpy.ndarray]:

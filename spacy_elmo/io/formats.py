@@ -16,14 +16,12 @@ from .files import ModelFiles
 @dataclass(frozen=True)
 class Container:
     """What a model path resolved to: `path` (a directory, a zip archive or a file), its `files` (an archive's:
-    its model folder, `members` {name there: member}), the options file the user gave, and `where` the path
-    came from, for messages."""
+    its model folder, `members` {name there: member}) and the options file the user gave."""
 
     path: Path
     files: ModelFiles
     members: dict[str, str]
     options_file: Optional[Path] = None
-    where: str = ""
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import numpy
 from ..bilm.bilm import BiLM
 from ..bilm.options import BiLMOptions
 from ..disk import OPTIONS_FILE, PathLike, atomic_path, atomic_write_text
+from ..errors import reading
 from .archive import JSON_LIMIT, VOCAB_MEMBER, WEIGHT_MEMBERS, WEIGHTS_LIMIT, WEIGHTS_SLACK, Limit, bilm_tf_weights
 from .arrays import WeightsError, bilm_arrays, build_bilm, check_accounted_for, expected_shapes
 from .damage import damaged_as
@@ -70,23 +71,25 @@ def load_bilm_tf(options_file: PathLike, weight_file: PathLike, vocab_file: Opti
 
 def _read_bilm_tf(files: ModelFiles, options_name: str, weights_name: str, vocab_name: Optional[str]) -> BiLM:
     """A BiLM from a container's files; a weight file inside an archive is read within `weights_limit`."""
-    options = BiLMOptions.from_bytes(files.read(options_name, JSON_LIMIT), files.where(options_name))
+    with reading(files.where(options_name)):
+        options = BiLMOptions.from_bytes(files.read(options_name, JSON_LIMIT))
     vocab = parse_vocab(files.read(vocab_name).decode("utf-8")) if vocab_name is not None else None
     weight_path, source = files.path(weights_name), files.where(weights_name)
     data = io.BytesIO(files.read(weights_name, weights_limit(options, options_name))) if weight_path is None else None
     # the whole read, its close included: damaged internals fail anywhere (iterating a symbol table, opening
     # an object), each refused naming the file (a dataset's read, naming the dataset too)
     damaged = damaged_as(WeightsError, source, DAMAGED, REMEDY)
-    with damaged, _open_hdf5(weight_path or Path(source), data=data) as handle:
+    with reading(source), damaged, _open_hdf5(weight_path or Path(source), data=data) as handle:
         names = _dataset_names(handle)
-        check_accounted_for(names, options, source)
+        check_accounted_for(names, options)
         shapes = expected_shapes(options)
         if "softmax/W" in handle:
             rows = handle["softmax/W"].shape[0]
             shapes["softmax/W"] = (rows, options.projection_dim)
             shapes["softmax/b"] = (rows,)
         arrays = {name: _read_dataset(handle, name, shape, source) for name, shape in shapes.items()}
-    return build_bilm(options, arrays, source=source, vocab=vocab)
+    with reading(source):
+        return build_bilm(options, arrays, vocab=vocab)
 
 
 class BilmTfFormat(Format):
@@ -97,9 +100,9 @@ class BilmTfFormat(Format):
 
     def recognise(self, container: Container) -> ModelSource:
         """The last format tried: a container that holds no bilm-tf model is refused here, saying what it needs."""
-        target, where = container.path, container.where
+        target = container.path
         if container.files.zipped:
-            roles = {"options": OPTIONS_FILE, "weights": bilm_tf_weights(target, container.members, where)}
+            roles = {"options": OPTIONS_FILE, "weights": bilm_tf_weights(target, container.members)}
             roles.update({"vocab": VOCAB_MEMBER} if VOCAB_MEMBER in container.members else {})
             return ModelSource(self, target, container.files, roles)
         weight_file = target  # or, in a directory, the one weight file there
@@ -107,14 +110,14 @@ class BilmTfFormat(Format):
             found = [target / n for n in WEIGHT_MEMBERS if (target / n).exists()]
             if len(found) > 1:
                 raise ValueError(
-                    f"{target}{where}: holds {len(found)} weight files ({', '.join(p.name for p in found)}); which "
+                    f"{target}: holds {len(found)} weight files ({', '.join(p.name for p in found)}); which "
                     f"one is the model's cannot be chosen: give the .hdf5 file you mean (e.g. {found[0]}; the "
                     f"{OPTIONS_FILE} beside it is read)"
                 )
             found = found or sorted(target.glob("*.hdf5")) + sorted(target.glob("*.h5"))
             if len(found) != 1:
                 raise FileNotFoundError(
-                    f"{target}{where}: expected a native model ({MODEL_FILE}), a weight file named one of "
+                    f"{target}: expected a native model ({MODEL_FILE}), a weight file named one of "
                     f"{WEIGHT_MEMBERS}, or exactly one .hdf5 file beside options.json; found {len(found)}"
                 )
             weight_file = found[0]
@@ -128,7 +131,8 @@ class BilmTfFormat(Format):
         """Each file hashed as stored (in an archive, the weights within what the options describe)."""
         files, roles, limit = source.files, source.roles, None
         if files.zipped:
-            options = BiLMOptions.from_bytes(files.read(roles["options"]), files.where(roles["options"]))
+            with reading(files.where(roles["options"])):
+                options = BiLMOptions.from_bytes(files.read(roles["options"]))
             limit = weights_limit(options, roles["options"])
         return [
             ModelFile(role, files.where(name), files.sha256(name, limit if role == "weights" else None))

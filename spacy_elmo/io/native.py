@@ -16,6 +16,7 @@ from ..bilm.lexicon import read_lexicon
 from ..bilm.options import BiLMOptions
 from ..dicts import changed_keys
 from ..disk import OPTIONS_FILE, PathLike, atomic_write_bytes, atomic_write_text
+from ..errors import reading
 from .arrays import SOFTMAX_ARRAYS, WeightsError, bilm_arrays, build_bilm
 from .digest import ModelFile
 from .files import ModelFiles
@@ -41,16 +42,16 @@ def encode_array(array: numpy.ndarray) -> dict[str, Any]:
     return {"dtype": array.dtype.name, "shape": list(array.shape), "data": array.tobytes()}
 
 
-def decode_array(value: dict[str, Any], name: str = "array", source: str = "model") -> numpy.ndarray:
+def decode_array(value: dict[str, Any], name: str = "array") -> numpy.ndarray:
     try:
         dtype, shape, data = value["dtype"], tuple(value["shape"]), value["data"]
     except (KeyError, TypeError):
-        raise WeightsError(f"{source}: entry '{name}' is not an encoded array") from None
+        raise WeightsError(f"entry '{name}' is not an encoded array") from None
     if dtype not in ALLOWED_DTYPES:
-        raise WeightsError(f"{source}: entry '{name}' has dtype {dtype!r}; allowed: {ALLOWED_DTYPES}")
+        raise WeightsError(f"entry '{name}' has dtype {dtype!r}; allowed: {ALLOWED_DTYPES}")
     expected = int(numpy.prod(shape)) * numpy.dtype(dtype).itemsize
     if not isinstance(data, bytes) or len(data) != expected:
-        raise WeightsError(f"{source}: entry '{name}' holds {len(data)} bytes, expected {expected} for shape {shape}")
+        raise WeightsError(f"entry '{name}' holds {len(data)} bytes, expected {expected} for shape {shape}")
     return numpy.frombuffer(data, dtype=dtype).reshape(shape).copy()
 
 
@@ -107,48 +108,49 @@ def bilm_to_bytes(
     return srsly.msgpack_dumps(payload)
 
 
-def _checked_payload(data: bytes, source: str, remedy: str = REWRITE) -> dict[str, Any]:
+def _checked_payload(data: bytes) -> dict[str, Any]:
     """The file's contents, its format and (when it records one) its digest checked."""
     try:
         payload = srsly.msgpack_loads(data, use_list=True)
     except Exception as err:  # msgpack raises several unrelated types on corrupt input
-        raise WeightsError(f"{source}: not a spacy-elmo model ({type(err).__name__}: {err})") from None
+        raise WeightsError(f"not a spacy-elmo model ({type(err).__name__}: {err})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise WeightsError(f"{source}: not a spacy-elmo model (expected format {FORMAT!r})")
+        raise WeightsError(f"not a spacy-elmo model (expected format {FORMAT!r})")
     if not isinstance(payload.get("options"), dict) or not isinstance(payload.get("weights"), dict):
-        raise WeightsError(f"{source}: not a spacy-elmo model (no 'options' or 'weights' section)")
+        raise WeightsError("not a spacy-elmo model (no 'options' or 'weights' section)")
     recorded = payload.get(DIGEST_KEY)
     if not isinstance(recorded, str) or len(recorded) != 64:
         raise WeightsError(
-            f"{source}: the model file records no valid SHA-256 digest ({DIGEST_KEY!r} is {recorded!r}); its "
-            f"contents cannot be checked (a damaged file, or one not written by spacy-elmo): {remedy}"
+            f"the model file records no valid SHA-256 digest ({DIGEST_KEY!r} is {recorded!r}); its "
+            f"contents cannot be checked (a damaged file, or one not written by spacy-elmo)"
         )
     converted_from = payload.get(SOURCE_KEY)
     if converted_from is not None and not isinstance(converted_from, dict):
-        raise WeightsError(f"{source}: the model file is corrupt: {SOURCE_KEY!r} is {converted_from!r}")
+        raise WeightsError(f"the model file is corrupt: {SOURCE_KEY!r} is {converted_from!r}")
     lexicon = payload.get(LEXICON_KEY)
     if not isinstance(lexicon, (dict, type(None))):
-        raise WeightsError(f"{source}: the model file is corrupt: {LEXICON_KEY!r} is not a mapping")
+        raise WeightsError(f"the model file is corrupt: {LEXICON_KEY!r} is not a mapping")
     actual = payload_digest(payload["options"], payload["weights"], payload.get("vocab"), converted_from, lexicon)
     if actual != recorded:
         raise WeightsError(
-            f"{source}: the model file is corrupt: its contents have SHA-256 {actual}, but it was written "
-            f"with {recorded} (a damaged copy or an edited file): {remedy}"
+            f"the model file is corrupt: its contents have SHA-256 {actual}, but it was written "
+            f"with {recorded} (a damaged copy or an edited file)"
         )
     return payload
 
 
-def _bilm_from_payload(payload: dict[str, Any], source: str) -> BiLM:
-    options = BiLMOptions.from_dict(payload["options"], source=source)
-    arrays = {name: decode_array(value, name, source) for name, value in payload["weights"].items()}
+def _bilm_from_payload(payload: dict[str, Any]) -> BiLM:
+    options = BiLMOptions.from_dict(payload["options"])
+    arrays = {name: decode_array(value, name) for name, value in payload["weights"].items()}
     vocab: Optional[list[str]] = payload.get("vocab")
-    lexicon = read_lexicon(payload.get(LEXICON_KEY), options.max_characters_per_token, source)
-    return build_bilm(options, arrays, source=source, vocab=vocab, lexicon=lexicon)
+    lexicon = read_lexicon(payload.get(LEXICON_KEY), options.max_characters_per_token)
+    return build_bilm(options, arrays, vocab=vocab, lexicon=lexicon)
 
 
-def bilm_from_bytes(data: bytes, source: str = "model bytes", remedy: str = REWRITE) -> BiLM:
-    """remedy: what a refusal of damaged bytes advises (a saved pipeline's weights are saved again, not exported)."""
-    return _bilm_from_payload(_checked_payload(data, source, remedy), source)
+def bilm_from_bytes(data: bytes) -> BiLM:
+    """A model file's bytes as a BiLM, checked; the caller names them and what to do (`errors.reading`: a
+    saved pipeline's weights are saved again, a model file is copied again)."""
+    return _bilm_from_payload(_checked_payload(data))
 
 
 class NativeFormat(Format):
@@ -162,10 +164,10 @@ class NativeFormat(Format):
         return ModelSource(self, container.path, container.files, {"model": MODEL_FILE, "options": OPTIONS_FILE})
 
     def read(self, source: ModelSource, files: list[ModelFile]) -> LoadedModel:
-        where = source.files.where(MODEL_FILE)
-        payload = _checked_payload(source.files.read(MODEL_FILE), where)
-        _check_readable_copy(source.files, payload["options"])
-        bilm, read = _bilm_from_payload(payload, where), tuple(source.read_files())
+        with reading(source.files.where(MODEL_FILE), REWRITE):
+            payload = _checked_payload(source.files.read(MODEL_FILE))
+            _check_readable_copy(source.files, payload["options"])
+            bilm, read = _bilm_from_payload(payload), tuple(source.read_files())
         return LoadedModel(bilm, source, payload[DIGEST_KEY], RECORDED, read, payload.get(SOURCE_KEY))
 
     def origin(self, loaded: LoadedModel) -> tuple[str, str]:
@@ -196,17 +198,15 @@ def _check_readable_copy(files: ModelFiles, stored: dict[str, Any]) -> None:
     model that is not the one loaded, so it is an error rather than silently ignored."""
     if not files.exists(OPTIONS_FILE):
         return
-    copy_path = files.where(OPTIONS_FILE)
-    try:
-        written = json.loads(files.read(OPTIONS_FILE).decode("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise WeightsError(
-            f"{copy_path}: not valid JSON ({err}); it is a copy of the options in {MODEL_FILE}"
-        ) from None
-    differ = changed_keys(stored, written)
+    with reading(files.where(OPTIONS_FILE)):
+        try:
+            written = json.loads(files.read(OPTIONS_FILE).decode("utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise WeightsError(f"not valid JSON ({err}); it is a copy of the options in {MODEL_FILE}") from None
+        differ = changed_keys(stored, written)
     if differ:
         raise WeightsError(
-            f"{copy_path}: differs from the options stored in {files.where(MODEL_FILE)} at "
+            f"{files.where(OPTIONS_FILE)}: differs from the options stored in {files.where(MODEL_FILE)} at "
             f"{', '.join(repr(key) for key in differ)}. options.json is a readable copy (the model file is what "
             f"loads): restore it from the model (`spacy elmo verify {files.root}` shows the stored options), or "
             "retrain/convert for new options"

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..bilm.lexicon import AnyLexicon, Lexicon, LexiconError, read_lexicon
+from ..bilm.lexicon import AnyLexicon, Lexicon, read_lexicon
 from ..bilm.options import FILE_KEYS, BiLMOptions
 from ..errors import ModelFileError
 
@@ -72,10 +72,10 @@ class GraphMetadata:
                 "runtime needs)"
             )
         try:
-            options = BiLMOptions.from_dict(json.loads(strings[OPTIONS_KEY]), source=f"{source} ({OPTIONS_KEY})")
+            options = BiLMOptions.from_dict(json.loads(strings[OPTIONS_KEY]))
             stored = json.loads(strings.get(LEXICON_KEY, "null"))
-            lexicon = read_lexicon(stored, options.max_characters_per_token, source)
-        except (KeyError, json.JSONDecodeError, LexiconError) as err:
+            lexicon = read_lexicon(stored, options.max_characters_per_token)
+        except (KeyError, json.JSONDecodeError, ModelFileError) as err:
             raise OnnxModelError(f"{source}: the ONNX graph's spacy-elmo metadata is damaged ({err})") from None
         return cls(options, lexicon, strings.get(SOURCE_SHA256_KEY))
 

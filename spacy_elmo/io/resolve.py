@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..disk import PathLike, same_file
+from ..errors import SettingError
 from ..hub.download import path_exists, resolve_model_source
 from .archive import member_names
 from .digest import check_pin, model_digest, parse_pin
@@ -45,15 +46,14 @@ def available_models() -> list[str]:
     return sorted(p.name for p in SHIPPED_MODELS_DIR.glob("*") if is_native(p))  # none if the folder is absent
 
 
-def resolve_model(path: PathLike, options_file: Optional[PathLike] = None, option: str = "") -> ModelSource:
-    """The files behind `path`; `option` names the setting the path came from, for the error message."""
-    where = f" ({option})" if option else ""
+def resolve_model(path: PathLike, options_file: Optional[PathLike] = None) -> ModelSource:
+    """The files behind `path`, and which format's model they hold."""
     if str(path) == "":
         target = shipped_model_path()
         if not is_native(target):
             raise FileNotFoundError(
                 f"the default biLM '{DEFAULT_MODEL}' is not installed (expected a native model directory at "
-                f"{target}){where}. Give a model explicitly: {EXPECTED}"
+                f"{target}). Give a model explicitly: {EXPECTED}"
             )
     else:
         target = resolve_model_source(path)  # a name or URL: its local copy, downloaded once into the cache
@@ -63,24 +63,24 @@ def resolve_model(path: PathLike, options_file: Optional[PathLike] = None, optio
             shipped = ", ".join(available_models()) or "none installed"
             shown = str(path) if len(str(path)) <= 300 else f"{str(path)[:150]}...({len(str(path))} characters)"
             raise FileNotFoundError(
-                f"biLM path {shown!r} does not exist{where}. Give {EXPECTED}, or a shipped model name ({shipped})"
+                f"biLM path {shown!r} does not exist. Give {EXPECTED}, or a shipped model name ({shipped})"
             )
     if target.is_file() and is_onnx_graph(target):
         raise ValueError(
-            f"{target}{where} is an ONNX graph (spacy elmo export's output): serve it with runtime onnxruntime "
+            f"{target} is an ONNX graph (spacy elmo export's output): serve it with runtime onnxruntime "
             '(embed --runtime onnxruntime; the pipe\'s runtime = "onnxruntime"); convert/verify/evaluate/export '
             "need the model it was exported from"
         )
     files, members = ModelFiles(target), dict[str, str]()
     if target.is_file() and target.suffix.lower() == ".zip":
-        prefix, members = member_names(target, where)
+        prefix, members = member_names(target)
         files = ModelFiles(target, prefix)
-    container = Container(target, files, members, Path(options_file) if options_file else None, where)
+    container = Container(target, files, members, Path(options_file) if options_file else None)
     for model_format in FORMATS:
         source = model_format.recognise(container)
         if source is not None:
             return source
-    raise FileNotFoundError(f"{target}{where}: holds no model of a known format. Give {EXPECTED}")
+    raise FileNotFoundError(f"{target}: holds no model of a known format. Give {EXPECTED}")
 
 
 def is_onnx_graph(path: Path) -> bool:
@@ -96,39 +96,35 @@ def is_onnx_graph(path: Path) -> bool:
         return False
 
 
-def check_output(loaded: LoadedModel, output: Path, option: str, directory: bool) -> None:
+def check_output(loaded: LoadedModel, output: Path, directory: bool) -> None:
     """Refuse, before anything is written, an output that is (or, for a `directory`, holds) a file of the
-    model being read, or a file output that is a directory."""
+    model being read, or a file output that is a directory (a `SettingError` of setting "output")."""
     if not directory and output.is_dir():
-        raise ValueError(f"{output} ({option}) is a directory: give the file to write")
+        raise SettingError(f"{output} is a directory: give the file to write", "output")
     for path in loaded.paths():
         if same_file(output, path):
-            raise ValueError(
-                f"{output} ({option}) is a file of the model being read ({path}): writing it would destroy the "
-                "model; give another output"
+            raise SettingError(
+                f"{output} is a file of the model being read ({path}): writing it would destroy the "
+                "model; give another output",
+                "output",
             )
         if directory and same_file(output, path.parent):
-            raise ValueError(
-                f"{output} ({option}) holds {path}, a file of the model being read: what is written there would "
-                "replace it or sit beside it as a second model; give another directory"
+            raise SettingError(
+                f"{output} holds {path}, a file of the model being read: what is written there would "
+                "replace it or sit beside it as a second model; give another directory",
+                "output",
             )
 
 
-def load_model(
-    path: PathLike,
-    options_file: Optional[PathLike] = None,
-    option: str = "",
-    sha256: Optional[str] = None,
-    sha256_option: str = "--sha256",
-) -> LoadedModel:
+def load_model(path: PathLike, sha256: Optional[str] = None, *, options_file: Optional[PathLike] = None) -> LoadedModel:
     """Load a biLM from anything `resolve_model` accepts, with every check; `sha256` pins its digest (the
-    model's, which `spacy elmo verify` prints), checked before the weights of a bilm-tf model are read."""
-    parse_pin(sha256, sha256_option)  # a malformed pin is refused before any file is read
-    source = resolve_model(path, options_file, option)
-    what = str(source.path)
+    model's, which `spacy elmo verify` prints), checked before the weights of a bilm-tf model are read.
+    Refusals name the file; the caller names its settings (`errors.named_settings`: `path`, `sha256`)."""
+    parse_pin(sha256)  # a malformed pin is refused before any file is read
+    source = resolve_model(path, options_file)
     files = source.format.model_files(source)
     if files:  # before the weights are parsed
-        check_pin(model_digest(files), sha256, what, sha256_option, files)
+        check_pin(model_digest(files), sha256, str(source.path), files)
     loaded = source.format.read(source, files)
-    check_pin(loaded.sha256, sha256, what, sha256_option, loaded.files)
+    check_pin(loaded.sha256, sha256, str(source.path), loaded.files)
     return loaded

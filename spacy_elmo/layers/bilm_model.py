@@ -24,6 +24,7 @@ from ..bilm.batching import (
     token_budget_batches,
     token_slice,
 )
+from ..errors import named_settings
 from ..io.digest import parse_pin
 from ..io.onnx_graph import names_onnx_graph
 from ..runtimes import RUNTIMES, RunSettings
@@ -37,8 +38,12 @@ TORCH_MISSING = (
     'spacy.load(PATH, config={"components": {"elmo": {"model": {"runtime": "onnxruntime"}}}}) and save it '
     "with nlp.to_disk (the README's recipe)"
 )
-LAYER_NAMES = {
-    s: f"{ARCHITECTURE} {s}" for s in ("runtime", "precision", "n_threads", "token_budget", "stateful", "fine_tune")
+LAYER_NAMES = {  # the settings as a config calls them
+    **{
+        s: f"{ARCHITECTURE} {s}" for s in ("runtime", "precision", "n_threads", "token_budget", "stateful", "fine_tune")
+    },
+    "path": PATH_OPTION,
+    "sha256": SHA256_OPTION,
 }
 
 
@@ -63,6 +68,12 @@ class Runtime(Protocol):
 def runner_of(model: Model) -> Any:
     """The runtime's runner: a `BiLMRunner` (torch) or an `OnnxRunner` (onnxruntime)."""
     return model.shims[0]._model
+
+
+def load_named(runtime: str, path: str, sha256: Optional[str]) -> Any:
+    """The layer's loader (module-level, so that it pickles): errors name the config's settings."""
+    with named_settings(**LAYER_NAMES):
+        return RUNTIMES[runtime].load(path, sha256)
 
 
 def ensure_loaded(model: Model, X: Any = None, Y: Any = None) -> Any:
@@ -199,7 +210,8 @@ def BiLM_v1(
     runtime: "torch" (default) or "onnxruntime": serve the exported graph on the CPU, without torch
         (fp32, stateless and frozen only; see `spacy_elmo.runtimes.onnx`).
     """
-    parse_pin(sha256, SHA256_OPTION)
+    with named_settings(**LAYER_NAMES):
+        parse_pin(sha256)
     check_window(window_size, window_context)
     if runtime == "torch" and names_onnx_graph(path):
         raise ValueError(
@@ -209,9 +221,10 @@ def BiLM_v1(
         )
     shim: Shim
     try:
-        run = RunSettings(runtime, None, precision, n_threads, token_budget, stateful, fine_tune, names=LAYER_NAMES)
+        with named_settings(**LAYER_NAMES):
+            run = RunSettings(runtime, None, precision, n_threads, token_budget, stateful, fine_tune)
         chosen = RUNTIMES[runtime]
-        runner = chosen.runner(run, load=functools.partial(chosen.load, path, sha256, PATH_OPTION, SHA256_OPTION))
+        runner = chosen.runner(run, load=functools.partial(load_named, runtime, path, sha256))
         if chosen.trainable:
             from .torch_bilm import torch_shim
 

@@ -12,6 +12,7 @@ from thinc.api import Ops
 from thinc.shims import Shim
 from thinc.types import Floats4d
 
+from ..errors import reading
 from ..onnx.runtime import OnnxRunner
 from .bilm_names import ARCHITECTURE, SAVED_REMEDY, saved_weights_source
 
@@ -36,7 +37,9 @@ def graph_from_weights(data: bytes, source: str) -> bytes:
             f"exports them first, which needs torch and the [onnx] extra ({err}). Save the pipeline for "
             "serving where torch is installed (load it with runtime 'onnxruntime', then nlp.to_disk)"
         ) from None
-    return export_bytes(bilm_from_bytes(native, source=source, remedy=SAVED_REMEDY))
+    with reading(source, SAVED_REMEDY):
+        bilm = bilm_from_bytes(native)
+    return export_bytes(bilm)
 
 
 class OnnxRuntimeShim(Shim):

@@ -10,6 +10,7 @@ from thinc.types import Floats4d
 
 from ..bilm.batching import SentenceRunner
 from ..bilm.runner import BiLMRunner
+from ..errors import reading
 from ..io.native import bilm_from_bytes, bilm_to_bytes
 from ..runtimes.torch import prepare
 from .bilm_names import SAVED_REMEDY, saved_weights_source
@@ -22,7 +23,9 @@ def serialize_runner(runner: BiLMRunner) -> bytes:
 
 def deserialize_runner(runner: BiLMRunner, data: bytes, device: torch.device) -> BiLMRunner:
     """The shim's deserializer; errors name the file the weights come from where it is known."""
-    runner.set_bilm(prepare(bilm_from_bytes(data, source=saved_weights_source(), remedy=SAVED_REMEDY)), device)
+    with reading(saved_weights_source(), SAVED_REMEDY):
+        bilm = bilm_from_bytes(data)
+    runner.set_bilm(prepare(bilm), device)
     return runner
 
 

@@ -79,30 +79,30 @@ class LoadedGraph:
         }
 
 
-def read_graph_file(path: Union[str, Path], option: str = "ONNX file") -> bytes:
+def read_graph_file(path: Union[str, Path]) -> bytes:
     file = Path(path)
     if not file.is_file():
-        raise FileNotFoundError(f"{path}: no such ONNX file ({option}; write one with `python -m spacy_elmo export`)")
+        raise FileNotFoundError(f"{path}: no such ONNX file (write one with `python -m spacy_elmo export`)")
     return file.read_bytes()
 
 
-def load_graph(path: str, sha256: Optional[str], option: str, sha256_option: str) -> LoadedGraph:
+def load_graph(path: str, sha256: Optional[str]) -> LoadedGraph:
     """The graph `path` serves, its `sha256` pin checked: an .onnx file as it is (no torch), any other model
-    exported (torch and the [onnx] extra); `option`, `sha256_option` name the two settings in errors."""
+    exported (torch and the [onnx] extra)."""
     if names_onnx_graph(path):
-        graph = read_graph_file(path, option)
-        check_pin(hashlib.sha256(graph).hexdigest(), sha256, path, sha256_option)
+        graph = read_graph_file(path)
+        check_pin(hashlib.sha256(graph).hexdigest(), sha256, path)
         return LoadedGraph(graph, path)
     try:
         from ..io.resolve import load_model
         from .export import export_bytes
     except ImportError as err:
         raise ImportError(
-            f"{option} = {path!r} is not an .onnx file, so it is exported before it is served, which needs torch "
+            f"{path!r} is not an .onnx file, so it is exported before it is served, which needs torch "
             f"and the [onnx] extra ({err}); or export it beforehand with `python -m spacy_elmo export` and give "
             "the .onnx file"
         ) from None
-    loaded = load_model(path, option=option, sha256=sha256, sha256_option=sha256_option)
+    loaded = load_model(path, sha256)
     graph = export_bytes(loaded.bilm, source_sha256=loaded.sha256)
     return LoadedGraph(graph, str(loaded.source.path), (loaded.describe(), loaded.bilm.options))
 

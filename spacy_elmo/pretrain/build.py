@@ -24,6 +24,7 @@ from ..bilm.lexicon import ByteLexicon
 from ..bilm.options import BiLMOptions
 from ..bilm.runner import parse_device, torch_threads
 from ..disk import PathLike
+from ..errors import named_settings, reading
 from ..io.arrays import bilm_arrays, build_bilm
 from ..io.native import bilm_from_bytes
 from ..io.resolve import load_model
@@ -115,7 +116,8 @@ def place_process(device_name: str) -> Placement:
     if device_name.startswith("cuda") and not torch.cuda.is_available():
         raise PretrainConfigError(f"training.device is {device_name!r} but PyTorch sees no CUDA device")
     local = f"cuda:{launch_env().local_rank or 0}" if device_name == "cuda" else device_name
-    device = parse_device(local, "training.device")
+    with named_settings(device="training.device"):
+        device = parse_device(local)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     rank, world = init_distributed(device)
@@ -152,7 +154,8 @@ def restore_or_start_model(
     """The model to train and its vocabulary: the checkpoint's when resuming, else a new one or the
     `init_from` weights (see `build_model`)."""
     if found is not None:
-        bilm = bilm_from_bytes(found.payload["model"], source=str(found.path))
+        with reading(str(found.path)):
+            bilm = bilm_from_bytes(found.payload["model"])
         if bilm.vocab is None:
             raise CheckpointError(f"checkpoint {found.path} holds a model without its vocabulary")
         return bilm, Vocab(bilm.vocab, source=f"{found.path} vocabulary")
@@ -197,7 +200,8 @@ def build_model(
         bias = numpy.log(counts / counts.sum()).astype(numpy.float32)
     arrays.update({"softmax/W": weight.numpy(), "softmax/b": bias})
     source.options.n_tokens_vocab = len(vocab)
-    return build_bilm(source.options, arrays, source=str(init_from or "new model"), vocab=vocab.words), vocab
+    with reading(str(init_from or "new model")):
+        return build_bilm(source.options, arrays, vocab=vocab.words), vocab
 
 
 def assemble_loop(

@@ -42,7 +42,7 @@ def encode_tree(value: Any) -> Any:
 def decode_tree(value: Any) -> Any:
     if isinstance(value, dict):
         if "__array__" in value:
-            return torch.from_numpy(decode_array(value["__array__"], source="checkpoint"))
+            return torch.from_numpy(decode_array(value["__array__"]))
         return {decode_tree(k): decode_tree(v) for k, v in value["__dict__"]}
     if isinstance(value, list):
         return [decode_tree(v) for v in value]

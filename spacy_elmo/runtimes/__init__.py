@@ -3,24 +3,25 @@ limits on the run settings, loads a model and builds the runner they run. A new 
 one line in `RUNTIMES`. Nothing here imports torch, so a serving install without it runs "onnxruntime".
 """
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol
 
 from ..bilm.batching import SentenceRunner
 from ..bilm.options import BiLMOptions
+from ..errors import SettingError
 
 
-def check_integer(option: str, value: Any, least: int, meaning: str = "") -> None:
-    """Refuse, naming `option`, anything but an integer >= `least` (`meaning`: what a value means, if needed)."""
+def check_integer(setting: str, value: Any, least: int, meaning: str = "") -> None:
+    """Refuse anything but an integer >= `least` (`meaning`: what a value means, if needed)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ValueError(f"{option} must be an integer >= {least}{meaning}, got {value!r}")
+        raise SettingError(f"must be an integer >= {least}{meaning}, got {value!r}", setting)
 
 
 @dataclass(frozen=True)
 class RunSettings:
-    """How the biLM runs, checked once when made, the runtime's own limits included; `names`: how the caller
-    names each setting in errors ("--threads", "spacy-elmo.BiLM.v1 n_threads")."""
+    """How the biLM runs, checked once when made, the runtime's own limits included; each refusal is a
+    `SettingError` of the setting's field name, which the caller names as its users know it
+    (`errors.named_settings`: "--threads", "spacy-elmo.BiLM.v1 n_threads")."""
 
     runtime: str = "torch"
     device: Optional[str] = None  # None: thinc's current device (the layer's)
@@ -30,21 +31,13 @@ class RunSettings:
     stateful: bool = False
     fine_tune: bool = False
     token_cache_size: Optional[int] = None
-    names: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:
-            raise ValueError(f"{self.name('runtime')} must be one of {', '.join(RUNTIMES)}, got {self.runtime!r}")
-        check_integer(self.name("n_threads"), self.n_threads, 0, " (0 = the runtime's own setting)")
-        if isinstance(self.token_budget, bool) or not isinstance(self.token_budget, int) or self.token_budget < 0:
-            raise ValueError(
-                f"{self.name('token_budget')} must be an integer >= 1, or 0 for the device's default, "
-                f"got {self.token_budget!r}"
-            )
+            raise SettingError(f"must be one of {', '.join(RUNTIMES)}, got {self.runtime!r}", "runtime")
+        check_integer("n_threads", self.n_threads, 0, " (0 = the runtime's own setting)")
+        check_integer("token_budget", self.token_budget, 0, " (0 = the device's default)")
         RUNTIMES[self.runtime].check(self)
-
-    def name(self, setting: str) -> str:
-        return self.names.get(setting, setting)
 
 
 class Loaded(Protocol):
@@ -66,10 +59,10 @@ class Runtime(Protocol):
     spawn_workers: bool
 
     def check(self, run: RunSettings) -> None:
-        """Refuse, naming the setting as `run.names` does, what this runtime cannot do."""
+        """Refuse what this runtime cannot do (a `SettingError` of the setting it is about)."""
 
-    def load(self, path: str, sha256: Optional[str], option: str, sha256_option: str) -> Loaded:
-        """The model at `path`, its `sha256` pin checked; `option`, `sha256_option` name both in errors."""
+    def load(self, path: str, sha256: Optional[str]) -> Loaded:
+        """The model at `path`, its `sha256` pin checked (refusals are about settings `path` and `sha256`)."""
 
     def runner(
         self, run: RunSettings, loaded: Optional[Loaded] = None, load: Optional[Callable[[], Loaded]] = None

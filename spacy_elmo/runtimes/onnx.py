@@ -4,7 +4,7 @@ with no torch where the model is an .onnx file."""
 from typing import Callable, Optional, cast
 
 from ..bilm.batching import SentenceRunner
-from ..errors import require
+from ..errors import SettingError, require
 from ..onnx.runtime import LoadedGraph, OnnxRunner, load_graph
 from . import Loaded, RunSettings
 
@@ -16,30 +16,29 @@ class OnnxRuntime:
 
     def check(self, run: RunSettings) -> None:
         """What an exported graph cannot do, each refused naming its setting."""
-        torch = f"use {run.name('runtime')} 'torch'"
-        for wrong, why in (
-            (run.fine_tune, f"{run.name('fine_tune')} = true needs gradients, which a graph has none of; {torch}"),
+        torch = "use runtime 'torch'"
+        for wrong, setting, why in (
+            (run.fine_tune, "fine_tune", f"true needs gradients, which an exported graph has none of; {torch}"),
             (
                 run.stateful,
-                f"{run.name('stateful')} = true carries LSTM state between batches, and the exported graph starts "
-                f"every sentence from zero; {torch} for stateful embedding",
+                "stateful",
+                "true carries LSTM state between batches, and the exported graph starts every sentence from "
+                f"zero; {torch} for stateful embedding",
             ),
             (
                 run.precision != "fp32",
-                f"{run.name('precision')} {run.precision!r}: the exported graph runs in fp32; use precision 'fp32', "
-                f"or {run.name('runtime')} 'torch' for bf16/int8/fp16",
+                "precision",
+                f"{run.precision!r}: the exported graph runs in fp32; use precision 'fp32', or {torch} for "
+                "bf16/int8/fp16",
             ),
-            (
-                run.device not in (None, "cpu"),
-                f"{run.name('device')} {run.device!r}: the exported graph runs on the CPU; {torch} for GPUs",
-            ),
+            (run.device not in (None, "cpu"), "device", f"{run.device!r}: the exported graph runs on the CPU; {torch}"),
         ):
             if wrong:
-                raise ValueError(why)
+                raise SettingError(why, setting)
 
-    def load(self, path: str, sha256: Optional[str], option: str, sha256_option: str) -> LoadedGraph:
+    def load(self, path: str, sha256: Optional[str]) -> LoadedGraph:
         require("the 'onnxruntime' runtime", "onnxruntime", extra="onnx")  # else only the first batch would need it
-        return load_graph(path, sha256, option, sha256_option)
+        return load_graph(path, sha256)
 
     def runner(
         self, run: RunSettings, loaded: Optional[Loaded] = None, load: Optional[Callable[[], Loaded]] = None

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any, Callable, Optional, cast
 
 from ..bilm.batching import SentenceRunner
+from ..errors import SettingError
 from ..launch_env import launch_env
 from . import Loaded, RunSettings
 
@@ -46,11 +47,12 @@ class TorchRuntime:
         """The precision, on the device where one is given (the layer's is thinc's)."""
         from ..bilm.precision import check_device, check_precision
 
-        check_precision(run.precision, run.name("precision"))
+        check_precision(run.precision)
         if run.fine_tune and run.precision == "int8":
-            raise ValueError(
-                f"{run.name('fine_tune')} = true needs gradients, and precision 'int8' has none; fine-tune with "
-                "precision 'fp32' or 'bf16', or keep the biLM frozen (fine_tune = false) to use int8"
+            raise SettingError(
+                "true needs gradients, and precision 'int8' has none; fine-tune with precision 'fp32' or 'bf16', "
+                "or keep the biLM frozen (fine_tune = false) to use int8",
+                "fine_tune",
             )
         if run.device is not None:
             import torch
@@ -60,12 +62,12 @@ class TorchRuntime:
             kind = run.device.split(":")[0]
             if kind in ("cpu", "cuda"):  # a precision for another device is refused first, on any machine
                 check_device(run.precision, torch.device(kind))
-            parse_device(run.device, run.name("device"))
+            parse_device(run.device)
 
-    def load(self, path: str, sha256: Optional[str], option: str, sha256_option: str) -> Loaded:
+    def load(self, path: str, sha256: Optional[str]) -> Loaded:
         from ..io.resolve import load_model
 
-        return load_model(path, option=option, sha256=sha256, sha256_option=sha256_option)
+        return load_model(path, sha256)
 
     def runner(
         self, run: RunSettings, loaded: Optional[Loaded] = None, load: Optional[Callable[[], Loaded]] = None

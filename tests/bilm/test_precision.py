@@ -128,7 +128,7 @@ def test_bad_precision_names_the_allowed_ones(make_bilm, bad):
 
 def test_fp16_is_gpu_only():
     check_device("fp16", torch.device("cuda"))
-    with pytest.raises(ValueError, match="precision 'fp16' is for GPUs.*use precision 'bf16' or 'fp32'"):
+    with pytest.raises(ValueError, match="^precision: 'fp16' is for GPUs.*use precision 'bf16' or 'fp32'"):
         check_device("fp16", torch.device("cpu"))
 
 

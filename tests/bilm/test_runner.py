@@ -12,6 +12,7 @@ from spacy_elmo import chars
 from spacy_elmo.bilm.batching import embed_windowed, windows
 from spacy_elmo.bilm.precision import slower_than_fp32_here
 from spacy_elmo.bilm.runner import BiLMRunner, check_threads, parse_device
+from spacy_elmo.errors import SettingError, named_settings
 
 
 @pytest.mark.parametrize("token_budget", [1, 60, 500, 100000])
@@ -130,7 +131,7 @@ def test_bf16_precision_close_to_fp32(reference_bilm, all_sentences):
         assert b.dtype == numpy.float32
         relative = numpy.linalg.norm(a - b) / numpy.linalg.norm(a)
         assert relative < 2e-2
-    with pytest.raises(ValueError, match="precision"):
+    with pytest.raises(SettingError, match="^precision: must be one of"):
         BiLMRunner(reference_bilm, precision="fp8")
 
 
@@ -168,7 +169,9 @@ def test_windowed_sentences_are_stitched_from_their_windows(reference_bilm, all_
 
 @pytest.mark.parametrize("text", ["tpu", "xyz", "mps", "cuda:99"])
 def test_parse_device_refuses_a_device_this_machine_cannot_use_naming_the_option(text: str) -> None:
-    with pytest.raises(ValueError, match=rf"^--device {text!r}"):
+    with pytest.raises(SettingError, match=rf"^device: {text!r}"):
+        parse_device(text)
+    with pytest.raises(SettingError, match=rf"^--device: {text!r}"), named_settings(device="--device"):
         parse_device(text)
 
 
@@ -181,8 +184,8 @@ def test_parse_device_accepts_the_cpu_and_refuses_cuda_without_it() -> None:
 
 def test_check_threads_refuses_a_negative_count_naming_the_option() -> None:
     assert check_threads(0) == 0 and check_threads(3) == 3
-    with pytest.raises(ValueError, match="^--evaluate-threads is -1"):
-        check_threads(-1, "--evaluate-threads")
+    with pytest.raises(SettingError, match="^n_threads: -1: give a number of threads"):
+        check_threads(-1)
 
 
 def test_a_token_budget_of_0_is_the_devices_default_and_a_set_one_is_kept(make_bilm):

@@ -42,10 +42,10 @@ def test_spacys_cli_shows_the_same_help_for_elmo():
 @pytest.mark.parametrize(
     "option, value, message",
     [
-        ("--threads", "-1", "--threads is -1; give a number of threads, or 0 for the runtime's default"),
-        ("--device", "tpu", "--device 'tpu' is not a device; use cpu, cuda or cuda:N"),
-        ("--device", "mps", "--device 'mps': spacy-elmo runs on cpu or cuda[:N], not mps"),
-        ("--device", "cuda", "--device 'cuda': this machine has no CUDA device that torch can use"),
+        ("--threads", "-1", "--threads: -1: give a number of threads, or 0 for the runtime's default"),
+        ("--device", "tpu", "--device: 'tpu' is not a device; use cpu, cuda or cuda:N"),
+        ("--device", "mps", "--device: 'mps': spacy-elmo runs on cpu or cuda[:N], not mps"),
+        ("--device", "cuda", "--device: 'cuda': this machine has no CUDA device that torch can use"),
     ],
 )
 def test_evaluate_refuses_a_bad_thread_count_or_device_in_one_line(monkeypatch, option, value, message):

@@ -35,16 +35,16 @@ def refused(args, said):
 def test_export_and_convert_refuse_to_write_over_the_model_they_read(model, tmp_path, monkeypatch):
     before = contents(model)
     weights = model / "lm_weights.hdf5"
-    overwrite = rf"{re.escape(str(weights))} \(OUTPUT\) is a file of the model being read \({re.escape(str(weights))}\)"
+    overwrite = rf"OUTPUT: {re.escape(str(weights))} is a file of the model being read \({re.escape(str(weights))}\)"
     refused(["export", model, weights], overwrite + ": writing it would destroy the model; give another output")
     refused(["convert", model, weights], overwrite + ".*")
-    holds = rf"{re.escape(str(model))} \(OUTPUT\) holds {re.escape(str(model))}/\S+, a file of the model being read"
+    holds = rf"OUTPUT: {re.escape(str(model))} holds {re.escape(str(model))}/\S+, a file of the model being read"
     for target in ("bilm-tf", "native", None):
         refused(["convert", model, model, *(["--to", target] if target else [])], holds + ": .*give another directory")
     (tmp_path / "link").symlink_to(model)  # the same directory by another name
-    refused(["convert", model, tmp_path / "link", "--to", "bilm-tf"], r"\S+/link \(OUTPUT\) holds .*")
+    refused(["convert", model, tmp_path / "link", "--to", "bilm-tf"], r"OUTPUT: \S+/link holds .*")
     monkeypatch.chdir(model)  # a relative output naming the model's own weights, as the hostile test typed it
-    refused(["export", ".", "lm_weights.hdf5"], r"lm_weights\.hdf5 \(OUTPUT\) is a file of the model .*")
+    refused(["export", ".", "lm_weights.hdf5"], r"OUTPUT: lm_weights\.hdf5 is a file of the model .*")
     assert contents(model) == before
 
 
@@ -58,9 +58,7 @@ def test_convert_to_a_new_place_still_writes(model, tmp_path):
 
 def test_export_to_a_directory_is_refused_in_one_line(model, tmp_path):
     (tmp_path / "outdir").mkdir()
-    refused(
-        ["export", model, tmp_path / "outdir"], rf"{re.escape(str(tmp_path / 'outdir'))} \(OUTPUT\) is a directory.*"
-    )
+    refused(["export", model, tmp_path / "outdir"], rf"OUTPUT: {re.escape(str(tmp_path / 'outdir'))} is a directory.*")
     assert not any((tmp_path / "outdir").iterdir())
 
 
@@ -69,6 +67,6 @@ def test_evaluate_refuses_an_output_that_is_a_file_of_the_model(model, fixture_d
     options = model / "options.json"
     refused(
         ["evaluate", model, fixture_dir / "vocab_test.txt", "--output", options],
-        rf"{re.escape(str(options))} \(--output\) is a file of the model being read .*",
+        rf"--output: {re.escape(str(options))} is a file of the model being read .*",
     )
     assert contents(model) == before

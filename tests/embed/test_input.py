@@ -190,10 +190,10 @@ def test_an_output_that_is_a_directory_is_refused_naming_it(tmp_path):
 @pytest.mark.parametrize(
     "device,said",
     [
-        ("tpu", "--device 'tpu' is not a device; use cpu, cuda or cuda:N"),
-        ("mps", "--device 'mps': spacy-elmo runs on cpu or cuda[:N], not mps"),
-        ("cuda", "--device 'cuda': this machine has no CUDA device that torch can use"),
-        ("cuda:1", "--device 'cuda:1': this machine has no CUDA device"),
+        ("tpu", "--device: 'tpu' is not a device; use cpu, cuda or cuda:N"),
+        ("mps", "--device: 'mps': spacy-elmo runs on cpu or cuda[:N], not mps"),
+        ("cuda", "--device: 'cuda': this machine has no CUDA device that torch can use"),
+        ("cuda:1", "--device: 'cuda:1': this machine has no CUDA device"),
     ],
 )
 def test_a_device_this_machine_does_not_have_is_a_one_line_error(tmp_path, monkeypatch, device, said):

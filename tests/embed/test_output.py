@@ -125,7 +125,7 @@ def test_embed_at_a_precision_is_the_runners(reference_bilm, fixture_dir, text_f
 
 
 def test_embed_refuses_a_bad_precision_before_reading_anything(fixture_dir, tmp_path):
-    with pytest.raises(ValueError, match="--precision must be one of 'fp32', 'bf16', 'fp16', 'int8', got 'int4'"):
+    with pytest.raises(ValueError, match="^--precision: must be one of 'fp32', 'bf16', 'fp16', 'int8', got 'int4'"):
         EmbedSettings(model=str(fixture_dir), precision="int4")
     with pytest.raises(ValueError, match="CPU only"):
         EmbedSettings(model=str(fixture_dir), precision="int8", device="cuda:0")
@@ -134,12 +134,12 @@ def test_embed_refuses_a_bad_precision_before_reading_anything(fixture_dir, tmp_
 @pytest.mark.parametrize(
     "setting,value,message",
     [
-        ("n_threads", -1, r"--threads must be an integer >= 0 \(0 = the runtime's own setting\), got -1"),
-        ("token_budget", 0, "--batch-tokens must be an integer >= 1, got 0"),
-        ("token_budget", "2", "--batch-tokens must be an integer >= 1, got '2'"),
-        ("dtype", "float64", "--dtype must be one of float32, float16, got 'float64'"),
-        ("layers", "bottom", "--layers must be one of all, top, average, got 'bottom'"),
-        ("precision", "fp16", "precision 'fp16' is for GPUs .* on the CPU use precision 'bf16' or 'fp32'"),
+        ("n_threads", -1, r"^--threads: must be an integer >= 0 \(0 = the runtime's own setting\), got -1"),
+        ("token_budget", 0, "^--batch-tokens: must be an integer >= 1, got 0"),
+        ("token_budget", "2", "^--batch-tokens: must be an integer >= 1, got '2'"),
+        ("dtype", "float64", "^--dtype: must be one of float32, float16, got 'float64'"),
+        ("layers", "bottom", "^--layers: must be one of all, top, average, got 'bottom'"),
+        ("precision", "fp16", "^--precision: 'fp16' is for GPUs .* on the CPU use precision 'bf16' or 'fp32'"),
     ],
 )
 def test_a_bad_setting_names_the_option(fixture_dir, setting, value, message):
@@ -153,9 +153,9 @@ def test_bad_cli_values_are_one_line_errors_not_tracebacks(fixture_dir, text_fil
     from spacy_elmo.cli import elmo_cli
 
     for option, value, said in (
-        ("--precision", "fp8", "--precision must be one of"),
-        ("--threads", "-1", "--threads must be an integer >= 0"),
-        ("--workers", "0", "--workers must be an integer >= 1"),
+        ("--precision", "fp8", "--precision: must be one of"),
+        ("--threads", "-1", "--threads: must be an integer >= 0"),
+        ("--workers", "0", "--workers: must be an integer >= 1"),
     ):
         out = tmp_path / f"{option[2:]}.hdf5"
         result = CliRunner().invoke(elmo_cli, ["embed", str(fixture_dir), str(text_file), str(out), option, value])
@@ -311,8 +311,9 @@ def test_the_onnx_runtime_embeds_the_torch_runtimes_layers(fixture_dir, fixture_
 
 def test_the_onnx_runtime_refuses_what_it_cannot_do(fixture_graph):
     with pytest.raises(
-        ValueError, match=r"--precision 'bf16': the exported graph runs in fp32; use precision 'fp32', or --runtime"
+        ValueError,
+        match=r"^--precision: 'bf16': the exported graph runs in fp32; use precision 'fp32', or use runtime 'torch'",
     ):
         EmbedSettings(model=str(fixture_graph), runtime="onnxruntime", precision="bf16")
-    with pytest.raises(ValueError, match=r"--runtime must be one of torch, onnxruntime, got 'tf'"):
+    with pytest.raises(ValueError, match=r"^--runtime: must be one of torch, onnxruntime, got 'tf'"):
         EmbedSettings(model=str(fixture_graph), runtime="tf")

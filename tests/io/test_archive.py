@@ -271,7 +271,7 @@ def test_two_members_of_one_name_are_refused_naming_it(fixture_dir, tmp_path, me
         load_model(archive)
     done = CliRunner().invoke(elmo_cli, ["verify", str(archive)])
     assert done.exit_code == 1 and len(done.output.strip().splitlines()) == 1, done.output
-    assert done.output.startswith(f"error: {archive}: holds 2 members named "), done.output
+    assert done.output.startswith(f"error: MODEL: {archive}: holds 2 members named "), done.output
 
 
 def test_the_one_model_loads_beside_other_files(fixture_dir, tmp_path, unzipped):
@@ -330,5 +330,5 @@ def test_a_zip_bomb_is_refused_in_little_memory(bomb, tmp_path, header):
         if header == "honest"
         else r"cannot be read from the archive \(Bad CRC-32 for file 'model\.hdf5'\)"
     )
-    assert re.fullmatch(rf"error: {re.escape(str(archive))}/model\.hdf5: {refusal}", lines[0]), lines[0]
+    assert re.fullmatch(rf"error: MODEL: {re.escape(str(archive))}/model\.hdf5: {refusal}", lines[0]), lines[0]
     assert report["peak_kib"] * 1024 < 600e6, report

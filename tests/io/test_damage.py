@@ -99,7 +99,9 @@ def test_a_zip_missing_its_first_half_is_refused_naming_it(kind, tmp_path):
     archive.write_bytes(data[len(data) // 2 :])
     assert "its beginning is missing" in refused(archive, str(archive))
     done = CliRunner().invoke(elmo_cli, ["verify", str(archive)])
-    assert done.exit_code == 1 and done.output.startswith(f"error: {archive}: not a readable zip archive"), done.output
+    assert done.exit_code == 1 and done.output.startswith(f"error: MODEL: {archive}: not a readable zip archive"), (
+        done.output
+    )
     assert len(done.output.strip().splitlines()) == 1, done.output
 
 

@@ -11,6 +11,7 @@ import torch
 
 from spacy_elmo.bilm.bilm import BiLM
 from spacy_elmo.bilm.lexicon import ByteLexicon
+from spacy_elmo.errors import reading
 from spacy_elmo.io import resolve
 from spacy_elmo.io.digest import ModelFile
 from spacy_elmo.io.formats import Container, Format, LoadedModel, ModelSource, digested
@@ -32,7 +33,8 @@ class ToyFormat(Format):
         return [ModelFile("model", source.files.where(TOY_FILE), source.files.sha256(TOY_FILE))]
 
     def read(self, source: ModelSource, files: list[ModelFile]) -> LoadedModel:
-        return digested(bilm_from_bytes(source.files.read(TOY_FILE), source.files.where(TOY_FILE)), source, files)
+        with reading(source.files.where(TOY_FILE)):
+            return digested(bilm_from_bytes(source.files.read(TOY_FILE)), source, files)
 
 
 @pytest.fixture
@@ -61,7 +63,7 @@ def test_a_registered_format_loads_through_load_model_and_is_pinned_by_its_diges
 def test_a_toy_pin_is_checked_before_its_weights_are_parsed(toy_dir):
     pinned = load_model(toy_dir).sha256
     (toy_dir / TOY_FILE).write_bytes(b"not a model")  # parsing it would fail with a WeightsError
-    with pytest.raises(ValueError, match=rf"differs from the digest pinned by --sha256 \({pinned}\)"):
+    with pytest.raises(ValueError, match=rf"differs from the pinned digest \({pinned}\)"):
         load_model(toy_dir, sha256=pinned)
 
 

@@ -18,6 +18,7 @@ from fixture_paths import FIXTURES
 from kills import sha256_of
 from spacy_elmo.cli import elmo_cli
 from spacy_elmo.disk import remove_stale_temporaries
+from spacy_elmo.errors import SettingError, named_settings
 from spacy_elmo.io.arrays import MAX_ABS_WEIGHT, WeightsError, bilm_arrays
 from spacy_elmo.io.digest import parse_pin
 from spacy_elmo.io.resolve import load_model
@@ -141,11 +142,15 @@ def test_a_pin_covers_the_options_and_the_vocabulary(model_copy):
             (model_copy / name).write_text(text, encoding="utf-8")
             assert load_model(model_copy).sha256 != pin  # it loads unpinned (another model) ...
             with pytest.raises(
-                ValueError, match=rf"^{model_copy}: SHA-256 [0-9a-f]{{64}} differs from the digest pinned"
+                ValueError, match=rf"^sha256: {model_copy}: SHA-256 [0-9a-f]{{64}} differs from the pinned digest"
             ):
                 load_model(model_copy, sha256=pin)  # ... and never under the pin
             done = runner.invoke(elmo_cli, ["verify", str(model_copy), "--sha256", pin])
-            assert done.exit_code == 1 and f"pinned by --sha256 ({pin})" in done.output
+            assert (
+                done.exit_code == 1
+                and done.output.startswith("error: --sha256: ")
+                and f"the pinned digest ({pin})" in done.output
+            )
         (model_copy / name).write_text(before, encoding="utf-8")
     assert load_model(model_copy, sha256=pin).sha256 == pin
 
@@ -156,7 +161,7 @@ def test_a_pin_of_the_weight_file_alone_is_refused_naming_the_model_digest(model
     weights_pin = sha256_of(model_copy / "lm_weights.hdf5")
     digest = fixture_model_digest(model_copy)
     message = (
-        rf"{model_copy}: --sha256 pins {weights_pin}, the SHA-256 of {model_copy / 'lm_weights.hdf5'} alone; a pin "
+        rf"{model_copy}: the pin {weights_pin} is the SHA-256 of {model_copy / 'lm_weights.hdf5'} alone; a pin "
         rf"must be the digest of the whole model \(options\.json, lm_weights\.hdf5\).* pin {digest} instead"
     )
     with pytest.raises(ValueError, match=message):
@@ -178,7 +183,10 @@ def test_a_pin_of_the_weight_file_alone_is_refused_naming_the_model_digest(model
         errors = [line for line in done.output.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and f"pin {digest} instead" in errors[0] and "Traceback" not in done.output, args
     assert not (tmp_path / "native").exists() and not list(tmp_path.glob("o.hdf5*"))
-    with pytest.raises(ValueError, match=rf"model\.sha256 pins {weights_pin}, the SHA-256 of .* pin {digest} instead"):
+    with pytest.raises(
+        ValueError,
+        match=rf"^spacy-elmo\.BiLM\.v1 model\.sha256: .*the pin {weights_pin} is the SHA-256 of .* {digest} instead",
+    ):
         pipe_with_pin(model_copy, weights_pin).initialize()
 
 
@@ -197,7 +205,7 @@ def test_a_flip_of_the_lowest_exponent_bit_is_refused_only_under_a_pin(model_cop
     assert unpinned.sha256 != pin
     loaded = dict(bilm_arrays(unpinned.bilm))[DATASET].flat[5]
     assert loaded == after  # the limit: nothing in the file tells the damage apart from a real weight
-    with pytest.raises(ValueError, match=rf"{model_copy}: SHA-256 {unpinned.sha256} differs from the digest pinned"):
+    with pytest.raises(ValueError, match=rf"{model_copy}: SHA-256 {unpinned.sha256} differs from the pinned digest"):
         load_model(model_copy, sha256=pin)
     done = runner.invoke(elmo_cli, ["verify", str(model_copy), "--sha256", pin])
     assert done.exit_code == 1 and "ok" not in done.output
@@ -216,7 +224,7 @@ def test_a_model_in_a_zip_has_the_digest_of_the_unzipped_one_and_its_pin_covers_
     pack(options)
     assert load_model(archive, sha256=pin).sha256 == pin
     pack(options.replace('"relu"', '"tanh"'))
-    with pytest.raises(ValueError, match=rf"{archive}: SHA-256 [0-9a-f]{{64}} differs from the digest pinned"):
+    with pytest.raises(ValueError, match=rf"{archive}: SHA-256 [0-9a-f]{{64}} differs from the pinned digest"):
         load_model(archive, sha256=pin)
     with pytest.raises(ValueError, match=rf"the SHA-256 of {archive}/elmo/model\.hdf5 alone"):
         load_model(archive, sha256=sha256_of(model_copy / "lm_weights.hdf5"))
@@ -237,7 +245,7 @@ def test_an_elmoformanylangs_pin_covers_an_architecture_json_in_a_folder(tmp_pat
     architecture = (model / "arch" / name).read_text(encoding="utf-8")
     assert '"tanh"' in architecture
     (model / "arch" / name).write_text(architecture.replace('"tanh"', '"relu"'), encoding="utf-8")
-    with pytest.raises(ValueError, match=rf"{model}: SHA-256 [0-9a-f]{{64}} differs from the digest pinned"):
+    with pytest.raises(ValueError, match=rf"{model}: SHA-256 [0-9a-f]{{64}} differs from the pinned digest"):
         load_model(model, sha256=pin)
     assert f"arch/{name}" in {file.role for file in load_model(model).files}
 
@@ -271,7 +279,7 @@ def test_an_elmoformanylangs_digest_covers_exactly_the_files_reading_reads(tmp_p
     assert load_model(model, sha256=loaded.sha256).sha256 == loaded.sha256
     config = json.loads((model / "config.json").read_text(encoding="utf-8"))
     (model / "config.json").write_text(json.dumps({**config, "note": "edited"}), encoding="utf-8")
-    with pytest.raises(ValueError, match=rf"{model}: SHA-256 [0-9a-f]{{64}} differs from the digest pinned"):
+    with pytest.raises(ValueError, match=rf"{model}: SHA-256 [0-9a-f]{{64}} differs from the pinned digest"):
         load_model(model, sha256=loaded.sha256)  # every file reading reads is covered, config.json's keys too
 
 
@@ -280,10 +288,10 @@ def test_a_pinned_digest_is_checked_by_every_entry(fixture_dir, tmp_path):
     bad = "0" * 64
     assert load_model(fixture_dir, sha256=good.upper()).sha256 == good  # any case
     with pytest.raises(
-        ValueError, match=rf"^{fixture_dir}: SHA-256 {good} differs from the digest pinned by --sha256 \({bad}\)"
+        ValueError, match=rf"^sha256: {fixture_dir}: SHA-256 {good} differs from the pinned digest \({bad}\)"
     ):
         load_model(fixture_dir, sha256=bad)
-    with pytest.raises(ValueError, match=r"--sha256 must be a SHA-256 digest \(64 hexadecimal digits\), got 'abc'"):
+    with pytest.raises(ValueError, match=r"^sha256: 'abc' is not a SHA-256 digest \(64 hexadecimal digits\)"):
         load_model(fixture_dir, sha256="abc")
     assert runner.invoke(elmo_cli, ["verify", str(fixture_dir), "--sha256", good]).exit_code == 0
     for args in (
@@ -292,7 +300,10 @@ def test_a_pinned_digest_is_checked_by_every_entry(fixture_dir, tmp_path):
         ["embed", str(fixture_dir), str(fixture_dir / "vocab_test.txt"), str(tmp_path / "out.hdf5"), "--sha256", bad],
     ):
         done = runner.invoke(elmo_cli, args)
-        assert done.exit_code == 1 and f"differs from the digest pinned by --sha256 ({bad})" in done.output, args
+        assert (
+            done.exit_code == 1
+            and f"error: --sha256: {fixture_dir}: SHA-256 {good} differs from the pinned digest ({bad})" in done.output
+        ), args
         assert "Traceback" not in done.output
     assert not (tmp_path / "native").exists() and not list(tmp_path.glob("out.hdf5*"))
 
@@ -315,10 +326,10 @@ def test_the_pipe_checks_a_pinned_digest_at_initialize(fixture_dir):
             assert nlp("a b")._.elmo.shape == (2, 32)
         else:
             with pytest.raises(
-                ValueError, match=r"differs from the digest pinned by spacy-elmo\.BiLM\.v1 model\.sha256"
+                ValueError, match=r"^spacy-elmo\.BiLM\.v1 model\.sha256: .* differs from the pinned digest"
             ):
                 nlp.initialize()
-    with pytest.raises(ValueError, match=r"model\.sha256 must be a SHA-256 digest"):
+    with pytest.raises(ValueError, match=r"^spacy-elmo\.BiLM\.v1 model\.sha256: .* is not a SHA-256 digest"):
         spacy.blank("en").add_pipe(
             "elmo", config={"model": {"@architectures": "spacy-elmo.BiLM.v1", "path": str(fixture_dir), "sha256": "12"}}
         )
@@ -338,11 +349,17 @@ def test_convert_records_the_source_both_ways(fixture_dir, tmp_path):
 
 
 def test_a_pin_is_normalized_or_refused_naming_the_option():
-    assert parse_pin(None, "--sha256") is None and parse_pin("", "--sha256") is None
-    assert parse_pin(" " + "AB" * 32 + "\n", "--sha256") == "ab" * 32
+    assert parse_pin(None) is None and parse_pin("") is None
+    assert parse_pin(" " + "AB" * 32 + "\n") == "ab" * 32
     for bad in ("g" * 64, "a" * 63, 12):
-        with pytest.raises(ValueError, match="--sha256 must be a SHA-256 digest"):
-            parse_pin(bad, "--sha256")
+        with pytest.raises(SettingError, match="is not a SHA-256 digest") as refused:
+            parse_pin(bad)
+        assert refused.value.setting == "sha256"
+        with (
+            pytest.raises(SettingError, match="^--sha256: .* is not a SHA-256 digest"),
+            named_settings(sha256="--sha256"),
+        ):
+            parse_pin(bad)
 
 
 def test_only_the_temporaries_of_dead_processes_are_removed(tmp_path):

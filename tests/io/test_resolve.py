@@ -10,6 +10,7 @@ import torch
 from typer.testing import CliRunner
 
 from spacy_elmo.cli import elmo_cli
+from spacy_elmo.errors import named_settings
 from spacy_elmo.io.hdf5 import save_bilm_tf
 from spacy_elmo.io.native import save_native
 from spacy_elmo.io.resolve import (
@@ -50,8 +51,9 @@ def test_native_directory_loads_the_same_weights(reference_bilm, tmp_path):
 
 
 def test_errors_name_the_path_and_the_option(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"'.*nowhere' does not exist \(my.option\).*en_elmo_small"):
-        resolve_model(tmp_path / "nowhere", option="my.option")
+    with pytest.raises(FileNotFoundError, match=r"^my\.option: .*'.*nowhere' does not exist.*en_elmo_small"):
+        with named_settings(path="my.option"):
+            resolve_model(tmp_path / "nowhere")
     (tmp_path / "two").mkdir()
     (tmp_path / "two" / "a.hdf5").write_bytes(b"")
     (tmp_path / "two" / "b.hdf5").write_bytes(b"")
@@ -100,8 +102,9 @@ def test_an_onnx_graph_is_named_as_one_by_its_suffix_or_its_bytes(fixture_dir, t
     """Not "options file not found" nor "not a readable HDF5 weight file" (with options.json beside it)."""
     (tmp_path / name).write_bytes(onnx_graph())
     shutil.copy(fixture_dir / "options.json", tmp_path / "options.json")
-    with pytest.raises(ValueError, match=re.escape(str(tmp_path / name)) + r" \(MODEL\)" + ONNX_SAID):
-        load_model(tmp_path / name, option="MODEL")
+    with pytest.raises(ValueError, match="^MODEL: " + re.escape(str(tmp_path / name)) + ONNX_SAID):
+        with named_settings(path="MODEL"):
+            load_model(tmp_path / name)
 
 
 def test_a_weight_file_or_other_bytes_are_not_taken_for_an_onnx_graph(fixture_dir, tmp_path):
@@ -158,6 +161,6 @@ def test_an_onnx_graph_given_to_a_torch_command_says_how_to_serve_it(fixture_dir
     before = sorted(p.name for p in tmp_path.iterdir())
     done = CliRunner().invoke(elmo_cli, [part.format(**fill) for part in command])
     assert done.exit_code == 1 and isinstance(done.exception, SystemExit), done.output
-    said = rf"error: {re.escape(str(graph))}( \(MODEL\))?{ONNX_SAID}"
+    said = rf"error: (MODEL|SOURCE): {re.escape(str(graph))}{ONNX_SAID}"
     assert re.fullmatch(said, done.output.strip().splitlines()[-1]), done.output
     assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -14,6 +14,7 @@ import pytest
 import spacy
 
 from fixture_paths import ELMO_FIXTURE, ROOT
+from spacy_elmo.errors import SettingError
 from spacy_elmo.io.onnx_graph import FORMAT, OPTIONS_KEY, OnnxModelError
 
 TEXTS = [
@@ -98,14 +99,14 @@ def test_a_torch_pipeline_loads_with_the_onnx_runtime_for_serving(tmp_path, torc
 @pytest.mark.parametrize(
     "setting, message",
     [
-        ({"fine_tune": True}, "fine_tune = true needs gradients"),
-        ({"stateful": True}, "stateful = true carries LSTM state"),
-        ({"precision": "bf16"}, "precision 'bf16': the exported graph runs in fp32"),
-        ({"runtime": "tensorflow"}, "runtime must be one of torch, onnxruntime, got 'tensorflow'"),
+        ({"fine_tune": True}, "fine_tune: true needs gradients"),
+        ({"stateful": True}, "stateful: true carries LSTM state"),
+        ({"precision": "bf16"}, "precision: 'bf16': the exported graph runs in fp32"),
+        ({"runtime": "tensorflow"}, "runtime: must be one of torch, onnxruntime, got 'tensorflow'"),
     ],
 )
 def test_what_the_graph_cannot_do_is_refused_naming_the_setting(setting, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(SettingError, match=f"^spacy-elmo.BiLM.v1 {message}"):
         make_nlp(runtime="onnxruntime", **setting) if "runtime" not in setting else make_nlp(**setting)
 
 
@@ -116,7 +117,10 @@ def test_torch_only_access_says_which_runtime_runs(graph):
 
 
 def test_a_pinned_graph_is_checked(graph):
-    with pytest.raises(ValueError, match=r"fixture\.onnx: SHA-256 .* differs from the digest pinned by"):
+    with pytest.raises(
+        ValueError,
+        match=r"^spacy-elmo\.BiLM\.v1 model\.sha256: .*fixture\.onnx: SHA-256 .* differs from the pinned digest",
+    ):
         make_nlp(path=str(graph), runtime="onnxruntime", sha256="0" * 64)("A b.")
     import hashlib
 

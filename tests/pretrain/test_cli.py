@@ -98,4 +98,4 @@ def test_pretrain_refuses_a_gpu_the_machine_lacks_in_one_line(monkeypatch, tmp_p
     args = ["pretrain", "pretrain_tiny.cfg", str(tmp_path / "out"), "--paths.train", str(sample_train)]
     done = runner.invoke(elmo_cli, [*args, "--training.device", "cuda:3"])
     assert done.exit_code == 1 and isinstance(done.exception, SystemExit), done.output
-    assert done.output == "error: training.device 'cuda:3': this machine has 1 CUDA device(s), cuda:0 to cuda:0\n"
+    assert done.output == "error: training.device: 'cuda:3': this machine has 1 CUDA device(s), cuda:0 to cuda:0\n"

@@ -10,6 +10,7 @@ import spacy
 
 from fixture_paths import ELMO_FIXTURE
 from spacy_elmo.embed import EmbedSettings, embed_file
+from spacy_elmo.errors import SettingError
 from spacy_elmo.runtimes import RUNTIMES, RunSettings
 from spacy_elmo.runtimes.torch import TorchRuntime
 
@@ -24,7 +25,7 @@ class ToyRuntime(TorchRuntime):
 
     def check(self, run: RunSettings) -> None:
         if run.stateful:
-            raise ValueError(f"{run.name('stateful')} = true: the toy runtime is stateless")
+            raise SettingError("true: the toy runtime is stateless", "stateful")
         super().check(run)
 
     def load(self, *args: Any) -> Any:
@@ -72,12 +73,12 @@ def test_a_registered_runtime_serves_embed(toy, tmp_path):
 
 
 def test_its_limits_and_name_are_checked_as_the_others_are(toy):
-    with pytest.raises(ValueError, match="^spacy-elmo.BiLM.v1 stateful = true: the toy runtime is stateless$"):
+    with pytest.raises(ValueError, match="^spacy-elmo.BiLM.v1 stateful: true: the toy runtime is stateless$"):
         elmo_nlp("toy", stateful=True)
-    with pytest.raises(ValueError, match="^--runtime must be one of torch, onnxruntime, toy, got 'tf'$"):
+    with pytest.raises(ValueError, match="^--runtime: must be one of torch, onnxruntime, toy, got 'tf'$"):
         EmbedSettings(model=str(ELMO_FIXTURE), runtime="tf")
 
 
 def test_an_unregistered_runtime_is_refused():
-    with pytest.raises(ValueError, match="^--runtime must be one of torch, onnxruntime, got 'toy'$"):
+    with pytest.raises(ValueError, match="^--runtime: must be one of torch, onnxruntime, got 'toy'$"):
         EmbedSettings(model=str(ELMO_FIXTURE), runtime="toy")
