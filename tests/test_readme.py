@@ -339,4 +339,6 @@ def test_the_catalog_listing_as_written(tmp_path):
     listed = run(the("python -m spacy_elmo models"), tmp_path)  # the catalog only: no network
     lines = listed.splitlines()
     assert lines[0].split()[:2] == ["name", "lang"]  # the header, then the models
-    assert [line.split()[0] for line in lines][1:2] == ["efml/ru"] and "nlpl/212" in listed
+    assert lines[1].split()[1] == "ru" and all(
+        f"{name} " in listed for name in ("efml/ru", "nlpl/212", "deeppavlov/ru-news")
+    )

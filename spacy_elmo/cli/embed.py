@@ -59,6 +59,12 @@ def embed_cli(
     ),
     chunk_lines: int = typer.Option(256, "--chunk-lines", help="lines per chunk: the work kept if the run is killed"),
     sha256: Optional[str] = PIN_OPTION,
+    alignment: Optional[str] = typer.Option(
+        None,
+        "--alignment",
+        help="an aligned multilingual model's matrix (allennlp/multilingual-*): its .pth file, or auto for the "
+        "one beside the model; every layer's vectors x become x @ M.T, so languages share one space",
+    ),
     output_format: Optional[str] = typer.Option(
         None,
         "--format",
@@ -94,6 +100,7 @@ def embed_cli(
             sha256=sha256,
             runtime=runtime,
             encoding=encoding,
+            alignment=alignment,
         )
         part = parse_shard(shard) if shard is not None else shard_from_env()
         desc = "embedding" if part is None else f"embedding shard {part[0]}/{part[1]}"

@@ -103,14 +103,17 @@ def _as_record(entry: CatalogEntry, cached: bool) -> dict[str, object]:
 @elmo_cli.command("download")
 def download_cli(
     model: str = typer.Argument(
-        ..., help="A catalog name (spacy elmo models lists them) or the http(s) URL of a model's archive or weights"
+        ...,
+        help="A catalog name (spacy elmo models lists them) or the http(s) URL of a model's archive (zip or tarball) "
+        "or weights",
     ),
     cache: Optional[Path] = CACHE_OPTION,
 ) -> None:
     """Fetch MODEL into the cache now (resumed if an earlier try broke off; a cached one is only checked) and
-    print its local path. A URL of a weights file brings its options too (X_weights.hdf5 -> X_options.json,
-    else options.json beside it). Offline (SPACY_ELMO_OFFLINE=1), nothing is fetched: a cached model is
-    checked, a missing one named."""
+    print its local path: a tarball's unpacked folder, a two-file model's folder (with its alignment matrix,
+    for an aligned multilingual model). A URL of a weights file brings its options too (X_weights.hdf5 ->
+    X_options.json, else options.json beside it). Offline (SPACY_ELMO_OFFLINE=1), nothing is fetched: a
+    cached model is checked, a missing one named."""
     with one_line_errors():
         if is_url(model):
             path = download_url(model, cache)

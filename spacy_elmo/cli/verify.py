@@ -69,7 +69,7 @@ def model_report(model: str, options: Optional[Path], sha256: Optional[str]) -> 
     checked = [
         "every array's name and shape against the options",
         f"every weight finite and within +-{MAX_ABS_WEIGHT:g}",
-        *(["the digest recorded in the file"] if loaded.source.kind == "native" else []),
+        *([loaded.source.format.checksum] if loaded.source.format.checksum else []),
         *(["the pinned digest (--sha256)"] if sha256 else []),
     ]
     return {
@@ -104,6 +104,8 @@ def model_report(model: str, options: Optional[Path], sha256: Optional[str]) -> 
         "n_arrays": len(arrays),
         "parameters": params,
         "pinned": bool(sha256),
+        "self_checked": bool(loaded.source.format.checksum),
+        "module": (o.model_extra or {}).get("tfhub"),  # what a TF-Hub module adds to the biLM (io/tfhub.py)
     }
 
 
@@ -138,7 +140,14 @@ def show(report: dict[str, Any], as_json: bool) -> None:
     largest = report["max_abs_weight"]
     typer.echo(f"weights  largest |w| {largest['value']:.4g} (in {largest['array']})")
     typer.echo("checked  " + "; ".join(report["checked"]))
-    if report["format"] != "native" and not report["pinned"]:  # no checksum of its own: unnoticed unless pinned
+    if report["module"]:
+        mix = report["module"]["mix"]
+        typer.echo(
+            f"module   {report['module']['layout']}: its elmo output mixes the layers with weights "
+            f"{[round(w, 4) for w in mix['weights']]} ({', '.join(mix['variables'])}), which the biLM does not "
+            f"apply (the elmo pipe's default_mix can); not read: {', '.join(report['module']['not_read']) or 'none'}"
+        )
+    if not report["self_checked"] and not report["pinned"]:  # no checksum of its own: unnoticed unless pinned
         typer.echo(
             f"note     {report['format']} files carry no checksum: a weight changed within range (one flipped low "
             "exponent bit doubles or halves it) loads unnoticed unless the model digest above is pinned"

@@ -50,7 +50,7 @@ EMBED_NAMES = {  # the settings as `spacy elmo embed` calls them
     "path": "MODEL",
     **{name: f"--{name}" for name in ("runtime", "device", "precision", "sha256", "layers", "dtype", "encoding")},
     **{"n_threads": "--threads", "token_budget": "--batch-tokens", "chunk_size": "--chunk-lines"},
-    **{"window_size": "--window-size", "window_context": "--window-context"},
+    **{"window_size": "--window-size", "window_context": "--window-context", "alignment": "--alignment"},
 }
 OUTPUT_FORMATS = ("hdf5", "parquet")
 
@@ -72,6 +72,7 @@ class EmbedSettings:
     sha256: Optional[str] = None  # the model's pinned digest
     runtime: str = "torch"  # or "onnxruntime": the exported graph, CPU, fp32 (no torch with an .onnx MODEL)
     encoding: str = UTF8  # the input's; anything that does not decode is refused (`text.check_text`)
+    alignment: Optional[str] = None  # an aligned model's matrix: its path, or "auto" (`io.alignment`)
 
     def __post_init__(self) -> None:
         """Refuse a bad setting, naming the option, before any file is read or written."""
@@ -106,6 +107,12 @@ class EmbedSettings:
             del numbers[setting]
         numbers["chunk_lines"] = numbers.pop("chunk_size")
         numbers["device"] = self.device.split(":")[0]
+        del numbers["alignment"]  # recorded by its file's digest, and only when set (unaligned outputs as before)
+        if self.alignment:
+            from ..io.alignment import alignment_file
+
+            with named_settings(path="--alignment", alignment="--alignment"):  # its file
+                numbers["alignment_sha256"] = file_sha256(alignment_file(self.alignment, self.model))
         return numbers
 
 
@@ -129,12 +136,23 @@ class Embedder:
         self.tokenize = make_tokenize(settings)
         loaded = load_embed_model(settings) if loaded is None else loaded
         self.shape = model_shape(settings, loaded)
+        self.alignment: Optional[numpy.ndarray] = None
+        if settings.alignment:
+            from ..io.alignment import load_alignment
+
+            with named_settings(path="--alignment", alignment="--alignment"):  # its file
+                width = loaded.options.output_dim
+                self.alignment, _ = load_alignment(settings.alignment, settings.model, width)
         run = settings.run if threads is None else replace(settings.run, n_threads=threads)
         self.runner = runtime.runner(run, loaded)
 
     def embed(self, tokenized: Sequence[Sequence[str]]) -> list[numpy.ndarray]:
         """Tokenized texts -> their vectors: windowed, reduced and stored as the settings say."""
         arrays = embed_windowed(self.runner, tokenized, self.settings.window_size, self.settings.window_context)
+        if self.alignment is not None:
+            from ..io.alignment import align_layers
+
+            arrays = [align_layers(array, self.alignment) for array in arrays]
         return [reduce_layers(array, self.settings.layers).astype(self.settings.dtype) for array in arrays]
 
 

@@ -1,6 +1,11 @@
 """The catalog of published ELMo models (`catalog.json`): `publisher/model` names (`allennlp/original`,
 `efml/ru`, `nlpl/212`) users can give wherever a model is asked for, each with its URLs and public source.
 `SPACY_ELMO_CATALOG` names a catalog of one's own that replaces it (a mirror, a test server).
+
+An entry's `urls` are by role: "archive" (its one file: a zip, or a tarball unpacked into the cache), or
+"options" and "weights" (a bilm-tf model as two files); "alignment" (an aligned multilingual model's matrix)
+names a companion file, fetched into the model's folder beside it. A role this version does not know is
+left alone (not fetched), so that a newer catalog, or a mirror's, still loads its models here.
 """
 
 import difflib
@@ -11,11 +16,18 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
+from urllib.parse import parse_qsl, urlsplit
+
+from .unpack import is_tarball_name
 
 CATALOG_FILE = Path(__file__).with_name("catalog.json")
 CATALOG_ENV = "SPACY_ELMO_CATALOG"
-FORMATS = ("bilm-tf", "efml")
+FORMATS = ("bilm-tf", "efml", "tfhub")  # tfhub: a TF-Hub module's tarball (its reader is io/tfhub.py)
 ARCHIVE_ROLE = "archive"  # an entry's one URL, or "options" and "weights" for a bilm-tf model as two files
+MODEL_ROLES = (ARCHIVE_ROLE, "options", "weights")  # the model itself; any other role is a companion file
+ALIGNMENT_ROLE = "alignment"  # a multilingual model's alignment matrix (torch.save's .pth), beside its weights
+COMPANION_ROLES = (ALIGNMENT_ROLE,)  # the files fetched beside a model; any other role is left alone
+TFHUB_COMPRESSED = ("tf-hub-format", "compressed")  # tfhub.dev's query for a module as a .tar.gz
 NOT_STATED = "not stated"  # the licence of a model whose source states none
 # a size as the sources state it ("about 1.5 GB", "650 MB"), in decimal units
 _SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([KMGT]B)\b", re.IGNORECASE)
@@ -40,6 +52,16 @@ class CatalogEntry:
     @property
     def is_pair(self) -> bool:
         return ARCHIVE_ROLE not in self.urls
+
+    @property
+    def is_tarball(self) -> bool:
+        """Whether the entry's archive is a tarball, unpacked into the cache once fetched."""
+        return ARCHIVE_ROLE in self.urls and (self.format == "tfhub" or is_tarball_url(self.urls[ARCHIVE_ROLE]))
+
+    @property
+    def companions(self) -> dict[str, str]:
+        """The URLs of the files fetched beside the model, by role ("alignment")."""
+        return {role: url for role, url in self.urls.items() if role in COMPANION_ROLES}
 
     @property
     def licence(self) -> str:
@@ -77,6 +99,13 @@ def other_scheme(url: str) -> Optional[str]:
         if url[: len(this)].lower() == this:
             return that + url[len(this) :]
     return None
+
+
+def is_tarball_url(url: str) -> bool:
+    """Whether `url` names a tarball: by its path (`.tar.gz`, `.tgz`, `.tar`...), or a TF-Hub module asked
+    for compressed (`?tf-hub-format=compressed`, which tfhub.dev answers with a .tar.gz)."""
+    parts = urlsplit(url)
+    return is_tarball_name(parts.path) or TFHUB_COMPRESSED in parse_qsl(parts.query)
 
 
 def canonical_url(url: str) -> str:

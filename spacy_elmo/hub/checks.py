@@ -5,18 +5,33 @@ file that changed half way or an error page served as `application/octet-stream`
 good. Each file is read as the format its name (or its role, or its first bytes) claims: a `.zip`'s central
 directory, and each member's CRC-32 while the members add up to at most `MAX_CRC_BYTES`; an `.hdf5`/`.h5`
 file opened with h5py (which refuses one shorter than its superblock records) and every object in it
-visited; an options `.json` parsed as a JSON object. A body that starts like an HTML page is refused
-whatever the name. The loader checks the model itself later; these check only that the bytes arrived whole.
+visited; an options `.json` parsed as a JSON object; a tarball (`.tar.gz`, `.tgz`, `.tar`, or a gzip, bzip2
+or xz stream by its first bytes, as a TF-Hub module's compressed download) read member by member to the end
+of its stream, vetted as it would be unpacked (`unpack.tar_problem`); a PyTorch `.pth` file (an alignment
+matrix) as a zip archive, or in the legacy layout as its five pickles walked opcode by opcode (never
+unpickled) to their ends. A body that starts like an HTML page is refused whatever the name. The loader
+checks the model itself later; these check only that the bytes arrived whole.
 """
 
 import json
+import pickletools
 import zipfile
 from pathlib import Path
-from typing import Optional
+from typing import IO, Optional
 
-ZIP, HDF5, JSON = "zip", "hdf5", "json"
-FORMAT_NAMES = {ZIP: "a zip archive", HDF5: "an HDF5 file", JSON: "a JSON object (options)"}
-SUFFIXES = {".zip": ZIP, ".hdf5": HDF5, ".h5": HDF5, ".json": JSON}
+from .unpack import looks_like_tarball, tar_problem
+
+ZIP, HDF5, JSON, TAR, PTH = "zip", "hdf5", "json", "tar", "pth"
+FORMAT_NAMES = {
+    ZIP: "a zip archive",
+    HDF5: "an HDF5 file",
+    JSON: "a JSON object (options)",
+    TAR: "a tar archive",
+    PTH: "a PyTorch file",
+}
+SUFFIXES = {".zip": ZIP, ".hdf5": HDF5, ".h5": HDF5, ".json": JSON, ".pth": PTH, ".pt": PTH}
+SUFFIXES.update(dict.fromkeys((".tar", ".tgz", ".gz", ".bz2", ".xz", ".tbz2", ".txz"), TAR))
+LEGACY_TORCH_PICKLES = 5  # magic number, protocol, system info, the object, its storages' keys
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 ZIP_SIGNATURES = (b"PK\x03\x04", b"PK\x05\x06")  # a member first; an empty archive's end record
 HTML_STARTS = (b"<!doctype", b"<html")
@@ -35,6 +50,8 @@ def claimed_format(path: Path) -> str:
         return HDF5
     if head.startswith(ZIP_SIGNATURES):
         return ZIP
+    if looks_like_tarball(head):
+        return TAR
     return JSON if head.lstrip().startswith(b"{") else ""
 
 
@@ -52,7 +69,9 @@ def format_problem(path: Path, kind: Optional[str] = None) -> Optional[str]:
     if not kind:
         return f"is none of {', '.join(FORMAT_NAMES.values())}"
     try:
-        problem = {ZIP: _zip_problem, HDF5: _hdf5_problem, JSON: _json_problem}[kind](path)
+        problem = {ZIP: _zip_problem, HDF5: _hdf5_problem, JSON: _json_problem, TAR: tar_problem, PTH: _pth_problem}[
+            kind
+        ](path)
     except OSError as err:
         problem = str(err)
     return f"is not a readable {FORMAT_NAMES[kind].split(' ', 1)[1]} ({problem})" if problem else None
@@ -97,6 +116,36 @@ def _json_problem(path: Path) -> Optional[str]:
     except (ValueError, UnicodeDecodeError) as err:
         return str(err)
     return None if isinstance(value, dict) else f"a JSON {type(value).__name__}, not an object"
+
+
+def _pth_problem(path: Path) -> Optional[str]:
+    """A zip-layout .pth as a zip archive; a legacy one as its pickles, each walked to its STOP, and, when
+    no storage follows (an array pickled whole, as the published alignment matrices are), nothing after."""
+    if _head(path).startswith(ZIP_SIGNATURES):
+        return _zip_problem(path)
+    try:
+        with open(path, "rb") as handle:
+            last: list[tuple[str, object]] = []
+            for _ in range(LEGACY_TORCH_PICKLES):
+                last = [(op.name, arg) for op, arg, _ in pickletools.genops(handle)]
+            rest = _remaining(handle)
+    except (ValueError, EOFError) as err:  # genops: an opcode cut short, or no STOP before the end
+        return f"cut short or damaged: {err}"
+    no_storage = [name for name, _ in last if name not in ("PROTO", "BINPUT", "PUT", "MEMOIZE")] == [
+        "EMPTY_LIST",
+        "STOP",
+    ]
+    if no_storage and rest:
+        return f"{rest} bytes follow its last pickle, where nothing should"
+    if not no_storage and not rest:
+        return "its storages are missing after the pickles (cut short?)"
+    return None
+
+
+def _remaining(handle: IO[bytes]) -> int:
+    here = handle.tell()
+    handle.seek(0, 2)
+    return handle.tell() - here
 
 
 def _head(path: Path) -> bytes:

@@ -4,8 +4,12 @@
 either) and turns a catalog name or an http(s) URL into a path in the cache (`cache`, else
 `SPACY_ELMO_CACHE`, else the user cache folder). `keys` says where: by the normalised URL, each URL's file
 in a folder of its own keyed by a hash of it, so that no two URLs share a file and a copied cache works. A
-bilm-tf model published as two files lands in one folder (`options.json` and the weights); a weights URL
-not in the catalog finds its options as `X_options.json` (AllenNLP's naming), else `options.json` beside it.
+bilm-tf model published as two files lands in one folder (`options.json` and the weights), with its
+companion files (an "alignment" matrix) beside them, and a role this version does not know is left alone;
+a weights URL not in the
+catalog finds its options as `X_options.json` (AllenNLP's naming), else `options.json` beside it. A tarball
+(by its URL, or a "tfhub" entry's module) is unpacked once it is verified (`unpack`), and so is a local
+`.tar.gz`/`.tgz`/`.tar` given as a path: the model is the folder it holds, in the cache under its digest.
 
 Downloads go through pooch (its retries) with a downloader of our own: the body goes to `NAME.part`, and
 the server's validator (a strong ETag, else Last-Modified) to `NAME.part.validator`; a later try resumes
@@ -34,6 +38,7 @@ from urllib.parse import urlsplit
 from ..disk import OPTIONS_FILE, WEIGHT_SUFFIXES, PathLike, atomic_write_text, file_hash, file_sha256
 from .catalog import (
     ARCHIVE_ROLE,
+    COMPANION_ROLES,
     CatalogEntry,
     close_names,
     entry_for_url,
@@ -45,6 +50,7 @@ from .catalog import (
 )
 from .checks import SUFFIXES, format_problem, is_html
 from .keys import cache_path, normalise_url, request_parts, shown_url
+from .unpack import exclusive_lock, is_tarball_name, unpacked
 
 if TYPE_CHECKING:
     import requests
@@ -130,13 +136,17 @@ def path_exists(path: Path) -> bool:
 def resolve_model_source(
     spec: PathLike, cache: Optional[PathLike] = None, offline: Optional[bool] = None, progress: bool = True
 ) -> Path:
-    """A local path for `spec` (a name or URL fetched into the cache once); a `publisher/model` name the catalog
-    lacks is refused with the names close to it, anything else returned as a path for the caller to judge."""
+    """A local path for `spec` (a name or URL fetched into the cache once; a local tarball unpacked into it); a
+    `publisher/model` name the catalog lacks is refused with the names close to it, anything else returned as
+    a path for the caller to judge."""
     text = str(spec)
     if is_url(text):
         return download_url(text, cache, offline, progress)
     if path_exists(Path(text)) or is_shipped_name(text):  # neither needs the catalog, which may be unreadable
-        return Path(spec)
+        path = Path(spec)
+        if is_tarball_name(path.name) and path.is_file():
+            return unpacked(path, cache_dir(cache))
+        return path
     catalog = load_catalog()
     entry = find_entry(text, catalog)
     if entry is not None:
@@ -149,11 +159,15 @@ def resolve_model_source(
 def download_entry(
     entry: CatalogEntry, cache: Optional[PathLike] = None, offline: Optional[bool] = None, progress: bool = True
 ) -> Path:
-    """Fetch a catalog entry (or check its cached copy): the archive, or a two-file model's folder."""
+    """Fetch a catalog entry (or check its cached copy), its companion files too: the archive (a tarball's
+    unpacked folder), or a two-file model's folder."""
     files = local_files(entry.urls, cache)
-    for role, url in entry.urls.items():
-        fetch(url, files[role], entry.sha256.get(role), offline, progress)
-    return files[ARCHIVE_ROLE] if ARCHIVE_ROLE in files else files["weights"].parent
+    for role, path in files.items():
+        fetch(entry.urls[role], path, entry.sha256.get(role), offline, progress)
+    if ARCHIVE_ROLE not in files:
+        return files["weights"].parent
+    archive = files[ARCHIVE_ROLE]
+    return unpacked(archive, cache_dir(cache), _read_record(archive)) if entry.is_tarball else archive
 
 
 def download_url(
@@ -193,14 +207,28 @@ def options_urls_for(weights_url: str) -> list[str]:
 
 
 def local_files(urls: dict[str, str], cache: Optional[PathLike] = None) -> dict[str, Path]:
-    """Where each URL of a model lives in the cache; a two-file model's options in its weights' folder."""
+    """Where each URL of a model lives in the cache; a two-file model's options, and its companion files
+    (`COMPANION_ROLES`), in the folder of its weights (or of its archive); a role not known here has none."""
     root = cache_dir(cache)
     if ARCHIVE_ROLE in urls:
-        return {ARCHIVE_ROLE: _cache_path(urls[ARCHIVE_ROLE], root)}
-    weights = _cache_path(urls["weights"], root)
-    if not weights.name.lower().endswith(WEIGHT_SUFFIXES):  # it shares a folder with options.json
-        raise DownloadError(f"{_shown(urls['weights'])}: a model's weights must be an .hdf5 or .h5 file")
-    return {"options": weights.with_name(OPTIONS_FILE), "weights": weights}
+        files = {ARCHIVE_ROLE: _cache_path(urls[ARCHIVE_ROLE], root)}
+    else:
+        weights = _cache_path(urls["weights"], root)
+        if not weights.name.lower().endswith(WEIGHT_SUFFIXES):  # it shares a folder with options.json
+            raise DownloadError(f"{_shown(urls['weights'])}: a model's weights must be an .hdf5 or .h5 file")
+        files = {"options": weights.with_name(OPTIONS_FILE), "weights": weights}
+    folder = next(iter(files.values())).parent
+    for role, url in urls.items():
+        if role not in COMPANION_ROLES:
+            continue
+        name = _cache_path(url, root).name
+        if name.lower().endswith(WEIGHT_SUFFIXES) or name in {path.name for path in files.values()}:
+            raise DownloadError(
+                f"{_shown(url)}: the {role} file of a model cannot be {name!r} beside it (a second weight file, "
+                "or a name the model's files have)"
+            )
+        files[role] = folder / name
+    return files
 
 
 def is_cached(entry: CatalogEntry, cache: Optional[PathLike] = None) -> bool:
@@ -301,7 +329,7 @@ def scheme_fallback(url: str) -> Optional[str]:
 
 @contextlib.contextmanager
 def _download_lock(target: Path) -> Iterator[None]:
-    """An exclusive flock on `.NAME.lock` beside `target`, never removed (others may be waiting on it)."""
+    """An exclusive flock on `.NAME.lock` beside `target` (`unpack.exclusive_lock`)."""
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:  # a file where a folder of the cache should be
@@ -309,17 +337,8 @@ def _download_lock(target: Path) -> Iterator[None]:
             f"cannot make the cache folder {target.parent} ({err}); point {CACHE_ENV} (or --cache) at a folder "
             "that can be written"
         ) from None
-    try:
-        import fcntl
-    except ImportError:  # Windows: no lock; the rename into place still never shows a partial file
+    with exclusive_lock(target.with_name(f".{target.name}.lock")):
         yield
-        return
-    with open(target.with_name(f".{target.name}.lock"), "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 class _ResumingDownloader:

@@ -9,8 +9,8 @@ resource has one key however it was written. Its file goes in `SCHEME/HOST[_PORT
   short, for a person browsing the cache; lossy (two URLs may share them) and never holding `@`;
 - LEAF: `NAME@KEY`, KEY the first 20 hex digits of the SHA-256 of the normalised URL (its query included,
   credentials not): what makes the place of each URL its own. No folder name holds `@`, so a leaf is never
-  the folder of another URL's file, and a leaf holds files only (its file, the options of a two-file model
-  and their records), never a folder;
+  the folder of another URL's file, and a leaf holds files only (its file, the options and companion files
+  of a two-file model, and their records), never a folder: a tarball is unpacked elsewhere (`unpack`);
 - NAME: the last segment made safe and short, keeping its suffix (`.zip`, `.hdf5`), by which the loader
   reads it; a query never touches it.
 

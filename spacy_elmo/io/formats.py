@@ -90,6 +90,7 @@ class Format:
     """One model format (see the module's docstring); `name` is what messages and outputs call it."""
 
     name = ""
+    checksum = ""  # what the format records to check its own bytes, as `verify` says it ("" for none)
 
     def recognise(self, container: Container) -> Optional[ModelSource]:
         """This format's model in `container`, or None when the container holds no model of this format."""

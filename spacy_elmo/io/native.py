@@ -157,6 +157,7 @@ class NativeFormat(Format):
     """model.msgpack, which records its own digest, and options.json, a readable copy checked against it."""
 
     name = "native"
+    checksum = "the digest recorded in the file"
 
     def recognise(self, container: Container) -> Optional[ModelSource]:
         if not container.files.exists(MODEL_FILE):

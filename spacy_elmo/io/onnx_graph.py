@@ -6,13 +6,14 @@ The ModelProto's top-level fields are walked in protobuf's wire format. This is 
 
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..bilm.lexicon import AnyLexicon, Lexicon, read_lexicon
 from ..bilm.options import FILE_KEYS, BiLMOptions
 from ..errors import ModelFileError
+from .protobuf import fields
 
 FORMAT = "spacy-elmo.onnx.v2"  # what export writes: records GRAPH_SHA256_KEY, which loading then requires
 FORMAT_KEY = "spacy_elmo.format"
@@ -26,7 +27,6 @@ INPUT_NAME, OUTPUT_NAME = "char_ids", "layers"  # the graph's one input (ids) an
 EXPORT_AGAIN = "export it again (`python -m spacy_elmo export`)"
 
 _METADATA_PROPS = 14  # ModelProto.metadata_props: repeated StringStringEntryProto {key = 1; value = 2}
-_LENGTH_DELIMITED = 2
 
 
 def names_onnx_graph(path: str) -> bool:
@@ -112,44 +112,6 @@ class GraphMetadata:
                 )
 
 
-def _varint(data: memoryview, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise ValueError("a varint runs past the end")
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return value, pos
-
-
-def _fields(data: memoryview) -> Iterator[tuple[int, int, int, int, memoryview]]:
-    """(field number, wire type, start, end, payload of a length-delimited field) of each field of one message."""
-    pos = 0
-    while pos < len(data):
-        start = pos
-        tag, pos = _varint(data, pos)
-        wire_type = tag & 7
-        payload = data[pos:pos]
-        if wire_type == 0:
-            _, pos = _varint(data, pos)
-        elif wire_type == 1:
-            pos += 8
-        elif wire_type == _LENGTH_DELIMITED:
-            size, pos = _varint(data, pos)
-            payload = data[pos : pos + size]
-            pos += size
-        elif wire_type == 5:
-            pos += 4
-        else:
-            raise ValueError(f"wire type {wire_type} at byte {start}")
-        if pos > len(data):
-            raise ValueError(f"field {tag >> 3} at byte {start} runs past the end")
-        yield tag >> 3, wire_type, start, pos, payload
-
-
 # ModelProto's top-level fields: number -> wire type (0 varint, 2 length-delimited)
 _MODEL_FIELDS = {1: 0, 2: 2, 3: 2, 4: 2, 5: 0, 6: 2, 7: 2, 8: 2, 14: 2, 20: 2, 25: 2}
 _IR_VERSION, _GRAPH = 1, 7
@@ -161,7 +123,7 @@ def is_model_proto(data: memoryview) -> bool:
     by their headers alone, so a memory-mapped file costs a few pages)."""
     seen: set[int] = set()
     try:
-        for count, (number, wire_type, _, _, _) in enumerate(_fields(data)):
+        for count, (number, wire_type, _, _, _) in enumerate(fields(data)):
             first_is_ir_version = seen or number == _IR_VERSION
             if count >= _MAX_MODEL_FIELDS or _MODEL_FIELDS.get(number) != wire_type or not first_is_ir_version:
                 return False
@@ -178,9 +140,9 @@ def graph_sha256(graph: bytes, source: str) -> tuple[str, Optional[str]]:
     digest = hashlib.sha256()
     recorded: Optional[str] = None
     try:
-        for number, _, start, end, payload in _fields(data):
+        for number, _, start, end, payload in fields(data):
             if number == _METADATA_PROPS:
-                entry = {key: bytes(value) for key, _, _, _, value in _fields(payload)}  # key = 1, value = 2
+                entry = {key: bytes(value) for key, _, _, _, value in fields(payload)}  # key = 1, value = 2
                 if entry.get(1) == GRAPH_SHA256_KEY.encode():
                     recorded = entry.get(2, b"").decode("ascii", "replace")
                     continue

@@ -25,17 +25,19 @@ from .formats import Container, Format, LoadedModel, ModelSource
 from .hdf5 import BILM_TF
 from .native import NATIVE, is_native
 from .onnx_graph import is_model_proto, names_onnx_graph
+from .tfhub import TFHUB
 
 SHIPPED_MODELS_DIR = Path(__file__).parent.parent / "models"
 DEFAULT_MODEL = "en_elmo_small"
 EXPECTED = (
     "a native model directory, a bilm-tf/AllenNLP directory (options.json + one .hdf5 [+ vocab.txt]), an "
     ".hdf5 weight file with options.json beside it, a .zip archive of such a model (the NLPL repository's), "
-    "an ELMoForManyLangs directory (config.json, char.dic, token_embedder.pkl, encoder.pkl), a published "
+    "an ELMoForManyLangs directory (config.json, char.dic, token_embedder.pkl, encoder.pkl), a TF-Hub ELMo "
+    "module's folder or tarball (Google's elmo, DeepPavlov's; variables/ beside saved_model.pb), a published "
     "model's name (spacy elmo models lists them: allennlp/original, efml/ru) or an http(s) URL of a model"
 )
 # Tried in this order; bilm-tf last, as it takes what no other format does, or says what it lacks.
-FORMATS: list[Format] = [EFML, NATIVE, BILM_TF]
+FORMATS: list[Format] = [TFHUB, EFML, NATIVE, BILM_TF]
 
 
 def shipped_model_path() -> Path:

@@ -44,6 +44,7 @@ LAYER_NAMES = {  # the settings as a config calls them
     },
     "path": PATH_OPTION,
     "sha256": SHA256_OPTION,
+    "alignment": f"{ARCHITECTURE} alignment",
 }
 
 
@@ -55,6 +56,8 @@ class BiLMLayerSettings:
     window_context: int
     fine_tune: bool
     runtime: str = "torch"
+    path: str = ""
+    alignment: Optional[str] = None
 
 
 class Runtime(Protocol):
@@ -88,6 +91,12 @@ def ensure_loaded(model: Model, X: Any = None, Y: Any = None) -> Any:
             )
         if not model.has_dim(dim):
             model.set_dim(dim, value)
+    settings: BiLMLayerSettings = model.attrs["settings"]
+    if settings.alignment and model.attrs.get("alignment") is None:  # a saved pipeline has its matrix already
+        from ..io.alignment import load_alignment
+
+        with named_settings(path=LAYER_NAMES["alignment"], alignment=LAYER_NAMES["alignment"]):  # its file
+            model.attrs["alignment"], _ = load_alignment(settings.alignment, settings.path, model.get_dim("nO"))
     return loaded
 
 
@@ -133,9 +142,15 @@ def forward(model: Model, docs: list[Doc], is_train: bool) -> tuple[list[Floats3
             columns = token_slice(seg.keep_start, seg.keep_end)  # counted after <S>, as the runners return them
             outputs[seg.doc][:, keep] = arrays[b][:, row, columns]
             placed.append((seg.doc, keep, b, row, columns))
+    matrix = model.attrs.get("alignment")  # x -> x @ M.T, every layer alike (io.alignment)
+    if matrix is not None:
+        matrix = model.ops.asarray2f(matrix)
+        outputs = [model.ops.xp.matmul(output, matrix.T) for output in outputs]
 
     def backprop(d_outputs: list[Floats3d]) -> list[Doc]:
         if backprop_batches is not None:
+            if matrix is not None:
+                d_outputs = [model.ops.xp.matmul(d, matrix) for d in d_outputs]
             grads = [xp.zeros_like(a) for a in arrays]
             for doc_index, keep, b, row, columns in placed:
                 grads[b][:, row, columns] = d_outputs[doc_index][:, keep]
@@ -180,6 +195,7 @@ def BiLM_v1(
     precision: str = "fp32",
     sha256: Optional[str] = None,
     runtime: str = "torch",
+    alignment: Optional[str] = None,
 ) -> Model[list[Doc], list[Floats3d]]:
     """The biLM layer: docs -> one (L+1, n_tokens, 2P) array of layer outputs per doc.
 
@@ -209,6 +225,10 @@ def BiLM_v1(
         vocabularies; for an .onnx file, the file's SHA-256).
     runtime: "torch" (default) or "onnxruntime": serve the exported graph on the CPU, without torch
         (fp32, stateless and frozen only; see `spacy_elmo.runtimes.onnx`).
+    alignment: an aligned multilingual model's matrix (Schuster et al. 2019; the catalog's allennlp/multilingual-*):
+        its path, or "auto" for the one the catalog put beside the model. Every layer's vectors x become
+        x @ M.T, as AllenNLP aligns its mix, so languages share one space; read at initialize, saved with
+        the pipeline. Default: none.
     """
     with named_settings(**LAYER_NAMES):
         parse_pin(sha256)
@@ -238,7 +258,8 @@ def BiLM_v1(
             raise
         raise ModuleNotFoundError(TORCH_MISSING, name=err.name) from None
     attrs = {
-        "settings": BiLMLayerSettings(window_size, window_context, fine_tune, runtime),
+        "settings": BiLMLayerSettings(window_size, window_context, fine_tune, runtime, path, alignment),
+        "alignment": None,  # the matrix, read at initialize and saved with the pipeline
         "replace_listener": replace_listener,
         "replace_listener_cfg": replace_listener_cfg,
     }

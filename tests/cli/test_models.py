@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from http_files import serving, write_catalog, zip_of
 from spacy_elmo.cli import elmo_cli
 from spacy_elmo.hub import download
-from spacy_elmo.hub.catalog import CATALOG_FILE, load_catalog
+from spacy_elmo.hub.catalog import CATALOG_FILE, entries_for, load_catalog
 
 importlib.import_module("spacy_elmo.cli.models")  # registers the commands (as spacy_elmo.cli does)
 runner = CliRunner()
@@ -38,8 +38,10 @@ def test_models_lists_the_whole_catalog_with_a_header_one_size_unit_and_the_lice
 def test_models_of_one_language_name_their_sources(tmp_path):
     done = runner.invoke(elmo_cli, ["models", "--lang", "ru", "--cache", str(tmp_path)])
     assert done.exit_code == 0, done.output
-    assert [row[0] for row in rows(done.stdout)[1:]] == ["efml/ru", "nlpl/195", "nlpl/196", "nlpl/199", "nlpl/212"]
-    assert rows(done.stdout)[1][:3] == ["efml/ru", "ru", "efml"]
+    listed = [row[0] for row in rows(done.stdout)[1:]]
+    assert listed == [entry.name for entry in entries_for("ru", load_catalog())] and len(listed) == 8
+    assert rows(done.stdout)[1][:3] == ["deeppavlov/ru-news", "ru", "tfhub"]
+    assert rows(done.stdout)[4][:3] == ["efml/ru", "ru", "efml"]
     assert "    source: https://github.com/HIT-SCIR/ELMoForManyLangs (primary)" in done.stdout
     assert "    source: https://rusvectores.org/ru/contextual (secondary)" in done.stdout
     done = runner.invoke(elmo_cli, ["models", "--lang", "tlh"])
@@ -58,10 +60,20 @@ def test_models_filter_by_format_and_licence(tmp_path):
     assert done.exit_code == 0, done.output
     assert [row[0] for row in rows(done.stdout)[1:]] == ["allennlp/multilingual-de"]
     done = runner.invoke(elmo_cli, ["models", "--format", "onnx"])
-    assert done.exit_code == 1 and "no format 'onnx': the catalog's formats are bilm-tf, efml" in done.output
+    assert done.exit_code == 1 and "no format 'onnx': the catalog's formats are bilm-tf, efml, tfhub" in done.output
+    done = runner.invoke(elmo_cli, ["models", "--format", "tfhub", "--cache", str(tmp_path)])
+    assert done.exit_code == 0, done.output
+    assert [row[0] for row in rows(done.stdout)[1:]] == [
+        "deeppavlov/ru-news",
+        "deeppavlov/ru-twitter",
+        "deeppavlov/ru-wiki",
+        "google/elmo-v1",
+        "google/elmo-v2",
+        "google/elmo-v3",
+    ]
     done = runner.invoke(elmo_cli, ["models", "--licence", "GPL-3.0"])
     assert done.exit_code == 1 and "no model in the catalog with licence 'GPL-3.0'; its licences: " in done.output
-    assert "BSD-2-Clause, CC-BY-4.0, not stated" in done.output
+    assert "Apache-2.0, BSD-2-Clause, CC-BY-4.0, MIT, not stated" in done.output
 
 
 def test_models_json_gives_every_field_for_tools(tmp_path):
@@ -76,6 +88,8 @@ def test_models_json_gives_every_field_for_tools(tmp_path):
     assert nlpl["source"]["evidence"] == "secondary" and nlpl["source"]["page"].startswith("https://")
     german = by_name["tsystems/de"]
     assert german["licence"] == "BSD-2-Clause" and "LICENSE" in german["source"]["licence_note"]
+    aligned = by_name["allennlp/multilingual-sv"]["urls"]  # a companion file among the URLs, by its role
+    assert aligned["alignment"] == "https://allennlp.s3.amazonaws.com/models/multilingual_elmo/sv_best_mapping.pth"
     assert set(german) == {
         "name",
         "language",

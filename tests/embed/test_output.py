@@ -317,3 +317,25 @@ def test_the_onnx_runtime_refuses_what_it_cannot_do(fixture_graph):
         EmbedSettings(model=str(fixture_graph), runtime="onnxruntime", precision="bf16")
     with pytest.raises(ValueError, match=r"^--runtime: must be one of torch, onnxruntime, got 'tf'"):
         EmbedSettings(model=str(fixture_graph), runtime="tf")
+
+
+def test_an_aligned_output_is_the_layers_times_the_matrix_and_bound_to_its_file(fixture_dir, text_file, tmp_path):
+    import torch
+
+    matrix = numpy.random.default_rng(0).normal(size=(32, 32)).astype(numpy.float32)
+    torch.save(matrix, tmp_path / "en_best_mapping.pth", _use_new_zipfile_serialization=False)
+    plain, aligned = tmp_path / "plain.hdf5", tmp_path / "aligned.hdf5"
+    embed_file(text_file, plain, EmbedSettings(model=str(fixture_dir)))
+    settings = EmbedSettings(model=str(fixture_dir), chunk_size=2, alignment=str(tmp_path / "en_best_mapping.pth"))
+    run_killed(lambda: embed_file(text_file, aligned, settings), at_call(PartialRun, "write_chunk", after=True, n=1))
+    torch.save(matrix * 2, tmp_path / "en_best_mapping.pth", _use_new_zipfile_serialization=False)
+    with pytest.raises(OutputError, match=r"settings\.alignment_sha256: '[0-9a-f]{64}' then, '[0-9a-f]{64}' now"):
+        embed_file(text_file, aligned, settings)  # another matrix under a resumable output: refused
+    torch.save(matrix, tmp_path / "en_best_mapping.pth", _use_new_zipfile_serialization=False)
+    embed_file(text_file, aligned, settings)
+    before, after = read_all(plain), read_all(aligned)
+    assert sorted(before) == sorted(after)
+    for key in before:
+        numpy.testing.assert_allclose(after[key], numpy.matmul(before[key], matrix.T), rtol=1e-5, atol=1e-5)
+    with h5py.File(plain, "r") as handle:
+        assert "alignment" not in handle.attrs["binding"]  # an unaligned output's binding as it was

@@ -1,5 +1,5 @@
-"""The shipped catalog: every entry well formed and cited; the names users will guess; a catalog of one's
-own through SPACY_ELMO_CATALOG."""
+"""The shipped catalog: every entry well formed and cited; the names users will guess; tarballs and TF-Hub
+modules, companion files (the aligned models' matrices); a catalog of one's own through SPACY_ELMO_CATALOG."""
 
 import json
 import re
@@ -8,6 +8,7 @@ import pytest
 
 from spacy_elmo.hub.catalog import (
     CATALOG_FILE,
+    COMPANION_ROLES,
     FORMATS,
     close_names,
     entries_for,
@@ -26,11 +27,12 @@ SIZE = re.compile(r"(about )?[0-9]+(\.[0-9]+)? [KMGT]B")
 
 
 def test_every_entry_is_well_formed_and_cites_its_source():
-    assert len(CATALOG) == len(RAW["models"]) >= 70
+    assert len(CATALOG) == len(RAW["models"]) >= 78
     for name, entry in CATALOG.items():
         assert entry.name == name and re.fullmatch(r"[a-z]+/[a-z0-9.-]+", name), name
         assert entry.format in FORMATS and entry.language and entry.description, name
-        assert set(entry.urls) in ({"archive"}, {"options", "weights"}), name
+        model_roles = set(entry.urls) - set(COMPANION_ROLES)  # every role one the hub knows: all are fetched
+        assert model_roles in ({"archive"}, {"options", "weights"}) and set(entry.companions) <= {"alignment"}, name
         assert all(re.fullmatch(r"https?://[^\s/]+/\S+", url) for url in entry.urls.values()), name
         assert entry.page.startswith("https://") and entry.licence, name
         assert set(entry.sha256) <= set(entry.urls), name
@@ -74,7 +76,25 @@ def test_the_licences_and_sources_the_publishers_state():
     assert allennlp["page"] == "https://allennlp.org/elmo" and allennlp["evidence"] == "primary"
     assert not any("tutorials/" in text or "flair" in text.lower() for text in allennlp["urls_stated_in"])
     secondary = sorted(name for name, entry in CATALOG.items() if entry.evidence == "secondary")
-    assert secondary == ["nlpl/195", "nlpl/196", "nlpl/199", "nlpl/210", "nlpl/211", "nlpl/212", "nlpl/217", "nlpl/218"]
+    assert secondary == [
+        "embeddia/sl",
+        "nlpl/195",
+        "nlpl/196",
+        "nlpl/199",
+        "nlpl/210",
+        "nlpl/211",
+        "nlpl/212",
+        "nlpl/217",
+        "nlpl/218",
+    ]
+    assert {CATALOG[f"deeppavlov/ru-{m}"].licence for m in ("wiki", "news", "twitter")} == {"Apache-2.0"}
+    assert (
+        CATALOG["clinical/mimic-wiki"].licence == "MIT"
+        and "LICENSE" in CATALOG["clinical/mimic-wiki"].source["licence_note"]
+    )
+    assert (
+        CATALOG["embeddia/sl"].licence == "not stated" and "11356/1277" in CATALOG["embeddia/sl"].source["licence_note"]
+    )
 
 
 def test_the_portuguese_models_are_the_pair_allennlps_page_gives_since_2020_03_05():
@@ -98,6 +118,49 @@ def test_the_aligned_multilingual_models_share_one_options_file():
     assert {entry.urls["options"] for entry in multilingual} == {shared}
     for entry in multilingual:
         assert entry.urls["weights"].endswith(f"/multilingual_elmo/{entry.language}_weights.hdf5")
+        assert entry.companions == {
+            "alignment": f"{shared[: -len('options262.json')]}{entry.language}_best_mapping.pth"
+        }
+    cited = " ".join(multilingual[0].source["urls_stated_in"])  # as AllenNLP's configuration gives them
+    assert "aligning_files: .../multilingual_elmo/<lang>_best_mapping.pth" in cited
+    assert "first LSTM output of ELMo to English" in cited
+
+
+def test_tarballs_and_tfhub_modules_are_archives_their_sources_state():
+    """A tarball by its URL (EMBEDDIA's, the clinical model's, DeepPavlov's modules) or a TF-Hub module asked
+    for compressed (tfhub.dev's `?tf-hub-format=compressed`): each URL as its source states it."""
+    tarballs = sorted(name for name, entry in CATALOG.items() if entry.is_tarball)
+    assert tarballs == [
+        "clinical/mimic-wiki",
+        "deeppavlov/ru-news",
+        "deeppavlov/ru-twitter",
+        "deeppavlov/ru-wiki",
+        "embeddia/sl",
+        "google/elmo-v1",
+        "google/elmo-v2",
+        "google/elmo-v3",
+    ]
+    for name in tarballs:
+        entry = CATALOG[name]
+        stated = " ".join(entry.source["urls_stated_in"])
+        url = entry.urls["archive"]
+        assert url.rsplit("/", 1)[1].split("?")[0] in stated, name
+        assert entry.format == ("tfhub" if name.startswith(("deeppavlov/", "google/")) else "bilm-tf"), name
+    embeddia = "https://www.clarin.si/repository/xmlui/bitstream/handle/11356/1277/slovenian-elmo.tar.gz"
+    assert CATALOG["embeddia/sl"].urls["archive"] == embeddia and embeddia in " ".join(
+        CATALOG["embeddia/sl"].source["urls_stated_in"]
+    )
+    clinical = "https://github.com/noc-lab/clinical_concept_extraction/releases/download/latest/elmo.tar.gz"
+    assert CATALOG["clinical/mimic-wiki"].urls["archive"] == clinical
+    assert CATALOG["deeppavlov/ru-wiki"].urls["archive"].startswith("http://files.deeppavlov.ai/deeppavlov_data/")
+    for version in (1, 2, 3):
+        entry = CATALOG[f"google/elmo-v{version}"]
+        assert entry.urls["archive"] == f"https://tfhub.dev/google/elmo/{version}?tf-hub-format=compressed"
+        assert "google/models/elmo/1.md, 2.md and 3.md" in " ".join(entry.source["urls_stated_in"])
+    assert "?tf-hub-format=compressed to the TensorFlow model url" in " ".join(
+        CATALOG["google/elmo-v3"].source["urls_stated_in"]
+    )
+    assert not CATALOG["allennlp/original"].is_tarball and not CATALOG["efml/ru"].is_tarball
 
 
 def test_allennlps_english_models_are_named_as_users_guess():
@@ -127,7 +190,16 @@ def test_nlpl_models_are_named_by_their_repository_id():
 
 def test_names_are_found_whatever_their_case_and_by_language():
     assert find_entry("EFML/RU", CATALOG) is CATALOG["efml/ru"] and find_entry("efml/xx", CATALOG) is None
-    assert [e.name for e in entries_for("RU", CATALOG)] == ["efml/ru", "nlpl/195", "nlpl/196", "nlpl/199", "nlpl/212"]
+    assert [e.name for e in entries_for("RU", CATALOG)] == [
+        "deeppavlov/ru-news",
+        "deeppavlov/ru-twitter",
+        "deeppavlov/ru-wiki",
+        "efml/ru",
+        "nlpl/195",
+        "nlpl/196",
+        "nlpl/199",
+        "nlpl/212",
+    ]
     assert looks_like_name("efml/xx", CATALOG) and not looks_like_name("models/efml", CATALOG)
     assert close_names("efml/rus", CATALOG)[0] == "efml/ru"
     pubmed = CATALOG["allennlp/pubmed"]

@@ -130,3 +130,49 @@ def test_fp16_on_the_cpu_is_refused_before_any_doc_is_processed():
     nlp = fixture_nlp("fp16")
     with pytest.raises(ValueError, match="^precision: 'fp16' is for GPUs"):
         nlp("No fp16 products on a CPU.")
+
+
+def alignment_file(path, width: int = 32, seed: int = 0):
+    """A matrix as the published ones are saved: torch.save of a numpy array (the legacy layout)."""
+    import torch
+
+    matrix = numpy.random.default_rng(seed).normal(size=(width, width)).astype(numpy.float32)
+    torch.save(matrix, path, _use_new_zipfile_serialization=False)
+    return matrix
+
+
+def test_an_alignment_maps_every_layer_and_is_saved_with_the_pipeline(tmp_path):
+    """x -> x @ M.T on every layer, as AllenNLP aligns its mix; the matrix travels with nlp.to_disk."""
+    matrix = alignment_file(tmp_path / "es_best_mapping.pth")
+    plain = [doc._.elmo_layers for doc in fixture_nlp().pipe(TEXTS[:3])]
+    nlp = fixture_nlp(alignment=str(tmp_path / "es_best_mapping.pth"))
+    aligned = [doc._.elmo_layers for doc in nlp.pipe(TEXTS[:3])]
+    for a, b in zip(plain, aligned):
+        numpy.testing.assert_allclose(b, numpy.matmul(a, matrix.T), rtol=1e-5, atol=1e-5)
+    nlp.to_disk(tmp_path / "pipeline")
+    (tmp_path / "es_best_mapping.pth").unlink()  # the saved pipeline does not read it again
+    again = [doc._.elmo_layers for doc in spacy.load(tmp_path / "pipeline").pipe(TEXTS[:3])]
+    for a, b in zip(aligned, again):
+        assert numpy.array_equal(a, b)
+
+
+def test_auto_takes_the_matrix_beside_the_model_and_a_wrong_one_is_refused_naming_it(tmp_path):
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(ELMO_FIXTURE, model)
+    matrix = alignment_file(model / "en_best_mapping.pth", seed=1)
+    doc = fixture_nlp(path=str(model), alignment="auto")("A sentence .")
+    plain = fixture_nlp(path=str(model))("A sentence .")
+    numpy.testing.assert_allclose(doc._.elmo_layers, numpy.matmul(plain._.elmo_layers, matrix.T), rtol=1e-5, atol=1e-5)
+    alignment_file(model / "de_best_mapping.pth")
+    with pytest.raises(
+        SettingError, match=r'^spacy-elmo\.BiLM\.v1 alignment: "auto" takes the one \.pth file .* holds 2'
+    ):
+        fixture_nlp(path=str(model), alignment="auto").initialize()
+    alignment_file(tmp_path / "wide.pth", width=8)
+    with pytest.raises(
+        ValueError,
+        match=r"^spacy-elmo\.BiLM\.v1 alignment: \S*wide\.pth: a 8-wide matrix, and the model's vectors are 32 wide",
+    ):
+        fixture_nlp(alignment=str(tmp_path / "wide.pth")).initialize()

@@ -1,0 +1,264 @@
+"""Tar archives (`.tar.gz`, `.tgz`, `.tar`, a TF-Hub module's compressed download) unpacked once into the
+cache, so that a model published as a tarball loads as the folder it holds.
+
+A tarball is unpacked only after it is whole and verified (a download's SHA-256 checked, a local file's
+computed), into `unpacked/<SHA-256 of the tarball>/` under the cache folder: keyed by content, so the same
+bytes from a URL or from a local path share one folder. It is written into a temporary sibling
+(`<digest>.tmp<pid>`) and renamed into place, so a folder under its final name is always complete; a killed
+unpack leaves only the temporary, which the next run (holding the same lock) removes before it starts again.
+
+Each member is vetted before anything is written, beyond what tarfile's "data" extraction filter refuses: no
+absolute name, no `..`, no link whose target leaves the folder, no member reached through a link, no device,
+FIFO or repeated name; at most `MAX_MEMBERS` members and `MAX_TOTAL_BYTES` of content. A damaged or cut
+tarball (a bad gzip CRC, a stream that ends early) is refused as a `TarballError` naming the file. The same
+walk checks a freshly downloaded tarball before it is kept (`tar_problem`).
+"""
+
+import bz2
+import contextlib
+import gzip
+import lzma
+import posixpath
+import shutil
+import tarfile
+import zlib
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import IO, Callable, Optional, Protocol
+
+from ..disk import file_sha256, fsync_path, temporary_sibling
+from ..errors import ModelFileError
+
+TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
+UNPACKED_FOLDER = "unpacked"  # under the cache folder: unpacked/<SHA-256 of the tarball>/
+MAX_MEMBERS = 10_000  # a bilm-tf model or a TF-Hub module has a handful
+MAX_TOTAL_BYTES = 32 << 30  # what the members may hold together (a published ELMo model is a few GB at most)
+BLOCK_BYTES = 1 << 20
+GZIP_MAGIC, BZIP2_MAGIC, XZ_MAGIC = b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00"
+USTAR_MAGIC_AT = 257  # "ustar" in a tar header
+# what a damaged or cut stream raises (a bad gzip header or CRC is a BadGzipFile, an OSError)
+DAMAGE_ERRORS = (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile)
+
+
+class TarballError(ModelFileError):
+    """A tarball that cannot be unpacked safely and whole; the message names the file."""
+
+
+def is_tarball_name(name: str) -> bool:
+    """Whether a file or URL path is named as a tar archive."""
+    return name.lower().endswith(TAR_SUFFIXES)
+
+
+def looks_like_tarball(head: bytes) -> bool:
+    """Whether a file's first bytes (at least 262) are those of a compressed stream or of a tar header."""
+    return head.startswith((GZIP_MAGIC, BZIP2_MAGIC, XZ_MAGIC)) or head[USTAR_MAGIC_AT:].startswith(b"ustar")
+
+
+def tar_problem(path: Path) -> Optional[str]:
+    """What keeps `path` from being a whole, safe tarball, as a phrase; None if it is (every member read)."""
+    try:
+        for tar, member in _walk(path):
+            if member.isfile():
+                stream = tar.extractfile(member)
+                while stream is not None and stream.read(BLOCK_BYTES):
+                    pass
+    except TarballError as err:
+        return str(err).removeprefix(f"{path}: ").removeprefix("a tar archive ")
+    except (*DAMAGE_ERRORS, OSError) as err:
+        return f"cut short or damaged: {_detail(err)}"
+    return None
+
+
+def unpacked(tarball: Path, cache: Path, digest: Optional[str] = None) -> Path:
+    """The model folder `tarball` holds, unpacked into `cache` once (`digest`: its SHA-256, if known)."""
+    digest = (digest or file_sha256(tarball)).lower()
+    root = cache / UNPACKED_FOLDER
+    target = root / digest
+    if not target.is_dir():
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise TarballError(f"{tarball}: cannot make the folder to unpack it into, {root} ({err})") from None
+        with exclusive_lock(root / f".{digest}.lock"):  # another process unpacking it: wait, then reuse its folder
+            if not target.is_dir():
+                _unpack(tarball, target)
+    return model_folder(target)
+
+
+def model_folder(folder: Path) -> Path:
+    """`folder`, or the one folder inside it while it holds nothing else (a tarball of `name/...`)."""
+    while True:
+        entries = list(folder.iterdir())
+        if len(entries) != 1 or not entries[0].is_dir() or entries[0].is_symlink():
+            return folder
+        folder = entries[0]
+
+
+@contextlib.contextmanager
+def exclusive_lock(lock_file: Path) -> Iterator[None]:
+    """An exclusive flock on `lock_file`, never removed (others may be waiting on it); none on Windows."""
+    try:
+        import fcntl
+    except ImportError:  # the rename into place still never shows a partial folder
+        yield
+        return
+    with open(lock_file, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _unpack(tarball: Path, target: Path) -> None:
+    """Unpack into a temporary sibling, then rename it to `target`; called holding the lock, so any other
+    temporary of `target` is a killed run's and is removed first."""
+    for leftover in target.parent.glob(f"{target.name}.tmp*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+    temporary = temporary_sibling(target)
+    temporary.mkdir()
+    try:
+        for tar, member in _walk(tarball):
+            if HAS_DATA_FILTER:
+                tar.extract(member, temporary, set_attrs=False, filter="data")
+            else:  # a Python before the filter's backport: the vetting here stands alone
+                tar.extract(member, temporary, set_attrs=False)
+        for path in sorted(temporary.rglob("*"), reverse=True):
+            if not path.is_symlink():
+                fsync_path(path)
+        fsync_path(temporary)
+        temporary.rename(target)
+    except BaseException as err:
+        shutil.rmtree(temporary, ignore_errors=True)
+        if isinstance(err, DAMAGE_ERRORS):
+            raise TarballError(f"{tarball}: a tar archive cut short or damaged: {_detail(err)}") from None
+        if isinstance(err, OSError) and not isinstance(err, FileNotFoundError):
+            raise TarballError(f"{tarball}: cannot unpack it into {temporary} ({_detail(err)})") from None
+        raise
+    fsync_path(target.parent)
+
+
+# tarfile's "data" filter (Python 3.12, and the 3.10.12 / 3.11.4 backports) on top of the vetting here
+HAS_DATA_FILTER = hasattr(tarfile, "data_filter")
+
+
+class _Readable(Protocol):
+    def read(self, size: int = -1, /) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+def _walk(tarball: Path) -> Iterator[tuple[tarfile.TarFile, tarfile.TarInfo]]:
+    """Each member of `tarball` in order, vetted (see the module docstring), as the stream reaches it; then
+    the stream is read to its end: a cut or corrupted compressed tail (its CRC) is refused, and so is a tar
+    stream that stops before its end-of-archive block (tarfile takes a cut at a header as the end)."""
+    with open(tarball, "rb") as raw:
+        head = raw.read(USTAR_MAGIC_AT + 8)
+        raw.seek(0)
+        opener = _decompressor(head)
+        if opener is None and not head[USTAR_MAGIC_AT:].startswith(b"ustar"):
+            raise TarballError(f"{tarball}: not a tar archive (neither gzip, bzip2, xz nor a tar header)")
+        stream = _Counting(opener(raw) if opener else raw)
+        try:
+            with tarfile.open(fileobj=stream, mode="r|") as tar:  # type: ignore[call-overload]
+                vetting = _Vetting(tarball)
+                for member in tar:
+                    vetting.check(member)
+                    yield tar, member
+                end = tar.offset  # where the header that ended the archive was read
+            while stream.read(BLOCK_BYTES):  # past the end-of-archive blocks: the rest of the stream, its CRC
+                pass
+        except DAMAGE_ERRORS as err:
+            raise TarballError(f"{tarball}: a tar archive cut short or damaged: {_detail(err)}") from None
+        finally:
+            stream.close()
+        if stream.count < end + tarfile.BLOCKSIZE:
+            raise TarballError(
+                f"{tarball}: a tar archive cut short or damaged: its tar stream stops at byte {stream.count}, "
+                "before the end-of-archive block"
+            )
+
+
+class _Counting:
+    """A stream that counts the bytes read from it (the length of a tar stream, once read to its end)."""
+
+    def __init__(self, stream: _Readable) -> None:
+        self.stream, self.count = stream, 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.stream.read(size)
+        self.count += len(data)
+        return data
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+def _decompressor(head: bytes) -> Optional[Callable[[IO[bytes]], _Readable]]:
+    if head.startswith(GZIP_MAGIC):
+        return lambda raw: gzip.GzipFile(fileobj=raw, mode="rb")
+    if head.startswith(BZIP2_MAGIC):
+        return lambda raw: bz2.BZ2File(raw, mode="rb")
+    if head.startswith(XZ_MAGIC):
+        return lambda raw: lzma.LZMAFile(raw, mode="rb")
+    return None
+
+
+class _Vetting:
+    """The checks of each member against those before it: names, links, kinds, count and total size."""
+
+    def __init__(self, tarball: Path) -> None:
+        self.tarball = tarball
+        self.count = 0
+        self.total = 0
+        self.names: dict[str, bool] = {}  # normalised name -> is a folder
+        self.links: set[str] = set()
+
+    def refuse(self, member: tarfile.TarInfo, why: str) -> TarballError:
+        return TarballError(f"{self.tarball}: member {member.name!r} {why}; the tarball was not unpacked")
+
+    def check(self, member: tarfile.TarInfo) -> None:
+        self.count += 1
+        if self.count > MAX_MEMBERS:
+            raise TarballError(f"{self.tarball}: more than {MAX_MEMBERS} members (a model has a handful)")
+        name = self._name(member, member.name, "name")
+        if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+            raise self.refuse(member, "is a device, FIFO or other special file")
+        parents = [posixpath.join(*name.split("/")[: i + 1]) for i in range(name.count("/"))]
+        if any(parent in self.links for parent in parents):
+            raise self.refuse(member, "lies behind a link in the archive")
+        if name in self.names and not (member.isdir() and self.names[name]):
+            raise self.refuse(member, "comes twice")
+        if member.issym() or member.islnk():
+            base = posixpath.dirname(name) if member.issym() else ""
+            target = self._name(member, posixpath.join(base, member.linkname), "link target", member.linkname)
+            if not target:
+                raise self.refuse(member, "links to the archive's root")
+            self.links.add(name)
+        self.names[name] = member.isdir()
+        if member.isfile():
+            self.total += member.size
+            if self.total > MAX_TOTAL_BYTES:
+                raise TarballError(
+                    f"{self.tarball}: its members hold more than {MAX_TOTAL_BYTES >> 30} GiB (a damaged archive "
+                    "or an archive bomb)"
+                )
+
+    def _name(self, member: tarfile.TarInfo, path: str, what: str, shown: Optional[str] = None) -> str:
+        """`path` normalised ("" for the root); absolute, or out of the folder, is refused (a member's own
+        name may hold no `..` at all; a link's target may, while it stays inside)."""
+        shown = path if shown is None else shown
+        if PurePosixPath(shown).is_absolute() or PureWindowsPath(shown).is_absolute() or PureWindowsPath(shown).drive:
+            raise self.refuse(member, f"has an absolute {what} ({shown!r})")
+        posix = path.replace("\\", "/")
+        normal = posixpath.normpath(posix)
+        if normal == ".." or normal.startswith("../"):
+            raise self.refuse(member, f"has a {what} outside the folder ({shown!r})")
+        if what == "name" and ".." in posix.split("/"):
+            raise self.refuse(member, f"has '..' in its name ({shown!r})")
+        return "" if normal == "." else normal
+
+
+def _detail(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:200] if text else type(err).__name__
