@@ -62,12 +62,12 @@ class GraphMetadata:
         return strings
 
     @classmethod
-    def from_strings(cls, strings: dict[str, str], source: str) -> "GraphMetadata":
+    def from_strings(cls, strings: dict[str, str]) -> "GraphMetadata":
         found = strings.get(FORMAT_KEY)
         if found != FORMAT:
             what = "records no spacy-elmo metadata" if found is None else f"is in format {found!r}"
             raise OnnxModelError(
-                f"{source}: the ONNX graph {what}, expected {FORMAT!r}: serve graphs written by "
+                f"the ONNX graph {what}, expected {FORMAT!r}: serve graphs written by "
                 "`python -m spacy_elmo export MODEL out.onnx` (they carry the options and vocabularies the "
                 "runtime needs)"
             )
@@ -76,24 +76,22 @@ class GraphMetadata:
             stored = json.loads(strings.get(LEXICON_KEY, "null"))
             lexicon = read_lexicon(stored, options.max_characters_per_token)
         except (KeyError, json.JSONDecodeError, ModelFileError) as err:
-            raise OnnxModelError(f"{source}: the ONNX graph's spacy-elmo metadata is damaged ({err})") from None
+            raise OnnxModelError(f"the ONNX graph's spacy-elmo metadata is damaged ({err})") from None
         return cls(options, lexicon, strings.get(SOURCE_SHA256_KEY))
 
-    def check_shapes(
-        self, input_shape: Sequence[Any], output_shape: Sequence[Any], source: str, remedy: str = EXPORT_AGAIN
-    ) -> None:
+    def check_shapes(self, input_shape: Sequence[Any], output_shape: Sequence[Any]) -> None:
         """Refuse metadata that disagrees with the shapes the graph declares for its input (B, T, width) and
-        output (L+1, B, T, 2P), naming the key."""
+        output (L+1, B, T, 2P), naming the key (the caller names the graph: `errors.reading`)."""
         o, lexicon = self.options, self.lexicon
         width_key = f"{OPTIONS_KEY} {FILE_KEYS['max_characters_per_token']}"
         if lexicon.max_characters_per_token != o.max_characters_per_token:
             raise OnnxModelError(
-                f"{source}: {width_key} = {o.max_characters_per_token} but {LEXICON_KEY} max_characters_per_token "
+                f"{width_key} = {o.max_characters_per_token} but {LEXICON_KEY} max_characters_per_token "
                 f"= {lexicon.max_characters_per_token}; the graph's metadata was edited"
             )
         if len(input_shape) != 3 or len(output_shape) != 4:
             raise OnnxModelError(
-                f"{source}: the graph's input has shape {list(input_shape)} and its output {list(output_shape)}; a "
+                f"the graph's input has shape {list(input_shape)} and its output {list(output_shape)}; a "
                 "spacy-elmo graph takes (batch, length, width) ids and returns (layers, batch, length, 2P) layers"
             )
         if isinstance(lexicon, Lexicon):
@@ -107,8 +105,8 @@ class GraphMetadata:
         for key, value, what, declared, implied in stated:
             if isinstance(declared, int) and declared != implied:  # a named (dynamic) dim states nothing
                 raise OnnxModelError(
-                    f"{source}: {key} = {value} disagrees with the graph, whose {what} is {declared} (not "
-                    f"{implied}); the graph's metadata was edited or comes from another graph: {remedy}"
+                    f"{key} = {value} disagrees with the graph, whose {what} is {declared} (not "
+                    f"{implied}); the graph's metadata was edited or comes from another graph"
                 )
 
 
@@ -133,7 +131,7 @@ def is_model_proto(data: memoryview) -> bool:
     return _GRAPH in seen
 
 
-def graph_sha256(graph: bytes, source: str) -> tuple[str, Optional[str]]:
+def graph_sha256(graph: bytes) -> tuple[str, Optional[str]]:
     """(the SHA-256 of the graph's bytes without its `GRAPH_SHA256_KEY` entry, the digest that entry
     records, or None for a graph without one)."""
     data = memoryview(graph)
@@ -148,21 +146,21 @@ def graph_sha256(graph: bytes, source: str) -> tuple[str, Optional[str]]:
                     continue
             digest.update(data[start:end])
     except ValueError as err:
-        raise OnnxModelError(f"{source}: not a readable ONNX graph ({err})") from None
+        raise OnnxModelError(f"not a readable ONNX graph ({err})") from None
     return digest.hexdigest(), recorded
 
 
-def check_graph_sha256(graph: bytes, source: str, remedy: str = EXPORT_AGAIN) -> None:
+def check_graph_sha256(graph: bytes) -> None:
     """Refuse a graph whose bytes are not those its recorded digest was taken of (a damaged weight, an
-    edited metadata entry), or one that records none (its entry deleted). `remedy`: what to do instead."""
-    actual, recorded = graph_sha256(graph, source)
+    edited metadata entry), or one that records none (its entry deleted)."""
+    actual, recorded = graph_sha256(graph)
     if recorded is None:
         raise OnnxModelError(
-            f"{source}: the ONNX graph is in format {FORMAT!r} ({FORMAT_KEY}), which records the digest of "
-            f"its content, and its {GRAPH_SHA256_KEY} entry is missing: the file was edited or damaged; {remedy}"
+            f"the ONNX graph is in format {FORMAT!r} ({FORMAT_KEY}), which records the digest of "
+            f"its content, and its {GRAPH_SHA256_KEY} entry is missing: the file was edited or damaged"
         )
     if actual != recorded:
         raise OnnxModelError(
-            f"{source}: the ONNX graph's content has SHA-256 {actual}, not the {recorded} recorded in it "
-            f"({GRAPH_SHA256_KEY}) when it was exported: the file is damaged or was edited; {remedy}"
+            f"the ONNX graph's content has SHA-256 {actual}, not the {recorded} recorded in it "
+            f"({GRAPH_SHA256_KEY}) when it was exported: the file is damaged or was edited"
         )

@@ -149,10 +149,10 @@ def export_bytes(bilm: BiLM, source_sha256: Optional[str] = None) -> bytes:
     proto = program.model_proto
     for key, value in GraphMetadata(bilm.options, bilm.lexicon, source_sha256).to_strings().items():
         proto.metadata_props.add(key=key, value=value)
-    digest, _ = graph_sha256(proto.SerializeToString(), "the exported graph")
+    digest, _ = graph_sha256(proto.SerializeToString())
     proto.metadata_props.add(key=GRAPH_SHA256_KEY, value=digest)
     graph: bytes = proto.SerializeToString()
-    if graph_sha256(graph, "the exported graph") != (digest, digest):  # protobuf writes the same bytes again
+    if graph_sha256(graph) != (digest, digest):  # protobuf writes the same bytes again
         raise RuntimeError("the exported graph's recorded digest does not cover its bytes")
     return graph
 

@@ -22,7 +22,7 @@ from ..bilm.batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_TOKEN_BUDGET, Senten
 from ..bilm.lexicon import AnyLexicon
 from ..bilm.options import BiLMOptions
 from ..cpus import omp_threads, usable_cpus
-from ..errors import require
+from ..errors import reading, require
 from ..io.digest import check_pin
 from ..io.onnx_graph import (
     EXPORT_AGAIN,
@@ -229,15 +229,16 @@ class OnnxRunner(SentenceRunner):
         """The graph's metadata, checked against its inputs, outputs and the digest it records of itself."""
         assert self._graph is not None
         session = self.session()
-        metadata = GraphMetadata.from_strings(dict(session.get_modelmeta().custom_metadata_map), self.source)
-        inputs, outputs = session.get_inputs(), session.get_outputs()
-        if [i.name for i in inputs] != [INPUT_NAME] or [o.name for o in outputs] != [OUTPUT_NAME]:
-            raise OnnxModelError(
-                f"{self.source}: the graph takes {[i.name for i in inputs]} and returns {[o.name for o in outputs]}; "
-                f"a spacy-elmo graph takes [{INPUT_NAME!r}] and returns [{OUTPUT_NAME!r}]"
-            )
-        metadata.check_shapes(inputs[0].shape, outputs[0].shape, self.source, self.remedy)
-        check_graph_sha256(self._graph, self.source, self.remedy)
+        with reading(self.source, self.remedy):
+            metadata = GraphMetadata.from_strings(dict(session.get_modelmeta().custom_metadata_map))
+            inputs, outputs = session.get_inputs(), session.get_outputs()
+            if [i.name for i in inputs] != [INPUT_NAME] or [o.name for o in outputs] != [OUTPUT_NAME]:
+                raise OnnxModelError(
+                    f"the graph takes {[i.name for i in inputs]} and returns {[o.name for o in outputs]}; a "
+                    f"spacy-elmo graph takes [{INPUT_NAME!r}] and returns [{OUTPUT_NAME!r}]"
+                )
+            metadata.check_shapes(inputs[0].shape, outputs[0].shape)
+            check_graph_sha256(self._graph)
         return metadata
 
     def batch_to_ids(self, sentences: Sequence[Sequence[str]]) -> numpy.ndarray:
