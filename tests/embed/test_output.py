@@ -339,3 +339,26 @@ def test_an_aligned_output_is_the_layers_times_the_matrix_and_bound_to_its_file(
         numpy.testing.assert_allclose(after[key], numpy.matmul(before[key], matrix.T), rtol=1e-5, atol=1e-5)
     with h5py.File(plain, "r") as handle:
         assert "alignment" not in handle.attrs["binding"]  # an unaligned output's binding as it was
+
+
+def test_the_cli_aligns_with_a_file_and_refuses_auto_without_one_in_one_line(fixture_dir, text_file, tmp_path):
+    import torch
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import elmo_cli
+
+    matrix = numpy.random.default_rng(2).normal(size=(32, 32)).astype(numpy.float32)
+    torch.save(matrix, tmp_path / "m.pth", _use_new_zipfile_serialization=False)
+    command = ["embed", str(fixture_dir), str(text_file)]
+    done = CliRunner().invoke(elmo_cli, [*command, str(tmp_path / "cli.hdf5"), "--alignment", str(tmp_path / "m.pth")])
+    assert done.exit_code == 0, done.output
+    embed_file(
+        text_file, tmp_path / "api.hdf5", EmbedSettings(model=str(fixture_dir), alignment=str(tmp_path / "m.pth"))
+    )
+    cli, api = read_all(tmp_path / "cli.hdf5"), read_all(tmp_path / "api.hdf5")
+    assert sorted(cli) == sorted(api) and all(numpy.array_equal(cli[k], api[k]) for k in cli)
+    done = CliRunner().invoke(elmo_cli, [*command, str(tmp_path / "auto.hdf5"), "--alignment", "auto"])
+    errors = [line for line in done.output.splitlines() if line.startswith("error:")]
+    assert done.exit_code == 1 and len(errors) == 1, done.output
+    assert errors[0].startswith('error: --alignment: "auto" takes the one .pth file beside the model'), errors
+    assert not (tmp_path / "auto.hdf5").exists()
