@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from http_files import serving, write_catalog, zip_of
 from spacy_elmo.cli import elmo_cli
-from spacy_elmo.hub import download
+from spacy_elmo.hub import download, transfer
 from spacy_elmo.hub.catalog import CATALOG_FILE, entries_for, load_catalog
 
 importlib.import_module("spacy_elmo.cli.models")  # registers the commands (as spacy_elmo.cli does)
@@ -108,7 +108,7 @@ def test_models_json_gives_every_field_for_tools(tmp_path):
 
 def test_download_fetches_into_the_cache_and_models_marks_it(tmp_path, monkeypatch):
     monkeypatch.delenv("SPACY_ELMO_OFFLINE", raising=False)
-    monkeypatch.setattr(download, "TIMEOUT_S", 10.0)
+    monkeypatch.setattr(transfer, "TIMEOUT_S", 10.0)
     cache = tmp_path / "my-cache"
     with serving() as server:
         archive = zip_of({"ru.txt": b"zip bytes"})  # a download with no digest must read as what it claims

@@ -49,11 +49,11 @@ def test_convert_records_a_digest_that_verify_checks(fixture_dir, tmp_path):
 def test_info_of_a_published_model_says_where_it_comes_from(tmp_path, monkeypatch):
     from fixture_paths import ELMO_FIXTURE
     from http_files import serving, write_catalog
-    from spacy_elmo.hub import download
+    from spacy_elmo.hub import download, transfer
 
     monkeypatch.delenv(download.OFFLINE_ENV, raising=False)
     monkeypatch.setenv(download.CACHE_ENV, str(tmp_path / "cache"))
-    monkeypatch.setattr(download, "TIMEOUT_S", 10.0)
+    monkeypatch.setattr(transfer, "TIMEOUT_S", 10.0)
     with serving() as server:
         for name in ("options.json", "lm_weights.hdf5"):
             server.files[f"m/{name}"] = (ELMO_FIXTURE / name).read_bytes()

@@ -6,7 +6,7 @@ import pooch.core
 import pytest
 
 from http_files import serving, write_catalog
-from spacy_elmo.hub import download
+from spacy_elmo.hub import download, transfer
 
 TEST_TIMEOUT_S = 10.0
 
@@ -24,8 +24,8 @@ def cache(tmp_path, monkeypatch):
     folder = tmp_path / "cache"
     monkeypatch.setenv(download.CACHE_ENV, str(folder))
     monkeypatch.delenv(download.OFFLINE_ENV, raising=False)
-    monkeypatch.setattr(download, "TIMEOUT_S", TEST_TIMEOUT_S)
-    monkeypatch.setattr(download, "CHUNK_BYTES", 1024)  # a body cut short keeps what arrived in whole chunks
+    monkeypatch.setattr(transfer, "TIMEOUT_S", TEST_TIMEOUT_S)
+    monkeypatch.setattr(transfer, "CHUNK_BYTES", 1024)  # a body cut short keeps what arrived in whole chunks
     monkeypatch.setattr(pooch.core, "time", types.SimpleNamespace(sleep=lambda seconds: None))
     return folder
 
