@@ -45,10 +45,15 @@ def info_cli(
         size = entry.size or (f"{entry.parameters} params" if entry.parameters else "")
         if size:
             typer.echo(f"size     {size} ({entry.format})")
+        if "alignment" in entry.companions:
+            typer.echo(
+                'aligned  into English\'s space by its matrix: alignment = "auto" (pipe), --alignment auto (embed)'
+            )
     report = model_report(model, None, None)
     if entry is not None:
         fields = ("name", "language", "description", "page", "licence", "size", "parameters", "format")
         report["published"] = {field: getattr(entry, field) for field in fields}
+        report["published"]["alignment"] = entry.companions.get("alignment")
     show(report, as_json)
 
 

@@ -98,3 +98,10 @@ def test_info_offline_shows_what_the_catalog_knows_before_saying_what_is_missing
     assert "source   https://example.org/models; licence: CC-BY-4.0\n" in done.stdout
     assert "size     about 1.5 GB (bilm-tf)\n" in done.stdout
     assert "offline (SPACY_ELMO_OFFLINE)" in done.output and "is not in the cache" in done.output
+    assert "aligned  " not in done.stdout
+    entry["urls"]["alignment"] = "http://127.0.0.1:9/m/en_best_mapping.pth"  # an aligned multilingual model
+    monkeypatch.setenv("SPACY_ELMO_CATALOG", str(write_catalog(tmp_path / "aligned.json", [entry])))
+    done = runner.invoke(elmo_cli, ["info", "test/big"])
+    assert 'aligned  into English\'s space by its matrix: alignment = "auto" (pipe), --alignment auto (embed)\n' in (
+        done.stdout
+    )
