@@ -6,6 +6,10 @@ computed), into `unpacked/<SHA-256 of the tarball>/` under the cache folder: key
 bytes from a URL or from a local path share one folder. It is written into a temporary sibling
 (`<digest>.tmp<pid>`) and renamed into place, so a folder under its final name is always complete; a killed
 unpack leaves only the temporary, which the next run (holding the same lock) removes before it starts again.
+The SHA-256 of every file unpacked is recorded beside the folder (`<digest>.files.json`) and checked at every
+reuse, as a downloaded file's is: a file changed, removed or added in the folder since is said on stderr and
+the folder unpacked again from the tarball, itself verified (the cache holds verified bytes only; copy the
+folder elsewhere to edit a model).
 
 Each member is vetted before anything is written, beyond what tarfile's "data" extraction filter refuses: no
 absolute name, no `..`, no link whose target leaves the folder, no member reached through a link, no device,
@@ -17,16 +21,18 @@ walk checks a freshly downloaded tarball before it is kept (`tar_problem`).
 import bz2
 import contextlib
 import gzip
+import json
 import lzma
 import posixpath
 import shutil
+import sys
 import tarfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import IO, Callable, Optional, Protocol
 
-from ..disk import file_sha256, fsync_path, temporary_sibling
+from ..disk import atomic_write_text, file_sha256, fsync_path, temporary_sibling
 from ..errors import ModelFileError
 
 TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
@@ -34,6 +40,7 @@ UNPACKED_FOLDER = "unpacked"  # under the cache folder: unpacked/<SHA-256 of the
 MAX_MEMBERS = 10_000  # a bilm-tf model or a TF-Hub module has a handful
 MAX_TOTAL_BYTES = 32 << 30  # what the members may hold together (a published ELMo model is a few GB at most)
 BLOCK_BYTES = 1 << 20
+FILES_SUFFIX = ".files.json"  # beside unpacked/<digest>/: the SHA-256 of each file unpacked, checked at reuse
 GZIP_MAGIC, BZIP2_MAGIC, XZ_MAGIC = b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00"
 USTAR_MAGIC_AT = 257  # "ustar" in a tar header
 # what a damaged or cut stream raises (a bad gzip header or CRC is a BadGzipFile, an OSError)
@@ -74,15 +81,45 @@ def unpacked(tarball: Path, cache: Path, digest: Optional[str] = None) -> Path:
     digest = (digest or file_sha256(tarball)).lower()
     root = cache / UNPACKED_FOLDER
     target = root / digest
-    if not target.is_dir():
+    if _changed(target) is not None:
         try:
             root.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise TarballError(f"{tarball}: cannot make the folder to unpack it into, {root} ({err})") from None
         with exclusive_lock(root / f".{digest}.lock"):  # another process unpacking it: wait, then reuse its folder
-            if not target.is_dir():
+            changed = _changed(target)
+            if changed is not None:
+                if target.is_dir():
+                    print(f"{changed}; unpacking {tarball} again", file=sys.stderr)
+                    shutil.rmtree(target)
                 _unpack(tarball, target)
     return model_folder(target)
+
+
+def _files(folder: Path) -> dict[str, str]:
+    """{path in `folder`: its SHA-256} of every file (a link: "link:" and its target)."""
+    listed = {}
+    for path in sorted(folder.rglob("*")):
+        name = path.relative_to(folder).as_posix()
+        if path.is_symlink():
+            listed[name] = f"link:{path.readlink()}"
+        elif path.is_file():
+            listed[name] = file_sha256(path)
+    return listed
+
+
+def _changed(target: Path) -> Optional[str]:
+    """None if `target` holds exactly the files its record lists, as unpacked; else what differs."""
+    if not target.is_dir():
+        return f"{target} is not unpacked"
+    record = target.with_name(target.name + FILES_SUFFIX)
+    try:
+        recorded = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return f"{target}: its record of the files unpacked ({record.name}) is missing or unreadable"
+    found = _files(target)
+    differ = sorted(name for name in set(recorded) | set(found) if recorded.get(name) != found.get(name))
+    return f"{target}: {', '.join(differ[:3])} changed since it was unpacked" if differ else None
 
 
 def model_folder(folder: Path) -> Path:
@@ -127,6 +164,7 @@ def _unpack(tarball: Path, target: Path) -> None:
             if not path.is_symlink():
                 fsync_path(path)
         fsync_path(temporary)
+        atomic_write_text(target.with_name(target.name + FILES_SUFFIX), json.dumps(_files(temporary), indent=0))
         temporary.rename(target)
     except BaseException as err:
         shutil.rmtree(temporary, ignore_errors=True)

@@ -6,6 +6,7 @@ folder still loads), a role the hub does not know left alone."""
 
 import hashlib
 import io
+import json
 import os
 import shutil
 import tarfile
@@ -140,6 +141,31 @@ def test_a_half_unpack_left_behind_is_finished_by_the_next_run(cache, tmp_path, 
     path = resolve_model_source(local)
     assert path == cache / UNPACKED_FOLDER / digest / "model" and not leftover.parent.exists()
     assert load_model(path).sha256 == load_model(model_folder).sha256
+
+
+def test_a_file_changed_in_the_unpacked_folder_is_said_and_unpacked_again(cache, tmp_path, model_folder, capfd):
+    """The cache holds verified bytes only: each unpacked file's SHA-256 is checked at reuse, as a download's is."""
+    local = tmp_path / "m.tar.gz"
+    local.write_bytes(MODEL_TARBALL)
+    path = resolve_model_source(local)
+    reference = load_model(model_folder).sha256
+    record = cache / UNPACKED_FOLDER / f"{sha256(MODEL_TARBALL)}.files.json"
+    assert sorted(json.loads(record.read_text())) == ["model/lm_weights.hdf5", "model/options.json"]
+    capfd.readouterr()
+    for damage in (
+        lambda: (path / "options.json").write_bytes((path / "options.json").read_bytes().replace(b"2", b"3")),
+        lambda: (path / "lm_weights.hdf5").unlink(),
+        lambda: (path / "extra.hdf5").write_bytes(b"a second weight file"),
+        lambda: record.unlink(),
+    ):
+        damage()
+        assert resolve_model_source(local) == path
+        assert sorted(p.name for p in path.iterdir()) == ["lm_weights.hdf5", "options.json"]
+        assert load_model(path).sha256 == reference
+        said = capfd.readouterr().err
+        assert f"unpacking {local} again" in said and str(cache / UNPACKED_FOLDER) in said, said
+    resolve_model_source(local)
+    assert capfd.readouterr().err == ""  # as unpacked: reused, nothing said
 
 
 def test_an_unpack_killed_half_way_is_never_taken_as_done_and_a_rerun_finishes_it(cache, tmp_path, model_folder):
