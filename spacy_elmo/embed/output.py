@@ -107,12 +107,9 @@ class EmbedSettings:
             del numbers[setting]
         numbers["chunk_lines"] = numbers.pop("chunk_size")
         numbers["device"] = self.device.split(":")[0]
-        del numbers["alignment"]  # recorded by its file's digest, and only when set (unaligned outputs as before)
-        if self.alignment:
-            from ..io.alignment import alignment_file
-
-            with named_settings(path="--alignment", alignment="--alignment"):  # its file
-                numbers["alignment_sha256"] = file_sha256(alignment_file(self.alignment, self.model))
+        del numbers[
+            "alignment"
+        ]  # `embed_file` records the matrix's digest, only when set (unaligned outputs as before)
         return numbers
 
 
@@ -126,9 +123,16 @@ def make_tokenize(settings: EmbedSettings) -> Callable[[str], list[str]]:
 class Embedder:
     """The model, runner and tokenizer of `embed` and every table engine alike, so a text has the same
     vectors whichever way it is embedded. `threads` (None in-process: the settings' `n_threads`) is set
-    before the model is loaded (`Runtime.pin_threads`); `loaded`: the model, loaded already."""
+    before the model is loaded (`Runtime.pin_threads`); `loaded`, `alignment`: the model and the settings' matrix,
+    loaded already."""
 
-    def __init__(self, settings: EmbedSettings, threads: Optional[int] = None, loaded: Optional[Loaded] = None):
+    def __init__(
+        self,
+        settings: EmbedSettings,
+        threads: Optional[int] = None,
+        loaded: Optional[Loaded] = None,
+        alignment: Optional[numpy.ndarray] = None,
+    ):
         runtime = RUNTIMES[settings.runtime]
         if threads is not None:
             runtime.pin_threads(threads)
@@ -136,24 +140,21 @@ class Embedder:
         self.tokenize = make_tokenize(settings)
         loaded = load_embed_model(settings) if loaded is None else loaded
         self.shape = model_shape(settings, loaded)
-        self.alignment: Optional[numpy.ndarray] = None
-        if settings.alignment:
-            from ..io.alignment import load_alignment
-
-            with named_settings(path="--alignment", alignment="--alignment"):  # its file
-                width = loaded.options.output_dim
-                self.alignment, _ = load_alignment(settings.alignment, settings.model, width)
+        if settings.alignment and alignment is None:
+            alignment = load_embed_alignment(settings, loaded)[0]
+        self.alignment = alignment
         run = settings.run if threads is None else replace(settings.run, n_threads=threads)
         self.runner = runtime.runner(run, loaded)
 
     def embed(self, tokenized: Sequence[Sequence[str]]) -> list[numpy.ndarray]:
         """Tokenized texts -> their vectors: windowed, reduced and stored as the settings say."""
         arrays = embed_windowed(self.runner, tokenized, self.settings.window_size, self.settings.window_context)
-        if self.alignment is not None:
+        arrays = [reduce_layers(array, self.settings.layers) for array in arrays]
+        if self.alignment is not None:  # after the reduction: the same (it is linear), on fewer vectors
             from ..io.alignment import align_layers
 
             arrays = [align_layers(array, self.alignment) for array in arrays]
-        return [reduce_layers(array, self.settings.layers).astype(self.settings.dtype) for array in arrays]
+        return [array.astype(self.settings.dtype) for array in arrays]
 
 
 def load_embed_model(settings: EmbedSettings) -> Loaded:
@@ -162,11 +163,25 @@ def load_embed_model(settings: EmbedSettings) -> Loaded:
         return RUNTIMES[settings.runtime].load(settings.model, settings.sha256)
 
 
+def load_embed_alignment(settings: EmbedSettings, loaded: Loaded) -> tuple[numpy.ndarray, str]:
+    """The matrix `--alignment` names ("auto": the one beside the model loaded) and its digest."""
+    from ..io.alignment import load_alignment
+
+    assert settings.alignment
+    with named_settings(path="--alignment", alignment="--alignment"):  # about its file
+        return load_alignment(settings.alignment, settings.model, loaded.options.output_dim)
+
+
 _worker_state: dict = {}
 
 
-def _init_worker(settings: EmbedSettings, threads: Optional[int], loaded: Optional[Loaded] = None) -> None:
-    _worker_state["embedder"] = Embedder(settings, threads, loaded)
+def _init_worker(
+    settings: EmbedSettings,
+    threads: Optional[int],
+    loaded: Optional[Loaded] = None,
+    alignment: Optional[numpy.ndarray] = None,
+) -> None:
+    _worker_state["embedder"] = Embedder(settings, threads, loaded, alignment)
 
 
 def _embed_chunk(chunk: Sequence[tuple[int, str]]) -> list[tuple[int, numpy.ndarray]]:
@@ -223,10 +238,13 @@ def embed_file(
     check_text(input_path, settings.encoding, option="--encoding")  # all of it, before anything is written
     # the model first (every check, the pinned digest): a model that does not load leaves nothing behind
     loaded = load_embed_model(settings)
+    numbers, alignment = settings.numbers(), None
+    if settings.alignment:  # read and checked once, here: the workers are given it
+        alignment, numbers["alignment_sha256"] = load_embed_alignment(settings, loaded)
     bound = {  # what the output is bound to: the model and the input by content, and the settings
         "model": loaded.describe(),
         "input": {"path": str(input_path), "sha256": file_sha256(input_path)},
-        "settings": settings.numbers(),
+        "settings": numbers,
         "shard": list(shard) if shard is not None else None,
     }
     run = PartialRun(output_path, bound)
@@ -252,16 +270,18 @@ def embed_file(
         results: Iterable[tuple[int, list[tuple[int, numpy.ndarray]]]]
         with contextlib.ExitStack() as stack:
             if workers <= 1:
-                _init_worker(settings, threads=None, loaded=loaded)
+                _init_worker(settings, None, loaded, alignment)
                 results = ((k, _embed_chunk(chunk)) for k, chunk in todo)
             else:
                 if RUNTIMES[settings.runtime].spawn_workers:  # each given the model loaded here
                     context = multiprocessing.get_context("spawn")
-                    initargs: tuple[Any, ...] = (settings, 1, loaded)
+                    initargs: tuple[Any, ...] = (settings, 1, loaded, alignment)
                     pool = ProcessPoolExecutor(workers, context, initializer=_init_worker, initargs=initargs)
                 else:
                     del loaded
-                    pool = ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(settings, 1))
+                    pool = ProcessPoolExecutor(
+                        workers, initializer=_init_worker, initargs=(settings, 1, None, alignment)
+                    )
                 stack.callback(pool.shutdown, cancel_futures=True)
                 results = _pooled(pool, todo, in_flight=2 * workers)
             for k, chunk_result in results:

@@ -20,6 +20,7 @@ token vector x becomes `x @ M.T`. The mix is linear, so that equals mixing the a
 output (AllenNLP's configuration mixes that layer only: `scalar_mix_parameters` [-9e10, 1, -9e10]).
 """
 
+import hashlib
 import io
 import math
 import pickle
@@ -30,7 +31,7 @@ from typing import Any, Callable, Literal, Optional
 
 import numpy
 
-from ..disk import PathLike, file_sha256
+from ..disk import PathLike
 from ..errors import ModelFileError, SettingError
 
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C  # torch.serialization.MAGIC_NUMBER
@@ -52,7 +53,11 @@ class AlignmentError(ModelFileError):
 
 def read_alignment(path: PathLike) -> numpy.ndarray:
     """The matrix in a `.pth` alignment file, as stored (float16, float32 or float64; bfloat16 as float32)."""
-    path = Path(path)
+    return _read(Path(path))[0]
+
+
+def _read(path: Path) -> tuple[numpy.ndarray, str]:
+    """The matrix and the SHA-256 of the very bytes it was read from."""
     try:
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:
@@ -66,20 +71,20 @@ def read_alignment(path: PathLike) -> numpy.ndarray:
         raise
     except Exception as err:  # noqa: BLE001 - whatever a damaged pickle or archive raises, named with the file
         raise AlignmentError(f"{path}: not a matrix saved by torch.save ({type(err).__name__}: {err})") from None
-    return _matrix(path, value)
+    return _matrix(path, value), hashlib.sha256(data).hexdigest()
 
 
 AUTO = "auto"  # the setting that takes the matrix the catalog put beside an aligned model
 
 
 def alignment_file(setting: str, model: str) -> Path:
-    """The file an `alignment` setting names: a path, or "auto": the one .pth file in the folder of `model`
-    (a path, a name or URL: where the catalog put the model and its "alignment" file)."""
+    """The file an `alignment` setting names: a path, or "auto": the one .pth file beside `model` (in its
+    folder, or beside its file: where the catalog put the model and its "alignment" file)."""
     if setting != AUTO:
         return Path(setting)
-    from ..hub.download import resolve_model_source  # the hub, only for "auto"
+    from .resolve import model_location
 
-    found = resolve_model_source(model, progress=False)
+    found = model_location(model)  # "" is the shipped model, a name its copy in the cache
     folder = found if found.is_dir() else found.parent
     matrices = sorted(folder.glob("*.pth"))
     if len(matrices) != 1:
@@ -92,13 +97,14 @@ def alignment_file(setting: str, model: str) -> Path:
 
 
 def load_alignment(setting: str, model: str, width: int) -> tuple[numpy.ndarray, str]:
-    """The matrix the setting names, as float32 (AllenNLP's FloatTensor), checked against the model's `width`,
-    and its file's SHA-256 (what an output is bound to)."""
+    """The matrix the setting names (`model`: the model's path or name, for "auto"), as float32
+    (AllenNLP's FloatTensor), checked against the model's `width`, and the SHA-256 of the bytes read (what an
+    output is bound to)."""
     path = alignment_file(setting, model)
-    matrix = read_alignment(path).astype(numpy.float32)
+    matrix, sha256 = _read(path)
     if matrix.shape != (width, width):
         raise AlignmentError(f"{path}: a {matrix.shape[0]}-wide matrix, and the model's vectors are {width} wide")
-    return matrix, file_sha256(path)
+    return matrix.astype(numpy.float32), sha256
 
 
 def align_layers(layers: Any, matrix: Any) -> numpy.ndarray:
@@ -114,7 +120,7 @@ def align_layers(layers: Any, matrix: Any) -> numpy.ndarray:
             f"{matrix.shape[0]}: is it the matrix of this model?"
         )
     dtype = layers.dtype if numpy.issubdtype(layers.dtype, numpy.floating) else numpy.dtype(numpy.float32)
-    return numpy.matmul(layers.astype(dtype, copy=False), matrix.astype(dtype).T)
+    return numpy.matmul(layers.astype(dtype, copy=False), matrix.astype(dtype, copy=False).T)
 
 
 # --- what the pickles may name: inert stand-ins that record their arguments

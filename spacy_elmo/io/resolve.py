@@ -48,8 +48,9 @@ def available_models() -> list[str]:
     return sorted(p.name for p in SHIPPED_MODELS_DIR.glob("*") if is_native(p))  # none if the folder is absent
 
 
-def resolve_model(path: PathLike, options_file: Optional[PathLike] = None) -> ModelSource:
-    """The files behind `path`, and which format's model they hold."""
+def model_location(path: PathLike) -> Path:
+    """Where the model `path` names is: the shipped default for "", a name's or URL's local copy (downloaded
+    once into the cache), a shipped model's folder by its name, else the path itself, which must exist."""
     if str(path) == "":
         target = shipped_model_path()
         if not is_native(target):
@@ -57,16 +58,22 @@ def resolve_model(path: PathLike, options_file: Optional[PathLike] = None) -> Mo
                 f"the default biLM '{DEFAULT_MODEL}' is not installed (expected a native model directory at "
                 f"{target}). Give a model explicitly: {EXPECTED}"
             )
-    else:
-        target = resolve_model_source(path)  # a name or URL: its local copy, downloaded once into the cache
-        if not path_exists(target) and path_exists(SHIPPED_MODELS_DIR / str(path)):
-            target = SHIPPED_MODELS_DIR / str(path)
-        if not path_exists(target):
-            shipped = ", ".join(available_models()) or "none installed"
-            shown = str(path) if len(str(path)) <= 300 else f"{str(path)[:150]}...({len(str(path))} characters)"
-            raise FileNotFoundError(
-                f"biLM path {shown!r} does not exist. Give {EXPECTED}, or a shipped model name ({shipped})"
-            )
+        return target
+    target = resolve_model_source(path)  # a name or URL: its local copy, downloaded once into the cache
+    if not path_exists(target) and path_exists(SHIPPED_MODELS_DIR / str(path)):
+        target = SHIPPED_MODELS_DIR / str(path)
+    if not path_exists(target):
+        shipped = ", ".join(available_models()) or "none installed"
+        shown = str(path) if len(str(path)) <= 300 else f"{str(path)[:150]}...({len(str(path))} characters)"
+        raise FileNotFoundError(
+            f"biLM path {shown!r} does not exist. Give {EXPECTED}, or a shipped model name ({shipped})"
+        )
+    return target
+
+
+def resolve_model(path: PathLike, options_file: Optional[PathLike] = None) -> ModelSource:
+    """The files behind `path`, and which format's model they hold."""
+    target = model_location(path)
     if target.is_file() and is_onnx_graph(target):
         raise ValueError(
             f"{target} is an ONNX graph (spacy elmo export's output): serve it with runtime onnxruntime "

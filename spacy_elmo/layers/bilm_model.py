@@ -56,7 +56,7 @@ class BiLMLayerSettings:
     window_context: int
     fine_tune: bool
     runtime: str = "torch"
-    path: str = ""
+    path: str = ""  # the model's, where alignment "auto" looks
     alignment: Optional[str] = None
 
 
@@ -95,7 +95,7 @@ def ensure_loaded(model: Model, X: Any = None, Y: Any = None) -> Any:
     if settings.alignment and model.attrs.get("alignment") is None:  # a saved pipeline has its matrix already
         from ..io.alignment import load_alignment
 
-        with named_settings(path=LAYER_NAMES["alignment"], alignment=LAYER_NAMES["alignment"]):  # its file
+        with named_settings(path=LAYER_NAMES["alignment"], alignment=LAYER_NAMES["alignment"]):  # about its file
             model.attrs["alignment"], _ = load_alignment(settings.alignment, settings.path, model.get_dim("nO"))
     return loaded
 

@@ -362,3 +362,8 @@ def test_the_cli_aligns_with_a_file_and_refuses_auto_without_one_in_one_line(fix
     assert done.exit_code == 1 and len(errors) == 1, done.output
     assert errors[0].startswith('error: --alignment: "auto" takes the one .pth file beside the model'), errors
     assert not (tmp_path / "auto.hdf5").exists()
+    for given, said in ((tmp_path, "cannot be read"), (tmp_path / "none.pth", "cannot be read")):
+        done = CliRunner().invoke(elmo_cli, [*command, str(tmp_path / "bad.hdf5"), "--alignment", str(given)])
+        errors = [line for line in done.output.splitlines() if line.startswith("error:")]
+        assert done.exit_code == 1 and len(errors) == 1 and "Traceback" not in done.output, done.output
+        assert errors[0].startswith(f"error: --alignment: {given}: {said}"), errors

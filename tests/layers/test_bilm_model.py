@@ -156,7 +156,7 @@ def test_an_alignment_maps_every_layer_and_is_saved_with_the_pipeline(tmp_path):
         assert numpy.array_equal(a, b)
 
 
-def test_auto_takes_the_matrix_beside_the_model_and_a_wrong_one_is_refused_naming_it(tmp_path):
+def test_auto_takes_the_matrix_beside_the_model_and_a_wrong_one_is_refused_naming_it(tmp_path, monkeypatch):
     import shutil
 
     model = tmp_path / "model"
@@ -170,6 +170,10 @@ def test_auto_takes_the_matrix_beside_the_model_and_a_wrong_one_is_refused_namin
         SettingError, match=r'^spacy-elmo\.BiLM\.v1 alignment: "auto" takes the one \.pth file .* holds 2'
     ):
         fixture_nlp(path=str(model), alignment="auto").initialize()
+    alignment_file(tmp_path / "cwd.pth")  # the default model ("") is the shipped one: "auto" looks beside it
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SettingError, match=r"spacy-elmo\.BiLM\.v1 alignment: .*en_elmo_small holds 0"):
+        fixture_nlp(path="", alignment="auto").initialize()
     alignment_file(tmp_path / "wide.pth", width=8)
     with pytest.raises(
         ValueError,
