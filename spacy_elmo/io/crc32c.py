@@ -124,6 +124,3 @@ def masked_crc32c(data: Buffer) -> int:
     """The CRC-32C as LevelDB and TensorFlow store it (rotated and offset, so a CRC of CRCs stays strong)."""
     crc = crc32c(data)
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
-
-
-# --- the index: a LevelDB-style table ----------------------------------------------------------------------

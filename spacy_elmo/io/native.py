@@ -205,13 +205,13 @@ def _check_readable_copy(files: ModelFiles, stored: dict[str, Any]) -> None:
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise WeightsError(f"not valid JSON ({err}); it is a copy of the options in {MODEL_FILE}") from None
         differ = changed_keys(stored, written)
-    if differ:
-        raise WeightsError(
-            f"{files.where(OPTIONS_FILE)}: differs from the options stored in {files.where(MODEL_FILE)} at "
-            f"{', '.join(repr(key) for key in differ)}. options.json is a readable copy (the model file is what "
-            f"loads): restore it from the model (`spacy elmo verify {files.root}` shows the stored options), or "
-            "retrain/convert for new options"
-        )
+        if differ:
+            raise WeightsError(
+                f"differs from the options stored in {files.where(MODEL_FILE)} at "
+                f"{', '.join(repr(key) for key in differ)}. options.json is a readable copy (the model file is what "
+                f"loads): restore it from the model (`spacy elmo verify {files.root}` shows the stored options), "
+                "or retrain/convert for new options"
+            )
 
 
 def is_native(path: PathLike) -> bool:

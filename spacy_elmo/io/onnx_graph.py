@@ -71,12 +71,13 @@ class GraphMetadata:
                 "`python -m spacy_elmo export MODEL out.onnx` (they carry the options and vocabularies the "
                 "runtime needs)"
             )
+        key = OPTIONS_KEY  # the entry being read, for the message
         try:
             options = BiLMOptions.from_dict(json.loads(strings[OPTIONS_KEY]))
-            stored = json.loads(strings.get(LEXICON_KEY, "null"))
-            lexicon = read_lexicon(stored, options.max_characters_per_token)
+            key = LEXICON_KEY
+            lexicon = read_lexicon(json.loads(strings.get(LEXICON_KEY, "null")), options.max_characters_per_token)
         except (KeyError, json.JSONDecodeError, ModelFileError) as err:
-            raise OnnxModelError(f"the ONNX graph's spacy-elmo metadata is damaged ({err})") from None
+            raise OnnxModelError(f"the ONNX graph's spacy-elmo metadata is damaged at {key} ({err})") from None
         return cls(options, lexicon, strings.get(SOURCE_SHA256_KEY))
 
     def check_shapes(self, input_shape: Sequence[Any], output_shape: Sequence[Any]) -> None:
