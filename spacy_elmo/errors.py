@@ -34,6 +34,13 @@ class SettingError(ValueError):
         self.setting = setting
 
 
+def first_line(err: BaseException) -> str:
+    """The first line of what a library said (a KeyError's message without its quotes), or its type: what a
+    message quotes of an error it replaces."""
+    text = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
+    return (text.strip().splitlines() or [type(err).__name__])[0][:300]
+
+
 def _amend(err: BaseException, flag: str, before: str = "", after: str = "", drop: int = 0) -> None:
     """Add to the one-line message of `err` (kept: its type, traceback and fields), once per kind of context;
     `drop`: characters of its start that `before` replaces."""

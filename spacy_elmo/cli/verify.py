@@ -35,7 +35,7 @@ def info_cli(
 ) -> None:
     """What a model is: format, language, layers and dimensions, vocabularies, parameters, digests and where
     it comes from (a published model: its page and licence); loaded with every check, as `verify` does."""
-    from ..hub.catalog import find_entry
+    from ..hub.catalog import ALIGNMENT_ROLE, find_entry
 
     require("info", "torch")  # before anything is read (a published name: downloaded)
     entry = None if Path(model).exists() else find_entry(model)
@@ -45,7 +45,7 @@ def info_cli(
         size = entry.size or (f"{entry.parameters} params" if entry.parameters else "")
         if size:
             typer.echo(f"size     {size} ({entry.format})")
-        if "alignment" in entry.companions:
+        if ALIGNMENT_ROLE in entry.companions:
             typer.echo(
                 'aligned  into English\'s space by its matrix: alignment = "auto" (pipe), --alignment auto (embed)'
             )
@@ -53,7 +53,7 @@ def info_cli(
     if entry is not None:
         fields = ("name", "language", "description", "page", "licence", "size", "parameters", "format")
         report["published"] = {field: getattr(entry, field) for field in fields}
-        report["published"]["alignment"] = entry.companions.get("alignment")
+        report["published"]["alignment"] = entry.companions.get(ALIGNMENT_ROLE)
     show(report, as_json)
 
 

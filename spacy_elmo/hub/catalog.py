@@ -24,7 +24,6 @@ CATALOG_FILE = Path(__file__).with_name("catalog.json")
 CATALOG_ENV = "SPACY_ELMO_CATALOG"
 FORMATS = ("bilm-tf", "efml", "tfhub")  # tfhub: a TF-Hub module's tarball (its reader is io/tfhub.py)
 ARCHIVE_ROLE = "archive"  # an entry's one URL, or "options" and "weights" for a bilm-tf model as two files
-MODEL_ROLES = (ARCHIVE_ROLE, "options", "weights")  # the model itself; any other role is a companion file
 ALIGNMENT_ROLE = "alignment"  # a multilingual model's alignment matrix (torch.save's .pth), beside its weights
 COMPANION_ROLES = (ALIGNMENT_ROLE,)  # the files fetched beside a model; any other role is left alone
 TFHUB_COMPRESSED = ("tf-hub-format", "compressed")  # tfhub.dev's query for a module as a .tar.gz

@@ -19,7 +19,7 @@ import zipfile
 from pathlib import Path
 from typing import IO, Optional
 
-from .unpack import looks_like_tarball, tar_problem
+from .unpack import is_tarball_name, looks_like_tarball, tar_problem
 
 ZIP, HDF5, JSON, TAR, PTH = "zip", "hdf5", "json", "tar", "pth"
 FORMAT_NAMES = {
@@ -30,7 +30,6 @@ FORMAT_NAMES = {
     PTH: "a PyTorch file",
 }
 SUFFIXES = {".zip": ZIP, ".hdf5": HDF5, ".h5": HDF5, ".json": JSON, ".pth": PTH, ".pt": PTH}
-SUFFIXES.update(dict.fromkeys((".tar", ".tgz", ".gz", ".bz2", ".xz", ".tbz2", ".txz"), TAR))
 LEGACY_TORCH_PICKLES = 5  # magic number, protocol, system info, the object, its storages' keys
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 ZIP_SIGNATURES = (b"PK\x03\x04", b"PK\x05\x06")  # a member first; an empty archive's end record
@@ -40,9 +39,14 @@ MAX_JSON_BYTES = 16 << 20
 SNIFF_BYTES = 1024
 
 
+def claimed_by_name(name: str) -> Optional[str]:
+    """The format a file's name claims (a tarball's by `unpack.is_tarball_name`), if any."""
+    return TAR if is_tarball_name(name) else SUFFIXES.get(Path(name).suffix.lower())
+
+
 def claimed_format(path: Path) -> str:
-    """The format `path` claims by its suffix, else by its first bytes ("" if none it could be)."""
-    by_name = SUFFIXES.get(path.suffix.lower())
+    """The format `path` claims by its name, else by its first bytes ("" if none it could be)."""
+    by_name = claimed_by_name(path.name)
     if by_name:
         return by_name
     head = _head(path)

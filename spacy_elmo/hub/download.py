@@ -25,7 +25,7 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional, TypeVar
+from typing import Callable, Optional, TypeVar
 from urllib.parse import urlsplit
 
 from ..disk import OPTIONS_FILE, WEIGHT_SUFFIXES, PathLike, atomic_write_text, file_sha256
@@ -45,9 +45,6 @@ from .checks import format_problem
 from .keys import cache_path, normalise_url, request_parts, shown_url
 from .transfer import PARTIAL_SUFFIX, DownloadError, NotOnServer, Refused, ResumingDownloader, read_validator
 from .unpack import exclusive_lock, is_tarball_name, unpacked
-
-if TYPE_CHECKING:
-    pass
 
 CACHE_ENV = "SPACY_ELMO_CACHE"
 OFFLINE_ENV = "SPACY_ELMO_OFFLINE"

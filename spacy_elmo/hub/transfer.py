@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 from urllib.parse import urlsplit
 
-from ..disk import file_hash
-from .checks import SUFFIXES, format_problem, is_html
+from ..disk import atomic_write_text, file_hash
+from ..errors import first_line
+from .checks import claimed_by_name, format_problem, is_html
 from .keys import request_parts
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ class ResumingDownloader:
     def __init__(self, url: str, shown: str, part: Path, sha256: Optional[str], progress: bool) -> None:
         self.url, self.shown, self.part, self.expected, self.progress = url, shown, part, sha256, progress
         self.validator_file = part.with_name(part.name + VALIDATOR_SUFFIX)
-        self.kind = SUFFIXES.get(part.with_suffix("").suffix.lower())  # else what its first bytes claim
+        self.kind = claimed_by_name(part.with_suffix("").name)  # else what its first bytes claim
         self.sha256: Optional[str] = None
         self.address = url  # where the bytes are asked for: `url`, or `fallback` once only it could be reached
         self.fallback: Optional[str] = None  # the URL over the other scheme, tried if this one cannot connect
@@ -104,7 +105,7 @@ class ResumingDownloader:
             response = requests.get(other, headers=headers, auth=auth, stream=True, timeout=TIMEOUT_S)
         except requests.ConnectionError as again:
             raise requests.ConnectionError(f"{first}; over {scheme} too: {again}") from None
-        print(f"{shown}: cannot connect ({_first_line(first)}); fetching over {scheme}", file=sys.stderr)
+        print(f"{shown}: cannot connect ({first_line(first)}); fetching over {scheme}", file=sys.stderr)
         self.address, self.fallback = self.fallback, None  # the scheme that answered, for the next tries
         return response
 
@@ -187,18 +188,11 @@ class ResumingDownloader:
             self.validator_file.unlink(missing_ok=True)
             return
         record = {"url": shown, "if_range": if_range, "etag": etag or None, "last_modified": modified or None}
-        temporary = self.validator_file.with_name(self.validator_file.name + ".tmp")
-        temporary.write_text(json.dumps({**record, "length": total}), encoding="utf-8")
-        os.replace(temporary, self.validator_file)
+        atomic_write_text(self.validator_file, json.dumps({**record, "length": total}))
 
     def _discard(self) -> None:
         self.part.unlink(missing_ok=True)
         self.validator_file.unlink(missing_ok=True)
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0][:200] if text else type(err).__name__
 
 
 def read_validator(path: Path, shown: str) -> Optional[dict[str, Any]]:

@@ -32,8 +32,8 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import IO, Callable, Optional, Protocol
 
-from ..disk import atomic_write_text, file_sha256, fsync_path, temporary_sibling
-from ..errors import ModelFileError
+from ..disk import atomic_directory, atomic_write_text, file_sha256, fsync_path, remove_stale_temporaries
+from ..errors import ModelFileError, first_line
 
 TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
 UNPACKED_FOLDER = "unpacked"  # under the cache folder: unpacked/<SHA-256 of the tarball>/
@@ -72,7 +72,7 @@ def tar_problem(path: Path) -> Optional[str]:
     except TarballError as err:
         return str(err).removeprefix(f"{path}: ").removeprefix("a tar archive ")
     except (*DAMAGE_ERRORS, OSError) as err:
-        return f"cut short or damaged: {_detail(err)}"
+        return f"cut short or damaged: {first_line(err)}"
     return None
 
 
@@ -81,18 +81,20 @@ def unpacked(tarball: Path, cache: Path, digest: Optional[str] = None) -> Path:
     digest = (digest or file_sha256(tarball)).lower()
     root = cache / UNPACKED_FOLDER
     target = root / digest
-    if _changed(target) is not None:
-        try:
+    try:
+        if _changed(target) is not None:
             root.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise TarballError(f"{tarball}: cannot make the folder to unpack it into, {root} ({err})") from None
-        with exclusive_lock(root / f".{digest}.lock"):  # another process unpacking it: wait, then reuse its folder
-            changed = _changed(target)
-            if changed is not None:
-                if target.is_dir():
-                    print(f"{changed}; unpacking {tarball} again", file=sys.stderr)
-                    shutil.rmtree(target)
-                _unpack(tarball, target)
+            with exclusive_lock(root / f".{digest}.lock"):  # another process unpacking it: wait, reuse its folder
+                changed = _changed(target)
+                if changed is not None:
+                    if target.is_dir():
+                        print(f"{changed}; unpacking {tarball} again", file=sys.stderr)
+                        shutil.rmtree(target)
+                    _unpack(tarball, target)
+    except OSError as err:  # a cache that cannot be written or read (permissions, a file where a folder is)
+        if isinstance(err, FileNotFoundError) and not tarball.exists():
+            raise
+        raise TarballError(f"{tarball}: cannot unpack it into {root} ({first_line(err)})") from None
     return model_folder(target)
 
 
@@ -148,32 +150,22 @@ def exclusive_lock(lock_file: Path) -> Iterator[None]:
 
 
 def _unpack(tarball: Path, target: Path) -> None:
-    """Unpack into a temporary sibling, then rename it to `target`; called holding the lock, so any other
-    temporary of `target` is a killed run's and is removed first."""
-    for leftover in target.parent.glob(f"{target.name}.tmp*"):
-        shutil.rmtree(leftover, ignore_errors=True)
-    temporary = temporary_sibling(target)
-    temporary.mkdir()
+    """Unpack into a temporary sibling renamed to `target` when whole (`disk.atomic_directory`), its files'
+    record written first; the temporaries of killed runs are removed before."""
+    remove_stale_temporaries(target)
     try:
-        for tar, member in _walk(tarball):
-            if HAS_DATA_FILTER:
-                tar.extract(member, temporary, set_attrs=False, filter="data")
-            else:  # a Python before the filter's backport: the vetting here stands alone
-                tar.extract(member, temporary, set_attrs=False)
-        for path in sorted(temporary.rglob("*"), reverse=True):
-            if not path.is_symlink():
-                fsync_path(path)
-        fsync_path(temporary)
-        atomic_write_text(target.with_name(target.name + FILES_SUFFIX), json.dumps(_files(temporary), indent=0))
-        temporary.rename(target)
-    except BaseException as err:
-        shutil.rmtree(temporary, ignore_errors=True)
-        if isinstance(err, DAMAGE_ERRORS):
-            raise TarballError(f"{tarball}: a tar archive cut short or damaged: {_detail(err)}") from None
-        if isinstance(err, OSError) and not isinstance(err, FileNotFoundError):
-            raise TarballError(f"{tarball}: cannot unpack it into {temporary} ({_detail(err)})") from None
-        raise
-    fsync_path(target.parent)
+        with atomic_directory(target) as temporary:
+            for tar, member in _walk(tarball):
+                if HAS_DATA_FILTER:
+                    tar.extract(member, temporary, set_attrs=False, filter="data")
+                else:  # a Python before the filter's backport: the vetting here stands alone
+                    tar.extract(member, temporary, set_attrs=False)
+            for path in sorted(temporary.rglob("*"), reverse=True):
+                if not path.is_symlink():
+                    fsync_path(path)
+            atomic_write_text(target.with_name(target.name + FILES_SUFFIX), json.dumps(_files(temporary), indent=0))
+    except DAMAGE_ERRORS as err:
+        raise TarballError(f"{tarball}: a tar archive cut short or damaged: {first_line(err)}") from None
 
 
 # tarfile's "data" filter (Python 3.12, and the 3.10.12 / 3.11.4 backports) on top of the vetting here
@@ -207,7 +199,7 @@ def _walk(tarball: Path) -> Iterator[tuple[tarfile.TarFile, tarfile.TarInfo]]:
             while stream.read(BLOCK_BYTES):  # past the end-of-archive blocks: the rest of the stream, its CRC
                 pass
         except DAMAGE_ERRORS as err:
-            raise TarballError(f"{tarball}: a tar archive cut short or damaged: {_detail(err)}") from None
+            raise TarballError(f"{tarball}: a tar archive cut short or damaged: {first_line(err)}") from None
         finally:
             stream.close()
         if stream.count < end + tarfile.BLOCKSIZE:
@@ -295,8 +287,3 @@ class _Vetting:
         if what == "name" and ".." in posix.split("/"):
             raise self.refuse(member, f"has '..' in its name ({shown!r})")
         return "" if normal == "." else normal
-
-
-def _detail(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0][:200] if text else type(err).__name__

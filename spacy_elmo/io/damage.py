@@ -11,7 +11,7 @@ import zipfile
 import zlib
 from collections.abc import Iterator
 
-from ..errors import ModelFileError
+from ..errors import ModelFileError, first_line
 
 # What the readers raise on bytes that are not what their structures say: zipfile (BadZipFile, an OSError
 # for an offset before the start, EOFError), zlib and lzma, h5py (OSError at open and read, RuntimeError
@@ -41,12 +41,6 @@ except ImportError:  # a Python built without lzma: zipfile then refuses lzma me
 PASSED_ON: tuple[type[Exception], ...] = (ModelFileError, FileNotFoundError)
 
 
-def detail(err: BaseException) -> str:
-    """The first line of what the reader said (a KeyError's message without its quotes), or its type."""
-    text = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
-    return (text.strip().splitlines() or [type(err).__name__])[0][:300]
-
-
 @contextlib.contextmanager
 def damaged_as(error: type[ModelFileError], name: str, what: str, remedy: str = "") -> Iterator[None]:
     """Raise `error("{name}: {what} ({detail}){remedy}")` from whatever the block's reading of a container
@@ -56,4 +50,4 @@ def damaged_as(error: type[ModelFileError], name: str, what: str, remedy: str = 
     except PASSED_ON:
         raise
     except DAMAGE_ERRORS as err:
-        raise error(f"{name}: {what} ({detail(err)}){remedy}") from err
+        raise error(f"{name}: {what} ({first_line(err)}){remedy}") from err

@@ -20,7 +20,7 @@ import numpy
 from ..bilm.bilm import BiLM
 from ..bilm.lexicon import Lexicon, gap
 from ..bilm.options import BiLMOptions
-from ..errors import ModelFileError, reading
+from ..errors import ModelFileError, first_line, reading
 from .arrays import build_bilm, lstm_name
 from .digest import ModelFile
 from .files import ModelFiles
@@ -200,20 +200,16 @@ def _state_dict(files: ModelFiles, name: str) -> dict[str, numpy.ndarray]:
     except pickle.UnpicklingError as err:
         raise EfmlError(
             f"{files.where(name)}: refused: it holds something other than tensors, which loading would have to "
-            f"execute ({_first_line(err)})"
+            f"execute ({first_line(err)})"
         ) from None
     except Exception as err:  # a cut or damaged file: EOFError, IndexError, KeyError, struct.error, RuntimeError...
         raise EfmlError(
             f"{files.where(name)}: not a readable PyTorch state dict (cut short or damaged? "
-            f"{type(err).__name__}: {_first_line(err)})"
+            f"{type(err).__name__}: {first_line(err)})"
         ) from None
     if not isinstance(loaded, dict) or not all(isinstance(v, torch.Tensor) for v in loaded.values()):
         raise EfmlError(f"{files.where(name)}: expected a state dict (names -> tensors)")
     return {str(k): v.detach().to(torch.float32).numpy() for k, v in loaded.items()}
-
-
-def _first_line(err: BaseException) -> str:
-    return (str(err).strip().splitlines() or [""])[0][:200]
 
 
 def _dictionary(files: ModelFiles, name: str) -> tuple[list[str], dict[str, int]]:
