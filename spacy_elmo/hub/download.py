@@ -44,7 +44,7 @@ from .catalog import (
 from .checks import format_problem
 from .keys import cache_path, normalise_url, request_parts, shown_url
 from .transfer import PARTIAL_SUFFIX, DownloadError, NotOnServer, Refused, ResumingDownloader, read_validator
-from .unpack import exclusive_lock, is_tarball_name, unpacked
+from .unpack import exclusive_lock, intact, is_tarball_name, unpacked
 
 CACHE_ENV = "SPACY_ELMO_CACHE"
 OFFLINE_ENV = "SPACY_ELMO_OFFLINE"
@@ -132,12 +132,19 @@ def download_entry(
     """Fetch a catalog entry (or check its cached copy), its companion files too: the archive (a tarball's
     unpacked folder), or a two-file model's folder."""
     files = local_files(entry.urls, cache)
+    archive = files.get(ARCHIVE_ROLE)
+    folder = None
+    if entry.is_tarball and archive is not None:
+        recorded, stated = _read_record(archive), entry.sha256.get(ARCHIVE_ROLE)
+        folder = intact(cache_dir(cache), recorded) if not stated or stated.lower() == recorded else None
     for role, path in files.items():
-        fetch(entry.urls[role], path, entry.sha256.get(role), offline, progress)
-    if ARCHIVE_ROLE not in files:
+        if role != ARCHIVE_ROLE or folder is None:  # an intact unpacked folder: its tarball is not read again
+            fetch(entry.urls[role], path, entry.sha256.get(role), offline, progress)
+    if archive is None:
         return files["weights"].parent
-    archive = files[ARCHIVE_ROLE]
-    return unpacked(archive, cache_dir(cache), _read_record(archive)) if entry.is_tarball else archive
+    if not entry.is_tarball:
+        return archive
+    return folder or unpacked(archive, cache_dir(cache), _read_record(archive))
 
 
 def download_url(

@@ -98,6 +98,18 @@ def unpacked(tarball: Path, cache: Path, digest: Optional[str] = None) -> Path:
     return model_folder(target)
 
 
+def intact(cache: Path, digest: Optional[str]) -> Optional[Path]:
+    """The model folder unpacked from the tarball of `digest` if it is there as it was unpacked (its files'
+    record checked), else None: reusing it needs neither the tarball read nor hashed again."""
+    if not digest:
+        return None
+    target = cache / UNPACKED_FOLDER / digest.lower()
+    try:
+        return model_folder(target) if _changed(target) is None else None
+    except OSError:  # unreadable: `unpacked` says so, naming the tarball
+        return None
+
+
 def _files(folder: Path) -> dict[str, str]:
     """{path in `folder`: its SHA-256} of every file (a link: "link:" and its target)."""
     listed = {}

@@ -143,6 +143,25 @@ def test_a_half_unpack_left_behind_is_finished_by_the_next_run(cache, tmp_path, 
     assert load_model(path).sha256 == load_model(model_folder).sha256
 
 
+def test_an_intact_folder_is_reused_without_its_tarball_and_a_changed_one_needs_it_whole(
+    server, cache, use_catalog, model_folder
+):
+    """Reuse checks the unpacked files only (the tarball is not hashed again); unpacking again verifies it."""
+    server.files["models/elmo.tar.gz"] = MODEL_TARBALL
+    use_catalog([{"name": "test/tar", "urls": {"archive": server.url("models/elmo.tar.gz")}}])
+    path = resolve_model_source("test/tar", progress=False)
+    archive = download.local_files({"archive": server.url("models/elmo.tar.gz")})["archive"]
+    archive.write_bytes(MODEL_TARBALL[:-10])  # the kept tarball damaged: not read while the folder is intact
+    assert resolve_model_source("test/tar", progress=False) == path
+    (path / "options.json").write_bytes(b"{}")  # now the folder must be unpacked again: from a verified tarball
+    with pytest.raises(DownloadError, match="changed since it was downloaded"):
+        resolve_model_source("test/tar", progress=False)
+    archive.unlink()
+    (archive.parent / (archive.name + ".sha256")).unlink()
+    assert resolve_model_source("test/tar", progress=False) == path  # fetched again, unpacked again
+    assert load_model(path).sha256 == load_model(model_folder).sha256
+
+
 def test_a_file_changed_in_the_unpacked_folder_is_said_and_unpacked_again(cache, tmp_path, model_folder, capfd):
     """The cache holds verified bytes only: each unpacked file's SHA-256 is checked at reuse, as a download's is."""
     local = tmp_path / "m.tar.gz"
