@@ -29,7 +29,6 @@ from ..errors import SettingError, named_settings, require
 from ..io.digest import parse_pin
 from ..mix import REDUCTIONS, reduce_layers
 from ..runtimes import RUNTIMES, Loaded, RunSettings, check_integer
-from ..runtimes.torch import device_for_rank
 from ..text import (
     UTF8,
     check_encoding,
@@ -234,7 +233,6 @@ def embed_file(
     if shard is not None:
         output_path = shard_path(output_path, shard)
     check_paths(input_path, output_path)
-    _check_rank_device(settings.device)
     check_text(input_path, settings.encoding, option="--encoding")  # all of it, before anything is written
     # the model first (every check, the pinned digest): a model that does not load leaves nothing behind
     loaded = load_embed_model(settings)
@@ -327,18 +325,6 @@ def check_paths(input_path: Path, output_path: Path) -> None:
         "embed needs a file it can read again (it binds its output to the input's digest and resumes a killed run)",
     )
     check_output_path(output_path, [input_path], "input file")
-
-
-def _check_rank_device(device: str) -> None:
-    """Under a launcher, "cuda" is this process's GPU (`device_for_rank`), which this machine must have."""
-    mine = device_for_rank(device)
-    if mine != device:
-        from ..bilm.runner import parse_device
-
-        try:
-            parse_device(mine)
-        except ValueError as err:
-            raise ValueError(f"{err} (--device {device} under a launcher is cuda:LOCAL_RANK, here {mine})") from None
 
 
 def _pooled(

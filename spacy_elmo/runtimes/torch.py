@@ -62,7 +62,13 @@ class TorchRuntime:
             kind = run.device.split(":")[0]
             if kind in ("cpu", "cuda"):  # a precision for another device is refused first, on any machine
                 check_device(run.precision, torch.device(kind))
-            parse_device(run.device)
+            mine = device_for_rank(run.device)  # the device the runner will use (`prepare`)
+            try:
+                parse_device(mine)
+            except SettingError as err:
+                if mine != run.device:
+                    err.args = (f"{err.args[0]} (cuda under a launcher is cuda:LOCAL_RANK, here {mine})",)
+                raise
 
     def load(self, path: str, sha256: Optional[str]) -> Loaded:
         from ..io.resolve import load_model

@@ -215,11 +215,11 @@ def test_a_launchers_local_rank_beyond_the_gpus_is_a_one_line_error(tmp_path, mo
     path = tmp_path / "input.txt"
     path.write_text(TEXT, encoding="utf-8")
     out = tmp_path / "out.hdf5"
-    settings = EmbedSettings(model=str(ELMO_FIXTURE), device="cuda")  # cuda exists here
-    with pytest.raises(
-        ValueError, match=r"'cuda:1': this machine has 1 CUDA device.*cuda under a launcher is cuda:LOCAL_RANK"
+    with pytest.raises(  # cuda exists here, cuda:1 does not: refused with the settings, before any file is read
+        ValueError,
+        match=r"^--device: 'cuda:1': this machine has 1 CUDA device.*cuda under a launcher is cuda:LOCAL_RANK",
     ):
-        embed_file(path, out, settings, shard=(1, 2))
+        embed_file(path, out, EmbedSettings(model=str(ELMO_FIXTURE), device="cuda"), shard=(1, 2))
     assert nothing_written(out) and not list(tmp_path.glob("out.shard*"))
 
 

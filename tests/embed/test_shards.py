@@ -192,8 +192,8 @@ def _datasets(handle):
 
 
 def test_shard_spec_errors():
-    from spacy_elmo.embed.output import device_for_rank
     from spacy_elmo.embed.shards import parse_shard, shard_from_env
+    from spacy_elmo.runtimes.torch import device_for_rank
 
     assert parse_shard("2/4") == (2, 4)
     with pytest.raises(ValueError, match="--shard must be I/N"):
