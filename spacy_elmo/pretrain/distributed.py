@@ -4,6 +4,7 @@ Every helper is a no-op for a single process, so the loop has one code path. NCC
 """
 
 import importlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -68,13 +69,14 @@ def barrier(world: int) -> None:
         dist.barrier()
 
 
-def any_process(flag: bool, world: int, device: torch.device) -> bool:
-    """`flag` or'ed over all processes: all must stop at the same step, or the others hang in the next all-reduce."""
+def any_process(flags: Sequence[bool], world: int, device: torch.device) -> list[bool]:
+    """Each of `flags` or'ed over all processes, in one all-reduce: all must stop at the same step (or the others
+    hang in the next all-reduce), and all know why."""
     if world == 1:
-        return flag
-    tensor = torch.tensor([1.0 if flag else 0.0], device=device)
+        return list(flags)
+    tensor = torch.tensor([1.0 if flag else 0.0 for flag in flags], device=device)
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return bool(tensor.item())
+    return [bool(value) for value in tensor.tolist()]
 
 
 def gather_bytes(value: bytes, world: int) -> list[Optional[bytes]]:

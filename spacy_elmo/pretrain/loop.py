@@ -122,6 +122,7 @@ class TrainingLoop:
     state: TrainState
     last_eval: Optional[dict[str, float]] = field(default=None, init=False)
     evaluated_step: Optional[int] = field(default=None, init=False)  # the step of this session's last evaluation
+    stopped_by_clock: bool = field(default=False, init=False)  # some process reached max_minutes
     _next: Optional[tuple[tuple[int, int], LMBatch]] = field(default=None, init=False)  # (epoch, index), batch
 
     def run(self) -> TrainResult:
@@ -185,20 +186,19 @@ class TrainingLoop:
     def _should_stop(self, stop: list[int]) -> bool:
         """Whether any process reached a limit or got a stop signal: all stop at the same step."""
         s, state = self.settings, self.state
-        done = (
-            bool(s.max_steps and state.step >= s.max_steps)
-            or bool(s.max_epochs and state.epoch >= s.max_epochs)
-            or bool(s.max_minutes and state.wall_s >= s.max_minutes * 60)
-            or bool(stop)
+        clock = bool(s.max_minutes and state.wall_s >= s.max_minutes * 60)
+        done = bool(s.max_steps and state.step >= s.max_steps) or bool(s.max_epochs and state.epoch >= s.max_epochs)
+        done, self.stopped_by_clock = any_process(
+            [done or clock or bool(stop), clock], self.place.world, self.place.device
         )
-        return any_process(done, self.place.world, self.place.device)
+        return done
 
     def _say_if_the_clock_ended_it(self) -> None:
         """A run that also has a step or epoch limit but ended on `max_minutes` gives a model that depends on
         how fast (and how busy) the machine was: said as a warning, with the step it reached."""
         s, state = self.settings, self.state
         last = s.last_step(self.batcher.steps_per_epoch)
-        if last is not None and state.step < last and s.max_minutes and state.wall_s >= s.max_minutes * 60:
+        if last is not None and state.step < last and self.stopped_by_clock:  # any process's clock
             self.report.say(
                 f"warning: training.max_minutes = {s.max_minutes} ended the run at step {state.step} of {last}: "
                 f"this model depends on the machine's speed; with max_steps alone (max_minutes = 0) every "
