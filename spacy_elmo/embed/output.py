@@ -42,7 +42,7 @@ from ..text import (
 from .columns import check_table_dtype
 from .parquet import ParquetOutput
 from .shards import Shard, shard_path
-from .store import EmbedWarning, PartialRun, check_output_path
+from .store import EmbedWarning, OutputFormat, PartialRun, check_output_path
 
 STORAGE_DTYPES = ("float32", "float16")
 EMBED_NAMES = {  # the settings as `spacy elmo embed` calls them
@@ -245,7 +245,7 @@ def embed_file(
         "settings": numbers,
         "shard": list(shard) if shard is not None else None,
     }
-    run = PartialRun(output_path, bound)
+    finished: Optional[OutputFormat] = None  # None: HDF5
     if output_format == "parquet":
 
         def tokens() -> Iterator[list[str]]:  # the output's lines tokenized again, to be stored beside their vectors
@@ -253,7 +253,7 @@ def embed_file(
             return (tokenize(text) for i, text in enumerate(input_texts(input_path, settings)) if _in_shard(i, shard))
 
         finished = ParquetOutput(output_path, tokens, model_shape(settings, loaded), settings.chunk_size)
-        run = PartialRun(output_path, bound, finished)
+    run = PartialRun(output_path, bound, finished)
     if run.finished():
         return 0
     started_here = not run.directory.exists()

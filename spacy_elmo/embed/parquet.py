@@ -15,7 +15,7 @@ import numpy
 
 from ..disk import atomic_path
 from .columns import LINE, TOKENS, VECTORS, column_arrays, tokens_array, vectors_array, vectors_type
-from .store import FORMAT, ROLES, Hdf5Output, OutputError, add_dataset
+from .store import FORMAT, HDF5_DAMAGE, ROLES, OutputError, add_dataset
 
 METADATA_KEY = b"spacy_elmo.embed"
 PARQUET_MAGIC = b"PAR1"
@@ -122,4 +122,4 @@ class ParquetOutput:
     def damage_errors(self) -> tuple[type[Exception], ...]:
         import pyarrow
 
-        return (*Hdf5Output(self.path).damage_errors(), pyarrow.ArrowException)
+        return (*HDF5_DAMAGE, pyarrow.ArrowException)

@@ -163,6 +163,9 @@ class OutputFormat(Protocol):
     def damage_errors(self) -> tuple[type[Exception], ...]: ...
 
 
+HDF5_DAMAGE: tuple[type[Exception], ...] = (OSError, KeyError, ValueError)  # what h5py raises on a damaged file
+
+
 class Hdf5Output:
     """The finished output as one HDF5 file: a dataset a line, the binding and the vectors' digest as attributes."""
 
@@ -182,7 +185,7 @@ class Hdf5Output:
             return {"vectors_sha256": dataset_digest(file_datasets(handle))}
 
     def damage_errors(self) -> tuple[type[Exception], ...]:
-        return (OSError, KeyError, ValueError)
+        return HDF5_DAMAGE
 
 
 class PartialRun:
