@@ -41,8 +41,8 @@ def lstm_name(direction: int, layer: int, leaf: str) -> str:
     return f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell/{leaf}"
 
 
-def expected_shapes(options: BiLMOptions) -> dict[str, tuple[int, ...]]:
-    """Every dataset of the reference layout (no softmax) with the shape `options` implies."""
+def expected_shapes(options: BiLMOptions, softmax_rows: Optional[int] = None) -> dict[str, tuple[int, ...]]:
+    """Every dataset of the reference layout with the shape `options` implies (the softmax given its rows)."""
     o = options
     shapes: dict[str, tuple[int, ...]] = {"char_embed": (o.char_vocab_size or RAW_CHARACTERS, o.char_embedding_dim)}
     if o.word_dim:
@@ -62,6 +62,9 @@ def expected_shapes(options: BiLMOptions) -> dict[str, tuple[int, ...]]:
             shapes[lstm_name(direction, layer, "W_0")] = (2 * o.projection_dim, 4 * o.lstm_dim)
             shapes[lstm_name(direction, layer, "B")] = (4 * o.lstm_dim,)
             shapes[lstm_name(direction, layer, "W_P_0")] = (o.lstm_dim, o.projection_dim)
+    if softmax_rows is not None:
+        shapes["softmax/W"] = (softmax_rows, o.projection_dim)
+        shapes["softmax/b"] = (softmax_rows,)
     return shapes
 
 
@@ -165,18 +168,15 @@ def build_bilm(
     lexicon = lexicon or ByteLexicon(options.max_characters_per_token)
     check_lexicon(options, lexicon)
     check_accounted_for(arrays, options)
-    shapes = expected_shapes(options)
     with_softmax = "softmax/W" in arrays
-    if with_softmax:
-        n_vocab = arrays["softmax/W"].shape[0]
+    n_vocab = arrays["softmax/W"].shape[0] if with_softmax else None
+    if n_vocab is not None:
         if options.n_tokens_vocab and options.n_tokens_vocab != n_vocab:
             raise WeightsError(
                 f"dataset 'softmax/W' has {n_vocab} rows but option 'n_tokens_vocab' is {options.n_tokens_vocab}"
             )
         options.n_tokens_vocab = n_vocab
-        shapes["softmax/W"] = (n_vocab, options.projection_dim)
-        shapes["softmax/b"] = (n_vocab,)
-    for name, shape in shapes.items():
+    for name, shape in expected_shapes(options, n_vocab).items():
         if name not in arrays:
             raise WeightsError(f"missing dataset '{name}' (expected shape {shape} from the options)")
         if tuple(arrays[name].shape) != shape:

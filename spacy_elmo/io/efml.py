@@ -75,8 +75,7 @@ class EfmlFormat(Format):
         return ModelSource(self, container.path, container.files, {})
 
     def read(self, source: ModelSource, files: list[ModelFile]) -> LoadedModel:
-        bilm, read = _read_efml(source.files), source.files.digests
-        return digested(bilm, source, [ModelFile(name, source.files.where(name), read[name]) for name in sorted(read)])
+        return digested(_read_efml(source.files), source, source.read_files())  # read_files: what was read
 
 
 EFML = EfmlFormat()
@@ -100,25 +99,16 @@ def _read_efml(files: ModelFiles) -> BiLM:
         options = _options(embedder_config, encoder_config, len(chars), len(words or []))
     arrays = _arrays(options, state, files)
     with reading(str(files.root)):
-        return build_bilm(options, arrays, lexicon=_lexicon(options, chars, char_aliases, words, word_aliases))
-
-
-def _lexicon(
-    options: BiLMOptions,
-    chars: list[str],
-    char_aliases: dict[str, int],
-    words: Optional[list[str]],
-    word_aliases: dict[str, int],
-) -> Lexicon:
-    return Lexicon(
-        characters=chars,
-        character_roles=dict(CHARACTER_ROLES),
-        max_characters_per_token=options.max_characters_per_token,
-        words=words,
-        word_roles=dict(WORD_ROLES) if words is not None else {},
-        character_aliases=char_aliases,
-        word_aliases=word_aliases,
-    )
+        lexicon = Lexicon(
+            characters=chars,
+            character_roles=dict(CHARACTER_ROLES),
+            max_characters_per_token=options.max_characters_per_token,
+            words=words,
+            word_roles=dict(WORD_ROLES) if words is not None else {},
+            character_aliases=char_aliases,
+            word_aliases=word_aliases,
+        )
+        return build_bilm(options, arrays, lexicon=lexicon)
 
 
 def _json(files: ModelFiles, name: str) -> dict[str, Any]:

@@ -3,7 +3,7 @@ covers (`model_files`, hashed before any weights are parsed) and how it is read 
 tries `resolve.FORMATS` in order, so a new format is a module and a line there.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -27,12 +27,13 @@ class Container:
 @dataclass(frozen=True)
 class ModelSource:
     """One model: its format, its container (`path` is what the user gave) and, by role, the names there of
-    the files it reads."""
+    the files it reads; `parsed`: what `model_files` parsed that `read` reuses (a TF-Hub module's index)."""
 
     format: "Format"
     path: Path
     files: ModelFiles
     roles: dict[str, str]
+    parsed: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def kind(self) -> str:
@@ -48,9 +49,10 @@ class ModelSource:
         return Path(self.files.where(self.roles["weights"]))
 
     def read_files(self) -> list[ModelFile]:
-        """The files reading read, by role (sorted), each with the SHA-256 of the very bytes read."""
+        """The files reading read, by role (sorted; without roles, every file read, by name), each with the
+        SHA-256 of the very bytes read."""
         read = self.files.digests
-        roles = sorted(self.roles.items())
+        roles = sorted(self.roles.items()) or [(name, name) for name in sorted(read)]
         return [ModelFile(role, self.files.where(name), read[name]) for role, name in roles if name in read]
 
 

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     import h5py
 
 
-DAMAGED = "the HDF5 file is damaged and cannot be read"
 REMEDY = ": copy or download it again"
 
 
@@ -78,15 +77,10 @@ def _read_bilm_tf(files: ModelFiles, options_name: str, weights_name: str, vocab
     data = io.BytesIO(files.read(weights_name, weights_limit(options, options_name))) if weight_path is None else None
     # the whole read, its close included: damaged internals fail anywhere (iterating a symbol table, opening
     # an object), each refused naming the file (a dataset's read, naming the dataset too)
-    damaged = damaged_as(WeightsError, source, DAMAGED, REMEDY)
+    damaged = damaged_as(WeightsError, source, "the HDF5 file is damaged and cannot be read", REMEDY)
     with reading(source), damaged, _open_hdf5(weight_path or Path(source), data=data) as handle:
-        names = _dataset_names(handle)
-        check_accounted_for(names, options)
-        shapes = expected_shapes(options)
-        if "softmax/W" in handle:
-            rows = handle["softmax/W"].shape[0]
-            shapes["softmax/W"] = (rows, options.projection_dim)
-            shapes["softmax/b"] = (rows,)
+        check_accounted_for(_dataset_names(handle), options)
+        shapes = expected_shapes(options, handle["softmax/W"].shape[0] if "softmax/W" in handle else None)
         arrays = {name: _read_dataset(handle, name, shape, source) for name, shape in shapes.items()}
     with reading(source):
         return build_bilm(options, arrays, vocab=vocab)

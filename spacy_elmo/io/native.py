@@ -142,9 +142,8 @@ def _checked_payload(data: bytes) -> dict[str, Any]:
 def _bilm_from_payload(payload: dict[str, Any]) -> BiLM:
     options = BiLMOptions.from_dict(payload["options"])
     arrays = {name: decode_array(value, name) for name, value in payload["weights"].items()}
-    vocab: Optional[list[str]] = payload.get("vocab")
     lexicon = read_lexicon(payload.get(LEXICON_KEY), options.max_characters_per_token)
-    return build_bilm(options, arrays, vocab=vocab, lexicon=lexicon)
+    return build_bilm(options, arrays, vocab=payload.get("vocab"), lexicon=lexicon)
 
 
 def bilm_from_bytes(data: bytes) -> BiLM:
@@ -204,8 +203,7 @@ def _check_readable_copy(files: ModelFiles, stored: dict[str, Any]) -> None:
             written = json.loads(files.read(OPTIONS_FILE).decode("utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise WeightsError(f"not valid JSON ({err}); it is a copy of the options in {MODEL_FILE}") from None
-        differ = changed_keys(stored, written)
-        if differ:
+        if differ := changed_keys(stored, written):
             raise WeightsError(
                 f"differs from the options stored in {files.where(MODEL_FILE)} at "
                 f"{', '.join(repr(key) for key in differ)}. options.json is a readable copy (the model file is what "

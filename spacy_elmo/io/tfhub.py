@@ -2,11 +2,10 @@
 DeepPavlov's Russian modules (wiki, news, twitter). A module is a folder of `tfhub_module.pb`,
 `saved_model.pb` and `variables/` (a TensorFlow checkpoint, read by `tf_bundle`); the graph is not read.
 
-Both modules hold the variables of bilm-tf's inference graph, under `bilm/` and named as that graph names
-them (DeepPavlov's exporter builds that graph, `deeppavlov/models/elmo/elmo2tfhub.py`; Google's module has
-the same names, as the log in github.com/tensorflow/hub/issues/88 lists them). bilm-tf's own loader maps its
-HDF5 datasets onto them (`_pretrained_initializer` in allenai/bilm-tf `bilm/model.py`, copied into DeepPavlov's
-`elmo_model.py`), and this reads that map backwards:
+Both hold the variables of bilm-tf's inference graph under `bilm/`, as that graph names them (DeepPavlov's
+`elmo2tfhub.py` builds it; Google's names are those the log in github.com/tensorflow/hub/issues/88 lists).
+This reads backwards the map bilm-tf's loader applies to its HDF5 datasets (`_pretrained_initializer` in
+allenai/bilm-tf `bilm/model.py`, copied into DeepPavlov's `elmo_model.py`):
 - `bilm/char_embed` (262, dim) -> `char_embed` without row 0 (the "no token" row bilm-tf's loader prepends;
   261 rows are taken as they are);
 - `bilm/CNN/W_cnn_i`, `b_cnn_i`, `bilm/CNN_high_k/{W,b}_{carry,transform}`, `bilm/CNN_proj/{W,b}_proj` -> the
@@ -15,17 +14,15 @@ HDF5 datasets onto them (`_pretrained_initializer` in allenai/bilm-tf `bilm/mode
   W_P_0}` (tf.nn.rnn_cell.LSTMCell's kernel is bilm-tf's W_0: input rows first, gates i, j, f, o).
 The dimensions follow from the shapes; what the variables cannot say is taken from the publishers (`FACTS`).
 
-What a module adds to the biLM is recorded in the options under `tfhub` (so a converted copy keeps it):
-the layout, the learned layer mix of its `elmo` output (Google: `aggregation/weights` (3,) and
-`aggregation/scaling` (), as the log in github.com/tensorflow/hub/issues/88 lists them; DeepPavlov:
-`aggregation/elmo_output_ELMo_W` (3,) and `aggregation/elmo_output_ELMo_gamma` (1,), from `weight_layers` in
-elmo_model.py), which the biLM does not apply, and the variables not read (DeepPavlov's carried LSTM states,
-`bilm/Variable*`: the biLM runs stateless unless asked, and carries its own state then).
+The options record under `tfhub` (so a converted copy keeps it) what a module adds to the biLM: the layout,
+the learned layer mix of its `elmo` output, which the biLM does not apply (Google: `aggregation/weights` (3,)
+and `aggregation/scaling` (); DeepPavlov: `aggregation/elmo_output_ELMo_W` (3,) and
+`aggregation/elmo_output_ELMo_gamma` (1,), from `weight_layers` in elmo_model.py), and the variables not read
+(DeepPavlov's carried LSTM states, `bilm/Variable*`: the biLM runs stateless unless asked, and carries its own
+state then).
 """
 
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, Optional
 
 import numpy
@@ -35,7 +32,6 @@ from ..errors import ModelFileError, reading
 from .archive import WEIGHTS_LIMIT
 from .arrays import RAW_CHARACTERS, build_bilm, lstm_name
 from .digest import ModelFile
-from .files import ModelFiles
 from .formats import Container, Format, LoadedModel, ModelSource, digested
 from .tf_bundle import INDEX_SUFFIX, Buffer, TensorBundle, map_file
 
@@ -118,7 +114,7 @@ class TfHubFormat(Format):
     def model_files(self, source: ModelSource) -> list[ModelFile]:
         """The index (whose header says how many data shards there are) and each shard, hashed."""
         files, index = source.files, source.roles["index"]
-        bundle = TensorBundle(files.read(index, WEIGHTS_LIMIT), _prefix(index), _unread, files.where)
+        bundle = _bundle(source)
         listed = [ModelFile("index", files.where(index), files.digests[index])]
         for shard in range(bundle.n_shards):
             name = bundle.shard_file(shard)
@@ -126,10 +122,9 @@ class TfHubFormat(Format):
         return listed
 
     def read(self, source: ModelSource, files: list[ModelFile]) -> LoadedModel:
-        index = source.roles["index"]
-        with _bundle(source.files, index) as bundle:
+        with _bundle(source) as bundle:
             options, arrays = read_module(bundle)
-        with reading(source.files.where(index)):
+        with reading(bundle.index_name):
             bilm = build_bilm(options, arrays)
         return digested(bilm, source, files)
 
@@ -137,27 +132,19 @@ class TfHubFormat(Format):
 TFHUB = TfHubFormat()
 
 
-def _prefix(index: str) -> str:
-    return index[: -len(INDEX_SUFFIX)]
+def _bundle(source: ModelSource) -> TensorBundle:
+    """The module's checkpoint, its index parsed once a load (by `model_files`): its shards memory-mapped in a
+    directory, read whole from an archive."""
+    if "bundle" not in source.parsed:
+        files, index = source.files, source.roles["index"]
 
+        def open_file(name: str) -> Buffer:
+            path = files.path(name)
+            return files.read(name, WEIGHTS_LIMIT) if path is None else map_file(path)
 
-def _unread(name: str) -> Buffer:
-    raise AssertionError(f"{name}: only the index is read to list the files")
-
-
-@contextmanager
-def _bundle(files: ModelFiles, index: str) -> Iterator[TensorBundle]:
-    """The module's checkpoint: its shards memory-mapped in a directory, read whole from an archive."""
-
-    def open_file(name: str) -> Buffer:
-        path = files.path(name)
-        return files.read(name, WEIGHTS_LIMIT) if path is None else map_file(path)
-
-    bundle = TensorBundle(files.read(index, WEIGHTS_LIMIT), _prefix(index), open_file, files.where)
-    try:
-        yield bundle
-    finally:
-        bundle.close()
+        prefix = index[: -len(INDEX_SUFFIX)]
+        source.parsed["bundle"] = TensorBundle(files.read(index, WEIGHTS_LIMIT), prefix, open_file, files.where)
+    return source.parsed["bundle"]
 
 
 def read_module(bundle: TensorBundle) -> tuple[BiLMOptions, dict[str, numpy.ndarray]]:
@@ -194,8 +181,7 @@ def _layout(bundle: TensorBundle) -> tuple[str, tuple[str, ...]]:
     """The publisher's layout, by the variables of its layer mix (score and scale), and their names."""
     for layout, scores, scale in _MIXES:
         for variable in sorted(bundle.entries):
-            match = scores.match(variable)
-            if match:
+            if match := scores.match(variable):
                 scale_name = scale.format(*match.groups())
                 if scale_name not in bundle.entries:
                     raise TfHubError(f"{bundle.index_name}: variable '{variable}' without its scale '{scale_name}'")

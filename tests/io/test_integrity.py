@@ -21,6 +21,7 @@ from spacy_elmo.disk import remove_stale_temporaries
 from spacy_elmo.errors import SettingError, named_settings
 from spacy_elmo.io.arrays import MAX_ABS_WEIGHT, WeightsError, bilm_arrays
 from spacy_elmo.io.digest import parse_pin
+from spacy_elmo.io.native import save_native
 from spacy_elmo.io.resolve import load_model
 
 runner = CliRunner()
@@ -306,6 +307,19 @@ def test_a_pinned_digest_is_checked_by_every_entry(fixture_dir, tmp_path):
         ), args
         assert "Traceback" not in done.output
     assert not (tmp_path / "native").exists() and not list(tmp_path.glob("out.hdf5*"))
+
+
+def test_a_load_checks_its_pin_once(fixture_dir, tmp_path, monkeypatch):
+    """Before the weights are parsed where the files a pin covers are known first (bilm-tf), else after."""
+    from spacy_elmo.io import resolve
+
+    native = tmp_path / "native"
+    save_native(load_model(fixture_dir).bilm, native)
+    checked = []
+    monkeypatch.setattr(resolve, "check_pin", lambda actual, *args: checked.append(actual))
+    for model in (fixture_dir, native):
+        loaded = load_model(model, sha256="0" * 64)
+        assert checked.pop() == loaded.sha256 and not checked
 
 
 def pipe_with_pin(path, pin):

@@ -171,6 +171,22 @@ def test_a_pin_covers_the_checkpoint(tmp_path: Path) -> None:
         resolve.load_model(module, sha256=loaded.sha256)
 
 
+def test_a_load_parses_the_index_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`model_files` parses the index (to list the shards the pin covers); `read` reuses it."""
+    from spacy_elmo.io import tf_bundle
+
+    parsed: list[str] = []
+    table_entries = tf_bundle.table_entries
+
+    def counted(table: memoryview, source: str):  # type: ignore[no-untyped-def]
+        parsed.append(source)
+        return table_entries(table, source)
+
+    monkeypatch.setattr(tf_bundle, "table_entries", counted)
+    loaded = resolve.load_model(TFHUB_FIXTURES / "google")
+    assert len(parsed) == 1 and loaded.source.kind == "tfhub"
+
+
 def test_damaged_and_foreign_modules_are_refused(tmp_path: Path) -> None:
     module = Path(shutil.copytree(TFHUB_FIXTURES / "google", tmp_path / "google"))
     data = module / "variables" / "variables.data-00000-of-00001"
