@@ -4,11 +4,9 @@ The pipe owns what is stored on the docs, its listeners (spaCy's ListenedToCompo
 `Tok2Vec`), each learning its own mix, and the bounded cache that gives a frozen biLM's layers in training;
 its model, a `spacy-elmo.BiLM.v1` layer, owns the weights and how they run.
 
-The cache is filled in training only: by `update` (the training docs, the same every epoch) and by predictions
-made during a training session (the dev docs, the same at every evaluation), a session running from a frozen
-`update` until `nlp.evaluate` has scored or the pipe is saved (`spacy train` saves when it ends). Plain
-prediction (`nlp.pipe`, also after `nlp.initialize()`) neither reads nor fills it unless `cache_predictions`
-asks, so a service's memory and speed do not depend on the texts it has seen.
+The cache is filled in a training session only (from a frozen `update` until `nlp.evaluate` has scored or the
+pipe is saved): the training docs and the dev docs come back every epoch. Plain prediction neither reads nor
+fills it unless `cache_predictions` asks, so a service's memory and speed do not depend on what it has seen.
 """
 
 import itertools
@@ -39,10 +37,8 @@ def _in_spacy_worker() -> bool:
     """Whether this process is a worker of spaCy's `nlp.pipe(n_process=N)`. Its docs reach the parent through
     `Doc.to_bytes`, which drops per-doc hooks and warns (W109) for each worker; the parent re-adds them."""
     target = getattr(multiprocessing.current_process(), "_target", None)
-    return (getattr(target, "__module__", None), getattr(target, "__name__", None)) == (
-        "spacy.language",
-        "_apply_pipes",
-    )
+    where = (getattr(target, "__module__", None), getattr(target, "__name__", None))
+    return where == ("spacy.language", "_apply_pipes")
 
 
 @Language.factory(
@@ -70,20 +66,15 @@ class Elmo(TrainablePipe):
         the layers at prediction time, so with listeners the layers are kept whatever this says.
     store_dtype: "float32" or "float16" (half the memory) for what is kept.
     set_vector_hooks: make doc/span/token .vector (mean of token vectors) and .similarity (cosine) use ELMo:
-        true, false, or "auto" (on when the vocab has no static vectors of its own and the pipe keeps
-        vectors or layers, so that a blank pipeline's .similarity means something; off in the worker
-        processes of `nlp.pipe(n_process=N)`, which cannot send hooks back: re-add them there with
+        true, false, or "auto" (on when the vocab has no static vectors and the pipe keeps vectors or layers;
+        off in `nlp.pipe(n_process=N)` workers, which cannot send hooks back: re-add them there with
         `spacy_elmo.set_vector_hooks(doc)`).
     to_cpu: store numpy arrays on the CPU; false keeps cupy arrays on the GPU when running there.
-    cache_size_mb: bound of the layer cache used while training with a frozen biLM (0 = no cache). It holds
-        the training docs' layers (filled by `update`) and the dev docs' (predictions between an update and
-        the end of `nlp.evaluate` or a save), so neither is recomputed every epoch; `pipe.cache.clear()`
-        gives the memory back after training in-process.
-    cache_predictions: also read and fill the cache at prediction (`nlp.pipe`, `nlp(text)`): a stream that
-        repeats texts runs faster, for up to cache_size_mb of memory; also what caches the training docs of a
-        frozen pipe in [training] annotating_components, which is never updated. Off by default (and for
-        pipelines saved before this setting), so that prediction's memory and speed never depend on what came
-        before.
+    cache_size_mb: bound of the layer cache of a frozen biLM in training (0 = no cache): the training and dev
+        docs' layers, not recomputed every epoch; `pipe.cache.clear()` gives the memory back after training.
+    cache_predictions: also read and fill the cache at prediction (a stream that repeats texts runs faster;
+        what caches the training docs of a frozen pipe in [training] annotating_components). Off by default
+        (and for pipelines saved before it), so that prediction's memory and speed never depend on the past.
     """
 
     def __init__(

@@ -104,11 +104,10 @@ class ArrowEmbedder(Embedder):
             where.append(f"the row with {self.key_column}={key}")
         if place is not None:
             where.append(place(index))
+        row = f"column {self.column!r}, row {index} of this batch: {what}"
         if not where:  # an engine's batch (Ray's) does not know its place: only a key can name the row
             return ValueError(
-                f"column {self.column!r}, row {index} of this batch: {what}; {advice} (a batch does not say which "
-                "rows of the dataset it holds: name a key_column, such as an id, to have the row named by it)"
+                f"{row}; {advice} (a batch does not say which rows of the dataset it holds: name a key_column, such "
+                "as an id, to have the row named by it)"
             )
-        return ValueError(
-            f"column {self.column!r}, row {index} of this batch: {what}; it is {', '.join(where)}; {advice}"
-        )
+        return ValueError(f"{row}; it is {', '.join(where)}; {advice}")

@@ -102,13 +102,11 @@ class EmbedSettings:
     def numbers(self) -> dict[str, Any]:
         """The settings that change what is written, which a resumed or merged output must agree on."""
         numbers = asdict(self)
-        for setting in ("model", "sha256", "token_budget", "n_threads"):  # the model: in its own description
+        # the model is in its own description; `embed_file` records the alignment's digest, only when set
+        for setting in ("model", "sha256", "token_budget", "n_threads", "alignment"):
             del numbers[setting]
         numbers["chunk_lines"] = numbers.pop("chunk_size")
         numbers["device"] = self.device.split(":")[0]
-        del numbers[
-            "alignment"
-        ]  # `embed_file` records the matrix's digest, only when set (unaligned outputs as before)
         return numbers
 
 
@@ -137,12 +135,12 @@ class Embedder:
             runtime.pin_threads(threads)
         self.settings = settings
         self.tokenize = make_tokenize(settings)
-        loaded = load_embed_model(settings) if loaded is None else loaded
+        run = settings.run if threads is None else replace(settings.run, n_threads=threads)
+        loaded = load_embed_model(settings, run.n_threads) if loaded is None else loaded
         self.shape = model_shape(settings, loaded)
         if settings.alignment and alignment is None:
             alignment = load_embed_alignment(settings, loaded)[0]
         self.alignment = alignment
-        run = settings.run if threads is None else replace(settings.run, n_threads=threads)
         self.runner = runtime.runner(run, loaded)
 
     def embed(self, tokenized: Sequence[Sequence[str]]) -> list[numpy.ndarray]:
@@ -156,10 +154,10 @@ class Embedder:
         return [array.astype(self.settings.dtype) for array in arrays]
 
 
-def load_embed_model(settings: EmbedSettings) -> Loaded:
-    """The model, with every check and the pinned digest."""
+def load_embed_model(settings: EmbedSettings, n_threads: int) -> Loaded:
+    """The model, with every check and the pinned digest, for a runner of `n_threads`."""
     with named_settings(**EMBED_NAMES):
-        return RUNTIMES[settings.runtime].load(settings.model, settings.sha256)
+        return RUNTIMES[settings.runtime].load(settings.model, settings.sha256, n_threads)
 
 
 def load_embed_alignment(settings: EmbedSettings, loaded: Loaded) -> tuple[numpy.ndarray, str]:
@@ -175,10 +173,7 @@ _worker_state: dict = {}
 
 
 def _init_worker(
-    settings: EmbedSettings,
-    threads: Optional[int],
-    loaded: Optional[Loaded] = None,
-    alignment: Optional[numpy.ndarray] = None,
+    settings: EmbedSettings, threads: Optional[int], loaded: Optional[Loaded], alignment: Optional[numpy.ndarray]
 ) -> None:
     _worker_state["embedder"] = Embedder(settings, threads, loaded, alignment)
 
@@ -197,18 +192,15 @@ def _chunks(
     lines: Iterator[str], size: int, shard: Optional[Shard], read: list[int]
 ) -> Iterator[tuple[int, list[tuple[int, str]]]]:
     """(k, chunk k's (line index, text) pairs); `read[0]` counts the input lines read."""
-    chunk: list[tuple[int, str]] = []
-    k = 0
-    for index, text in enumerate(lines):
-        read[0] = index + 1
-        if not _in_shard(index, shard):
-            continue
-        chunk.append((index, text))
-        if len(chunk) >= size:
-            yield k, chunk
-            chunk, k = [], k + 1
-    if chunk:
-        yield k, chunk
+
+    def numbered() -> Iterator[tuple[int, str]]:
+        for index, text in enumerate(lines):
+            read[0] = index + 1
+            if _in_shard(index, shard):
+                yield index, text
+
+    kept = numbered()
+    return enumerate(iter(lambda: list(itertools.islice(kept, size)), []))
 
 
 def embed_file(
@@ -235,7 +227,7 @@ def embed_file(
     check_paths(input_path, output_path)
     check_text(input_path, settings.encoding, option="--encoding")  # all of it, before anything is written
     # the model first (every check, the pinned digest): a model that does not load leaves nothing behind
-    loaded = load_embed_model(settings)
+    loaded = load_embed_model(settings, settings.n_threads)
     numbers, alignment = settings.numbers(), None
     if settings.alignment:  # read and checked once, here: the workers are given it
         alignment, numbers["alignment_sha256"] = load_embed_alignment(settings, loaded)
@@ -271,15 +263,12 @@ def embed_file(
                 _init_worker(settings, None, loaded, alignment)
                 results = ((k, _embed_chunk(chunk)) for k, chunk in todo)
             else:
-                if RUNTIMES[settings.runtime].spawn_workers:  # each given the model loaded here
-                    context = multiprocessing.get_context("spawn")
-                    initargs: tuple[Any, ...] = (settings, 1, loaded, alignment)
-                    pool = ProcessPoolExecutor(workers, context, initializer=_init_worker, initargs=initargs)
-                else:
-                    del loaded
-                    pool = ProcessPoolExecutor(
-                        workers, initializer=_init_worker, initargs=(settings, 1, None, alignment)
-                    )
+                spawn = RUNTIMES[settings.runtime].spawn_workers  # spawned workers are given the model loaded here
+                given = loaded if spawn else None  # forked ones each load it: this one is freed before they fork
+                del loaded
+                context = multiprocessing.get_context("spawn") if spawn else None
+                initargs = (settings, 1, given, alignment)
+                pool = ProcessPoolExecutor(workers, context, initializer=_init_worker, initargs=initargs)
                 stack.callback(pool.shutdown, cancel_futures=True)
                 results = _pooled(pool, todo, in_flight=2 * workers)
             for k, chunk_result in results:

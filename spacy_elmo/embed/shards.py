@@ -14,6 +14,7 @@ from ..disk import remove_stale_temporaries
 from ..launch_env import launch_env
 from .store import (
     INFORMATIONAL,
+    Hdf5Output,
     OutputError,
     PartialRun,
     add_dataset,
@@ -22,7 +23,6 @@ from .store import (
     differences,
     partial_dir,
     read_binding,
-    write_finished,
 )
 
 
@@ -102,7 +102,8 @@ def merge_shards(shard_files: Sequence[Path], output_path: Path) -> int:
                 raise ShardError(
                     f"{shards[index]}: lines missing {absent} / not of this shard {strays}; run the shard again"
                 )
-        write_finished(output_path, merged, _interleaved(handles, [shards[i] for i in range(count)], n_lines), n_lines)
+        datasets = _interleaved(handles, [shards[i] for i in range(count)], n_lines)
+        Hdf5Output(output_path).write(datasets, merged, n_lines)
     return n_lines
 
 

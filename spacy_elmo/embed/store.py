@@ -96,14 +96,6 @@ def write_datasets(path: Path, datasets: Iterable[tuple[str, numpy.ndarray]], **
         handle.attrs.update(attrs, vectors_sha256=digest.hexdigest(), complete=True)
 
 
-def write_finished(
-    path: Path, binding: dict[str, Any], datasets: Iterable[tuple[str, numpy.ndarray]], n_input_lines: int
-) -> None:
-    """Publish a finished output atomically, with its binding and content digest."""
-    binding_text = json.dumps(binding, sort_keys=True)
-    write_datasets(path, datasets, format=FORMAT, binding=binding_text, n_input_lines=n_input_lines)
-
-
 # what a file given as an output or a shard must be, and what to do when it is not
 ROLES = {
     "output": ("OUTPUT exists and is not an embed output", "give another output name"),
@@ -173,7 +165,9 @@ class Hdf5Output:
         self.path = path
 
     def write(self, datasets: Iterator[tuple[str, numpy.ndarray]], binding: dict[str, Any], n_input_lines: int) -> None:
-        write_finished(self.path, binding, datasets, n_input_lines)
+        """Publish it atomically, with its binding and content digest."""
+        binding_text = json.dumps(binding, sort_keys=True)
+        write_datasets(self.path, datasets, format=FORMAT, binding=binding_text, n_input_lines=n_input_lines)
 
     def read_record(self) -> dict[str, Any]:
         return read_binding(self.path)

@@ -199,34 +199,28 @@ def BiLM_v1(
 ) -> Model[list[Doc], list[Floats3d]]:
     """The biLM layer: docs -> one (L+1, n_tokens, 2P) array of layer outputs per doc.
 
-    path: a native model directory, a bilm-tf/AllenNLP directory (options.json + one .hdf5 [+ vocab.txt]),
-        an .hdf5 weight file with options.json beside it, an NLPL/ELMoForManyLangs model, or a shipped
-        model name; "" is the shipped default (`spacy_elmo.io.resolve.DEFAULT_MODEL`). With runtime
-        "onnxruntime" also an .onnx graph written by `spacy elmo export` (read without torch; any other
-        model is exported when the pipe is initialized, which needs torch and the `[onnx]` extra). Read by
-        `nlp.initialize()` (or the first batch), never when saved weights are loaded.
-    window_size: the longest sequence the biLM reads at once; docs without sentence boundaries (and
-        longer sentences) are cut into overlapping windows of this many tokens.
-    window_context: tokens of context each window reads on each side of the part it answers for.
-    token_budget: tokens per biLM batch (padded size; sentences are sorted by length first); 0 (default): the
-        device's size, 4,096 on the CPU, 32,768 on a GPU.
-    stateful: carry the LSTM state from batch to batch as bilm-tf/AllenNLP do (results then depend on
-        what was embedded before; no sorting, no cache). Default: every sentence starts from zero.
-    fine_tune: train the biLM's weights with the listening components (default: frozen biLM).
-    n_threads: threads while the biLM runs (0 = the runtime's own setting, at most the CPUs this process may
-        use); torch's setting is restored
-        after each batch, ONNX Runtime's is its session's.
-    precision: the biLM's matrix products, on CPU and GPU alike: "fp32" (default), "bf16", "int8" (CPU
-        only, inference only: dynamic quantization, weights quantized once when loaded, never saved so)
-        or "fp16" (GPU). Outputs are float32 whatever the precision; `spacy_elmo.bilm.precision` says
-        how each is computed, benchmarks/RESULTS.md what each costs. The onnxruntime runtime is fp32.
-    sha256: pin the model: loading refuses a model whose digest is not this one (the model digest
-        `spacy elmo verify` prints, covering every file that makes the model: options, weights and
-        vocabularies; for an .onnx file, the file's SHA-256).
-    runtime: "torch" (default) or "onnxruntime": serve the exported graph on the CPU, without torch
-        (fp32, stateless and frozen only; see `spacy_elmo.runtimes.onnx`).
-    alignment: an aligned multilingual model's matrix (Schuster et al. 2019; the catalog's allennlp/multilingual-*):
-        its path, or "auto" for the one the catalog put beside the model. Every layer's vectors x become
+    path: any model `spacy_elmo.io.resolve` reads (native, bilm-tf/AllenNLP, .hdf5 with options.json beside
+        it, NLPL/ELMoForManyLangs, a shipped name; "" the shipped default), or with runtime "onnxruntime" an
+        .onnx graph from `spacy elmo export` (read without torch; any other model is exported at initialize,
+        which needs torch and the `[onnx]` extra). Read by `nlp.initialize()` or the first batch, never when
+        saved weights are loaded.
+    window_size, window_context: docs without sentence boundaries, and longer sentences, are cut into
+        overlapping windows of window_size tokens, each reading window_context more on each side.
+    token_budget: padded tokens per biLM batch (length-sorted); 0: the device's, 4,096 on CPU, 32,768 on GPU.
+    stateful: carry the LSTM state between batches as bilm-tf/AllenNLP do (results then depend on what came
+        before; no sorting, no cache). Default: every sentence starts from zero.
+    fine_tune: train the biLM with the listening components (default: frozen).
+    n_threads: threads while the biLM runs (0: the runtime's own setting, at most the CPUs this process may
+        use); torch's setting is restored after each batch, ONNX Runtime's is its session's.
+    precision: the matrix products: "fp32" (default), "bf16", "int8" (CPU inference only: weights quantized
+        once when loaded, never saved so) or "fp16" (GPU); outputs are float32 whatever it is (see
+        `spacy_elmo.bilm.precision`, costs in benchmarks/RESULTS.md). The onnxruntime runtime is fp32.
+    sha256: refuse a model whose digest is not this one (what `spacy elmo verify` prints, over options,
+        weights and vocabularies; for an .onnx file, the file's SHA-256).
+    runtime: "torch" (default) or "onnxruntime": the exported graph on the CPU without torch (fp32,
+        stateless and frozen; `spacy_elmo.runtimes.onnx`).
+    alignment: an aligned multilingual model's matrix (Schuster et al. 2019; the catalog's
+        allennlp/multilingual-*), its path or "auto" (the one beside the model): every layer's x becomes
         x @ M.T, as AllenNLP aligns its mix, so languages share one space; read at initialize, saved with
         the pipeline. Default: none.
     """
@@ -246,9 +240,9 @@ def BiLM_v1(
         chosen = RUNTIMES[runtime]
         runner = chosen.runner(run, load=functools.partial(load_named, runtime, path, sha256))
         if chosen.trainable:
-            from .torch_bilm import torch_shim
+            from .torch_bilm import TorchRuntimeShim
 
-            shim = torch_shim(runner)
+            shim = TorchRuntimeShim(runner)
         else:
             from .onnx_bilm import OnnxRuntimeShim
 

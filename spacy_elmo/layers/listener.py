@@ -40,9 +40,7 @@ class ElmoListener(Model):
         return sum(sum(token.orth for token in doc) for doc in inputs)
 
     def receive(self, batch_id: int, outputs: list[Floats3d], backprop: Callable) -> None:
-        self._batch_id = batch_id
-        self._outputs = outputs
-        self._backprop = backprop
+        self._batch_id, self._outputs, self._backprop = batch_id, outputs, backprop
 
     def set_upstream_dims(self, width: int, n_layers: int) -> None:
         """Take the upstream biLM's width and layer count, or check them against those configured."""
@@ -62,9 +60,7 @@ class ElmoListener(Model):
     def backprop_and_clear(self, d_outputs: list[Floats3d]) -> list[Doc]:
         """Run the upstream's backprop, then let go of the batch's outputs (and their graph)."""
         result = self._backprop(d_outputs) if self._backprop is not None else []
-        self._batch_id = None
-        self._outputs = None
-        self._backprop = None
+        self._batch_id = self._outputs = self._backprop = None
         return result
 
 

@@ -23,8 +23,7 @@ def mix_weights(model: Model) -> Floats1d:
 
 
 def forward(model: Model, Xs: list[Floats3d], is_train: bool) -> tuple[list[Floats2d], Callable]:
-    ops = model.ops
-    xp = ops.xp
+    ops, xp = model.ops, model.ops.xp
     n_layers = model.get_dim("nL")
     for layers in Xs:
         if layers.shape[0] != n_layers:
@@ -39,13 +38,11 @@ def forward(model: Model, Xs: list[Floats3d], is_train: bool) -> tuple[list[Floa
     X: Any = xp.concatenate(Xs, axis=1) if len(Xs) > 1 else Xs[0]
     if X.dtype not in (xp.float32, xp.float64):
         X = X.astype("float32")  # float16 storage
-    layer_norm = bool(model.attrs["layer_norm"])
+    layer_norm, Xn = bool(model.attrs["layer_norm"]), X
     if layer_norm:
         mean = X.mean(axis=-1, keepdims=True)
         inv_std = 1.0 / xp.sqrt(X.var(axis=-1, keepdims=True) + LAYER_NORM_EPS)
         Xn = (X - mean) * inv_std
-    else:
-        Xn = X
     s = model.get_param("weights")
     gamma = model.get_param("gamma")
     w = softmax(s)

@@ -32,6 +32,9 @@ def deserialize_runner(runner: BiLMRunner, data: bytes, device: torch.device) ->
 class TorchRuntimeShim(PyTorchShim):
     """thinc's PyTorch shim around the `BiLMRunner`, with the one hook the layer calls."""
 
+    def __init__(self, runner: SentenceRunner) -> None:
+        super().__init__(runner, serialize_model=serialize_runner, deserialize_model=deserialize_runner)
+
     def run_batches(
         self, ids: list[numpy.ndarray], is_train: bool, ops: Ops
     ) -> tuple[list[Floats4d], Optional[Callable[[list[Floats4d]], None]]]:
@@ -51,8 +54,3 @@ class TorchRuntimeShim(PyTorchShim):
                 shim_backprop(ArgsKwargs(args=(outputs,), kwargs={"grad_tensors": grad_tensors}))
 
         return arrays, backprop
-
-
-def torch_shim(runner: SentenceRunner) -> TorchRuntimeShim:
-    """The layer's shim for a runner of the "torch" runtime (a `BiLMRunner`)."""
-    return TorchRuntimeShim(runner, serialize_model=serialize_runner, deserialize_model=deserialize_runner)

@@ -127,9 +127,8 @@ def export_bytes(bilm: BiLM, source_sha256: Optional[str] = None) -> bytes:
     was_training = bilm.training
     bilm.eval()
     module = ExportableBiLM(bilm).eval()
-    width = bilm.lexicon.width
     example = torch.from_numpy(bilm.batch_to_ids([["a", "b", "c"], ["d"]])).long()
-    assert example.shape[-1] == width
+    assert example.shape[-1] == bilm.lexicon.width
     try:
         with torch.no_grad(), _quiet_exporter():
             program = torch.onnx.export(

@@ -51,16 +51,21 @@ os.register_at_fork(after_in_child=_keep_inherited_sessions)
 @dataclass(frozen=True)
 class LoadedGraph:
     """A graph to serve, named by `source`; `exported_from`: what an output records of the model it was exported
-    from now, and its options (None: an .onnx file, whose own metadata says both)."""
+    from now, and its options (None: an .onnx file, whose own metadata says both); `n_threads`: its runner's."""
 
     graph: bytes
     source: str
     exported_from: Optional[tuple[dict[str, Any], BiLMOptions]] = None
+    n_threads: int = 0
 
     @functools.cached_property
+    def runner(self) -> "OnnxRunner":
+        """The graph's runner, made on first use: its session reads and checks the metadata, then serves it."""
+        return OnnxRunner(self.graph, source=self.source, n_threads=self.n_threads)
+
+    @property
     def metadata(self) -> GraphMetadata:
-        """The graph's metadata, read and checked once, by a session of its own."""
-        return OnnxRunner(self.graph, source=self.source).metadata
+        return self.runner.metadata
 
     @property
     def options(self) -> BiLMOptions:
@@ -70,13 +75,8 @@ class LoadedGraph:
         """What an output records of the graph: the model it was exported from, else the .onnx file itself."""
         if self.exported_from is not None:
             return self.exported_from[0]
-        sha256 = hashlib.sha256(self.graph).hexdigest()
-        return {
-            "path": self.source,
-            "format": "onnx",
-            "sha256": sha256,
-            "source_sha256": self.metadata.source_sha256,
-        }
+        sha256, source_sha256 = hashlib.sha256(self.graph).hexdigest(), self.metadata.source_sha256
+        return {"path": self.source, "format": "onnx", "sha256": sha256, "source_sha256": source_sha256}
 
 
 def read_graph_file(path: Union[str, Path]) -> bytes:
@@ -86,13 +86,13 @@ def read_graph_file(path: Union[str, Path]) -> bytes:
     return file.read_bytes()
 
 
-def load_graph(path: str, sha256: Optional[str]) -> LoadedGraph:
+def load_graph(path: str, sha256: Optional[str], n_threads: int = 0) -> LoadedGraph:
     """The graph `path` serves, its `sha256` pin checked: an .onnx file as it is (no torch), any other model
     exported (torch and the [onnx] extra)."""
     if names_onnx_graph(path):
         graph = read_graph_file(path)
         check_pin(hashlib.sha256(graph).hexdigest(), sha256, path)
-        return LoadedGraph(graph, path)
+        return LoadedGraph(graph, path, n_threads=n_threads)
     try:
         from ..io.resolve import load_model
         from .export import export_bytes
@@ -104,7 +104,7 @@ def load_graph(path: str, sha256: Optional[str]) -> LoadedGraph:
         ) from None
     loaded = load_model(path, sha256)
     graph = export_bytes(loaded.bilm, source_sha256=loaded.sha256)
-    return LoadedGraph(graph, str(loaded.source.path), (loaded.describe(), loaded.bilm.options))
+    return LoadedGraph(graph, str(loaded.source.path), (loaded.describe(), loaded.bilm.options), n_threads)
 
 
 class OnnxRunner(SentenceRunner):
@@ -123,7 +123,6 @@ class OnnxRunner(SentenceRunner):
         source: str = "ONNX graph",
         n_threads: int = 0,
         token_budget: int = 0,
-        metadata: Optional[GraphMetadata] = None,
     ) -> None:
         if graph is None and load is None:
             raise ValueError("OnnxRunner needs a graph or a function that loads one")
@@ -134,7 +133,7 @@ class OnnxRunner(SentenceRunner):
         self.token_budget = token_budget or DEFAULT_TOKEN_BUDGET  # 0: the default (a CPU's)
         self._register()
         if graph is not None:
-            self.set_graph(graph, source, metadata=metadata)
+            self.set_graph(graph, source)
 
     def _register(self) -> None:
         """A key of this object's own for `_sessions`; its session there is freed with it."""
@@ -157,15 +156,12 @@ class OnnxRunner(SentenceRunner):
             self.set_graph(found.graph, found.source)
         return self
 
-    def set_graph(
-        self, graph: bytes, source: str, remedy: str = EXPORT_AGAIN, metadata: Optional[GraphMetadata] = None
-    ) -> None:
-        """Serve `graph` (`source` names it) from now on; `remedy`: what errors about a damaged graph advise;
-        `metadata`: the graph's, read and checked already (its session is then made on first use)."""
+    def set_graph(self, graph: bytes, source: str, remedy: str = EXPORT_AGAIN) -> None:
+        """Serve `graph` (`source` names it) from now on; `remedy`: what errors about a damaged graph advise."""
         _sessions.pop(self._key, None)
         self._graph, self._metadata = graph, None
         self.source, self.remedy, self._origin_pid = source, remedy, os.getpid()
-        self._metadata = metadata if metadata is not None else self._read_metadata()
+        self._metadata = self._read_metadata()
 
     @property
     def graph(self) -> bytes:

@@ -1,9 +1,10 @@
 """The "onnxruntime" runtime: the exported graph in `OnnxRunner`, on the CPU, in fp32, stateless and frozen,
 with no torch where the model is an .onnx file."""
 
+from dataclasses import replace
 from typing import Callable, Optional, cast
 
-from ..bilm.batching import SentenceRunner
+from ..bilm.batching import DEFAULT_TOKEN_BUDGET, SentenceRunner
 from ..errors import SettingError, require
 from ..onnx.runtime import LoadedGraph, OnnxRunner, load_graph
 from . import Loaded, RunSettings
@@ -36,22 +37,22 @@ class OnnxRuntime:
             if wrong:
                 raise SettingError(why, setting)
 
-    def load(self, path: str, sha256: Optional[str]) -> LoadedGraph:
+    def load(self, path: str, sha256: Optional[str], n_threads: int = 0) -> LoadedGraph:
         require("the 'onnxruntime' runtime", "onnxruntime", extra="onnx")  # else only the first batch would need it
-        return load_graph(path, sha256)
+        return load_graph(path, sha256, n_threads)
 
     def runner(
         self, run: RunSettings, loaded: Optional[Loaded] = None, load: Optional[Callable[[], Loaded]] = None
     ) -> SentenceRunner:
-        graph = cast(Optional[LoadedGraph], loaded)
-        return OnnxRunner(
-            None if graph is None else graph.graph,
-            load=cast(Optional[Callable[[], LoadedGraph]], load),
-            source="ONNX graph" if graph is None else graph.source,
-            n_threads=run.n_threads,
-            token_budget=run.token_budget,
-            metadata=None if graph is None else graph.metadata,  # read and checked once, by `load`'s answer
-        )
+        if loaded is None:
+            loader = cast(Optional[Callable[[], LoadedGraph]], load)
+            return OnnxRunner(load=loader, n_threads=run.n_threads, token_budget=run.token_budget)
+        graph = cast(LoadedGraph, loaded)
+        if graph.n_threads != run.n_threads:  # loaded for other threads (a worker's one): a runner of its own
+            graph = replace(graph, n_threads=run.n_threads)
+        runner = graph.runner  # the session that read and checked the metadata serves it: one a process
+        runner.token_budget = run.token_budget or DEFAULT_TOKEN_BUDGET
+        return runner
 
     def pin_threads(self, n_threads: int) -> None:
         """Nothing: each session is given its threads."""
