@@ -81,14 +81,12 @@ def tokens_to_ids(tokens: Sequence[str], max_characters_per_token: int = MAX_CHA
 
 def ids_to_text(ids: numpy.ndarray) -> list[str]:
     """Decode a (n_tokens, max_chars) id array back to strings (for debugging and error messages)."""
+    markers = {BOS_CHAR: BOS_TOKEN, EOS_CHAR: EOS_TOKEN}
     words = []
     for row in numpy.asarray(ids):
         raw = row[row > 0] - ID_SHIFT
-        if len(raw) >= 2 and raw[1] == BOS_CHAR:
-            words.append(BOS_TOKEN)
-        elif len(raw) >= 2 and raw[1] == EOS_CHAR:
-            words.append(EOS_TOKEN)
+        if len(raw) >= 2 and int(raw[1]) in markers:
+            words.append(markers[int(raw[1])])
         else:
-            data = bytes(int(c) for c in raw if c < 256)
-            words.append(data.decode("utf-8", "replace"))
+            words.append(bytes(int(c) for c in raw if c < 256).decode("utf-8", "replace"))
     return words

@@ -137,11 +137,10 @@ def cgroup_cpu_quota(root: Path) -> Optional[float]:
     own = _own_cgroups(root)
     mount = root / "sys/fs/cgroup"
     quotas = [_quota(*_read(d / "cpu.max").partition(" ")[::2]) for d in _lineage(mount, own.get("", "/"))]
-    for name in V1_CPU_MOUNTS:
-        if (mount / name).is_dir():
-            lineage = _lineage(mount / name, own.get("cpu", "/"))
-            quotas += [_quota(_read(d / "cpu.cfs_quota_us"), _read(d / "cpu.cfs_period_us")) for d in lineage]
-            break
+    v1 = next((mount / name for name in V1_CPU_MOUNTS if (mount / name).is_dir()), None)
+    if v1 is not None:
+        lineage = _lineage(v1, own.get("cpu", "/"))
+        quotas += [_quota(_read(d / "cpu.cfs_quota_us"), _read(d / "cpu.cfs_period_us")) for d in lineage]
     return min((q for q in quotas if q is not None), default=None)
 
 

@@ -1,16 +1,10 @@
-"""The package's own errors. `ModelFileError`: the one base of every "this model file is bad" error, so a
-caller catches one type whatever the format: options, vocabularies, weights, ELMoForManyLangs files, archives
-and ONNX graphs. `SettingError`: a value refused, carrying which setting it is (`setting`) as a field.
+"""The package's own errors: `ModelFileError` (whatever the model format), `SettingError` (a value refused,
+naming its setting), `MissingPackageError` (a package a feature imports only when used is not installed).
 
 Context is added where it is known, not threaded through signatures: a reader raises naming the file and
 the key; the entry point that took the value from the user (a CLI command, `BiLM.v1`, `embed`'s settings,
 a saved pipeline's loading) wraps its call in `named_settings` (which option); what reads a file wraps its
-parsing in `reading` (which file, what to do).
-
-`MissingPackageError`: a package that a feature imports only when used is not installed;
-`require` raises it before any work starts, in one line naming the package and the pip line that installs it
-(the package is not on PyPI: the hint names the packages themselves, and the extra as a clone or a built
-wheel installs it)."""
+parsing in `reading` (which file, what to do)."""
 
 import contextlib
 import importlib.util
@@ -22,7 +16,8 @@ from .about import __title__, __version__
 
 
 class ModelFileError(ValueError):
-    """A model's files cannot be read as the model they claim to be; the message names the file and the key."""
+    """A model's files cannot be read as the model they claim to be; the message names the file and the key.
+    The one base of every such error, so a caller catches one type whatever the format."""
 
 
 class SettingError(ValueError):
@@ -158,7 +153,8 @@ def missing(*modules: str) -> list[str]:
 
 def missing_message(purpose: str, modules: Sequence[str], extra: Optional[str] = None) -> str:
     """One line: `purpose` needs `modules`, not installed, and the pip line installing exactly those (their
-    ranges as pyproject.toml states them), then the extra as a clone or the built wheel installs it."""
+    ranges as pyproject.toml states them), then the extra as a clone or the built wheel installs it (spacy-elmo
+    is not on PyPI)."""
     specs = " ".join(f'"{requirement(module, extra)}"' for module in modules)
     names = modules[0] if len(modules) == 1 else f"{', '.join(modules[:-1])} and {modules[-1]}"
     line = f"{purpose} needs {names}, which {'is' if len(modules) == 1 else 'are'} not installed: pip install {specs}"

@@ -63,9 +63,8 @@ def _elmo(obj: Union[Doc, Span, Token]) -> Any:
 
 def install_extensions() -> None:
     """Register the extensions (idempotent; an existing registration by this package is replaced)."""
-    Doc.set_extension(LAYERS, default=None, force=True)
-    Doc.set_extension(MIX, default=None, force=True)
-    Doc.set_extension(STORED_VECTORS, default=None, force=True)
+    for name in (LAYERS, MIX, STORED_VECTORS):
+        Doc.set_extension(name, default=None, force=True)
     for cls in (Doc, Span, Token):
         cls.set_extension(VECTORS, getter=_elmo, force=True)
 

@@ -6,6 +6,7 @@ UTF-32 without a byte-order mark leaves between ASCII characters), are refused, 
 would read the replacement as text). A leading byte-order mark is skipped.
 """
 
+import bisect
 import codecs
 import gzip
 import io
@@ -175,15 +176,12 @@ def _buffered(state: Any) -> bytes:
 
 def _char_start(decoder: codecs.IncrementalDecoder, state: Any, data: bytes, index: int) -> int:
     """Where in `data` character `index` of decoding it (from `state`) begins."""
-    low, high = 0, len(data)
-    while low < high:
-        middle = (low + high) // 2
+
+    def characters(end: int) -> int:
         decoder.setstate(state)
-        if len(decoder.decode(data[:middle])) >= index:
-            high = middle
-        else:
-            low = middle + 1
-    return low
+        return len(decoder.decode(data[:end]))
+
+    return bisect.bisect_left(range(len(data)), index, key=characters)
 
 
 def text_lines(

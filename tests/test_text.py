@@ -223,10 +223,9 @@ def test_a_pipe_is_read_once_and_its_errors_located_as_read(tmp_path):
     finally:
         os.close(fd)
     path, fd = pipe_of("one\ntwo caf\xe9 !\n".encode("latin-1"))
+    said = r"line 2, byte 11: not valid UTF-8 \(invalid continuation byte: 20 after e9\)"
     try:
-        with pytest.raises(
-            ValueError, match=r"line 2, byte 11: not valid UTF-8 \(invalid continuation byte: 20 after e9\)"
-        ):
+        with pytest.raises(ValueError, match=said):
             list(text_lines(path))
     finally:
         os.close(fd)
@@ -238,9 +237,8 @@ def test_only_a_regular_file_can_be_read_again(tmp_path):
     text.check_rereadable(regular, "INPUT", "why")
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)  # never opened: that would wait for a writer
-    with pytest.raises(
-        ValueError, match=rf"^{fifo}: INPUT is a pipe/FIFO: it is read twice; write it to a file first$"
-    ):
+    said = rf"^{fifo}: INPUT is a pipe/FIFO: it is read twice; write it to a file first$"
+    with pytest.raises(ValueError, match=said):
         text.check_rereadable(fifo, "INPUT", "it is read twice")
     with pytest.raises(ValueError, match=r"/dev/null: INPUT is not a regular file"):
         text.check_rereadable(Path("/dev/null"), "INPUT", "it is read twice")

@@ -2,10 +2,9 @@
 `efml/ru`, `nlpl/212`) users can give wherever a model is asked for, each with its URLs and public source.
 `SPACY_ELMO_CATALOG` names a catalog of one's own that replaces it (a mirror, a test server).
 
-An entry's `urls` are by role: "archive" (its one file: a zip, or a tarball unpacked into the cache), or
-"options" and "weights" (a bilm-tf model as two files); "alignment" (an aligned multilingual model's matrix)
-names a companion file, fetched into the model's folder beside it. A role this version does not know is
-left alone (not fetched), so that a newer catalog, or a mirror's, still loads its models here.
+An entry's `urls` are by role (`ARCHIVE_ROLE`, or "options" and "weights"; `COMPANION_ROLES`). A role this
+version does not know is left alone (not fetched), so that a newer catalog, or a mirror's, still loads its
+models here.
 """
 
 import difflib
@@ -23,7 +22,7 @@ from .unpack import is_tarball_name
 CATALOG_FILE = Path(__file__).with_name("catalog.json")
 CATALOG_ENV = "SPACY_ELMO_CATALOG"
 FORMATS = ("bilm-tf", "efml", "tfhub")  # tfhub: a TF-Hub module's tarball (its reader is io/tfhub.py)
-ARCHIVE_ROLE = "archive"  # an entry's one URL, or "options" and "weights" for a bilm-tf model as two files
+ARCHIVE_ROLE = "archive"  # an entry's one file (a zip or a tarball), else "options" and "weights" (bilm-tf's two)
 ALIGNMENT_ROLE = "alignment"  # a multilingual model's alignment matrix (torch.save's .pth), beside its weights
 COMPANION_ROLES = (ALIGNMENT_ROLE,)  # the files fetched beside a model; any other role is left alone
 TFHUB_COMPRESSED = ("tf-hub-format", "compressed")  # tfhub.dev's query for a module as a .tar.gz
@@ -47,10 +46,6 @@ class CatalogEntry:
     parameters: Optional[str] = None
     nlpl_id: Optional[int] = None
     sha256: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def is_pair(self) -> bool:
-        return ARCHIVE_ROLE not in self.urls
 
     @property
     def is_tarball(self) -> bool:

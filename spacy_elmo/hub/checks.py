@@ -2,22 +2,18 @@
 
 None of the catalog's sources states a digest, and a server need not state a length, so a body cut short, a
 file that changed half way or an error page served as `application/octet-stream` would otherwise be kept as
-good. Each file is read as the format its name (or its role, or its first bytes) claims: a `.zip`'s central
-directory, and each member's CRC-32 while the members add up to at most `MAX_CRC_BYTES`; an `.hdf5`/`.h5`
-file opened with h5py (which refuses one shorter than its superblock records) and every object in it
-visited; an options `.json` parsed as a JSON object; a tarball (`.tar.gz`, `.tgz`, `.tar`, or a gzip, bzip2
-or xz stream by its first bytes, as a TF-Hub module's compressed download) read member by member to the end
-of its stream, vetted as it would be unpacked (`unpack.tar_problem`); a PyTorch `.pth` file (an alignment
-matrix) as a zip archive, or in the legacy layout as its five pickles walked opcode by opcode (never
-unpickled) to their ends. A body that starts like an HTML page is refused whatever the name. The loader
-checks the model itself later; these check only that the bytes arrived whole.
+good. Each file is read whole as the format its name (or its first bytes) claims: zip members' CRC-32s (up
+to `MAX_CRC_BYTES`), every object of an HDF5 file, an options JSON object, a tarball vetted as it would be
+unpacked, a `.pth` file's zip archive or legacy pickles (walked opcode by opcode, never unpickled). A body
+that starts like an HTML page is refused whatever the name. The loader checks the model itself later; these
+check only that the bytes arrived whole.
 """
 
 import json
 import pickletools
 import zipfile
 from pathlib import Path
-from typing import IO, Optional
+from typing import Optional
 
 from .unpack import is_tarball_name, looks_like_tarball, tar_problem
 
@@ -72,10 +68,9 @@ def format_problem(path: Path, kind: Optional[str] = None) -> Optional[str]:
     kind = kind or claimed_format(path)
     if not kind:
         return f"is none of {', '.join(FORMAT_NAMES.values())}"
+    read = {ZIP: _zip_problem, HDF5: _hdf5_problem, JSON: _json_problem, TAR: tar_problem, PTH: _pth_problem}[kind]
     try:
-        problem = {ZIP: _zip_problem, HDF5: _hdf5_problem, JSON: _json_problem, TAR: tar_problem, PTH: _pth_problem}[
-            kind
-        ](path)
+        problem = read(path)
     except OSError as err:
         problem = str(err)
     return f"is not a readable {FORMAT_NAMES[kind].split(' ', 1)[1]} ({problem})" if problem else None
@@ -129,27 +124,18 @@ def _pth_problem(path: Path) -> Optional[str]:
         return _zip_problem(path)
     try:
         with open(path, "rb") as handle:
-            last: list[tuple[str, object]] = []
+            last: list[str] = []  # the opcodes of the last pickle
             for _ in range(LEGACY_TORCH_PICKLES):
-                last = [(op.name, arg) for op, arg, _ in pickletools.genops(handle)]
-            rest = _remaining(handle)
+                last = [op.name for op, _, _ in pickletools.genops(handle)]
+            rest = path.stat().st_size - handle.tell()
     except (ValueError, EOFError) as err:  # genops: an opcode cut short, or no STOP before the end
         return f"cut short or damaged: {err}"
-    no_storage = [name for name, _ in last if name not in ("PROTO", "BINPUT", "PUT", "MEMOIZE")] == [
-        "EMPTY_LIST",
-        "STOP",
-    ]
+    no_storage = [name for name in last if name not in ("PROTO", "BINPUT", "PUT", "MEMOIZE")] == ["EMPTY_LIST", "STOP"]
     if no_storage and rest:
         return f"{rest} bytes follow its last pickle, where nothing should"
     if not no_storage and not rest:
         return "its storages are missing after the pickles (cut short?)"
     return None
-
-
-def _remaining(handle: IO[bytes]) -> int:
-    here = handle.tell()
-    handle.seek(0, 2)
-    return handle.tell() - here
 
 
 def _head(path: Path) -> bytes:

@@ -2,30 +2,23 @@
 
 `resolve_model_source` passes a local path or a shipped model's name through (no catalog is read for
 either) and turns a catalog name or an http(s) URL into a path in the cache (`cache`, else
-`SPACY_ELMO_CACHE`, else the user cache folder). `keys` says where: by the normalised URL, each URL's file
-in a folder of its own keyed by a hash of it, so that no two URLs share a file and a copied cache works. A
+`SPACY_ELMO_CACHE`, else the user cache folder), where `keys` gives each URL's file a folder of its own. A
 bilm-tf model published as two files lands in one folder (`options.json` and the weights), with its
-companion files (an "alignment" matrix) beside them, and a role this version does not know is left alone;
-a weights URL not in the
-catalog finds its options as `X_options.json` (AllenNLP's naming), else `options.json` beside it. A tarball
-(by its URL, or a "tfhub" entry's module) is unpacked once it is verified (`unpack`), and so is a local
-`.tar.gz`/`.tgz`/`.tar` given as a path: the model is the folder it holds, in the cache under its digest.
+companion files (an "alignment" matrix) beside them; a weights URL not in the catalog finds its options
+as `X_options.json` (AllenNLP's naming), else `options.json` beside it. A tarball (by its URL, a "tfhub"
+entry's module, or a local path) is unpacked once it is verified (`unpack`).
 
-Downloads go through pooch (its retries) with a downloader of our own (`transfer`: resumed only onto the
-same version, kept only when whole and checked). Each file's
-SHA-256 is recorded beside it (`NAME.sha256`) and checked at every reuse; a file whose record is missing,
-empty or unreadable is trusted again only once it reads as its format (offline too, and without fetching
-gigabytes again), else refused with how to fetch it again. Credentials in a URL are sent, never stored in
-a path or printed. Offline (`offline=True` or `SPACY_ELMO_OFFLINE=1`), what is missing is named, not
-fetched.
+Downloads go through pooch (its retries) with a downloader of our own (`transfer`). Each file's SHA-256 is
+recorded beside it (`NAME.sha256`) and checked at every reuse; a file whose record is missing, empty or
+unreadable is trusted again only once it reads as its format (offline too, and without fetching gigabytes
+again). Credentials in a URL are sent, never stored in a path or printed. Offline (`offline=True` or
+`SPACY_ELMO_OFFLINE=1`), what is missing is named, not fetched.
 """
 
-import contextlib
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Callable, Optional, TypeVar
+from typing import Optional
 from urllib.parse import urlsplit
 
 from ..disk import OPTIONS_FILE, WEIGHT_SUFFIXES, PathLike, atomic_write_text, file_sha256
@@ -42,7 +35,7 @@ from .catalog import (
     unknown_name_message,
 )
 from .checks import format_problem
-from .keys import cache_path, normalise_url, request_parts, shown_url
+from .keys import cache_path, request_parts, shown_url
 from .transfer import PARTIAL_SUFFIX, DownloadError, NotOnServer, Refused, ResumingDownloader, read_validator
 from .unpack import exclusive_lock, intact, is_tarball_name, unpacked
 
@@ -52,7 +45,6 @@ RETRIES = 3  # tries after the first; each resumes where the last one broke off,
 DIGEST_SUFFIX = ".sha256"
 # where spacy_elmo/models is (io.resolve.SHIPPED_MODELS_DIR; the hub may not import io)
 SHIPPED_MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
-T = TypeVar("T")
 _HEX_DIGEST = re.compile(r"[0-9a-fA-F]{64}")
 
 
@@ -86,12 +78,8 @@ def cache_dir(cache: Optional[PathLike] = None) -> Path:
 
 def is_shipped_name(text: str) -> bool:
     """Whether `text` names a model shipped in the package (`en_elmo_small`): resolved without a catalog."""
-    return (
-        bool(text)
-        and not any(c in text for c in "/\\:")
-        and text not in (".", "..")
-        and path_exists(SHIPPED_MODELS_DIR / text)
-    )
+    plain = bool(text) and not any(c in text for c in "/\\:") and text not in (".", "..")
+    return plain and path_exists(SHIPPED_MODELS_DIR / text)
 
 
 def path_exists(path: Path) -> bool:
@@ -154,9 +142,10 @@ def download_url(
     entry = entry_for_url(url)
     if entry is not None:
         return download_entry(entry, cache, offline, progress)
-    path = urlsplit(_normal(url)).path.lower()
+    shown = shown_url(url)
+    path = urlsplit(shown).path.lower()
     if path.endswith(".json"):
-        raise DownloadError(f"{_shown(url)} is an options file: give the URL of the model's weights (.hdf5) or archive")
+        raise DownloadError(f"{shown} is an options file: give the URL of the model's weights (.hdf5) or archive")
     if not path.endswith(WEIGHT_SUFFIXES):
         return download_entry(CatalogEntry(url, "", "", "", {ARCHIVE_ROLE: url}, {}), cache, offline, progress)
     candidates = options_urls_for(url)
@@ -165,11 +154,6 @@ def download_url(
     _fetch_first(candidates, files["options"], offline, progress, url)
     fetch(url, files["weights"], None, offline, progress)
     return files["weights"].parent
-
-
-def options_url_for(weights_url: str) -> str:
-    """The options beside a weights file, tried first: see `options_urls_for`."""
-    return options_urls_for(weights_url)[0]
 
 
 def options_urls_for(weights_url: str) -> list[str]:
@@ -188,20 +172,20 @@ def local_files(urls: dict[str, str], cache: Optional[PathLike] = None) -> dict[
     (`COMPANION_ROLES`), in the folder of its weights (or of its archive); a role not known here has none."""
     root = cache_dir(cache)
     if ARCHIVE_ROLE in urls:
-        files = {ARCHIVE_ROLE: _cache_path(urls[ARCHIVE_ROLE], root)}
+        files = {ARCHIVE_ROLE: cache_path(urls[ARCHIVE_ROLE], root)}
     else:
-        weights = _cache_path(urls["weights"], root)
+        weights = cache_path(urls["weights"], root)
         if not weights.name.lower().endswith(WEIGHT_SUFFIXES):  # it shares a folder with options.json
-            raise DownloadError(f"{_shown(urls['weights'])}: a model's weights must be an .hdf5 or .h5 file")
+            raise DownloadError(f"{shown_url(urls['weights'])}: a model's weights must be an .hdf5 or .h5 file")
         files = {"options": weights.with_name(OPTIONS_FILE), "weights": weights}
     folder = next(iter(files.values())).parent
     for role, url in urls.items():
         if role not in COMPANION_ROLES:
             continue
-        name = _cache_path(url, root).name
+        name = cache_path(url, root).name
         if name.lower().endswith(WEIGHT_SUFFIXES) or name in {path.name for path in files.values()}:
             raise DownloadError(
-                f"{_shown(url)}: the {role} file of a model cannot be {name!r} beside it (a second weight file, "
+                f"{shown_url(url)}: the {role} file of a model cannot be {name!r} beside it (a second weight file, "
                 "or a name the model's files have)"
             )
         files[role] = folder / name
@@ -221,11 +205,21 @@ def fetch(
     progress: bool = True,
 ) -> Path:
     """`url` at `target`: a cached file checked against its recorded digest (and `sha256`), else downloaded."""
-    shown = _shown(url)
+    shown = shown_url(url)
     if not target.exists():
         if is_offline(offline):  # nothing to write: a read-only copy of a cache works
-            raise _offline_error(shown, target)
-        with _download_lock(target):  # another process fetching the same file: wait for it, then reuse it
+            raise FileNotFoundError(
+                f"offline ({OFFLINE_ENV}): {shown} is not in the cache (it would be {target}); {FETCH_ELSEWHERE}"
+            )
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:  # a file where a folder of the cache should be
+            raise DownloadError(
+                f"cannot make the cache folder {target.parent} ({err}); point {CACHE_ENV} (or --cache) at a folder "
+                "that can be written"
+            ) from None
+        # another process fetching the same file: wait for it, then reuse it
+        with exclusive_lock(target.with_name(f".{target.name}.lock")):
             if not target.exists():
                 _download(url, target, sha256, progress)
                 return target
@@ -240,12 +234,6 @@ FETCH_ELSEWHERE = (
 )
 
 
-def _offline_error(shown: str, target: Path) -> FileNotFoundError:
-    return FileNotFoundError(
-        f"offline ({OFFLINE_ENV}): {shown} is not in the cache (it would be {target}); {FETCH_ELSEWHERE}"
-    )
-
-
 def _fetch_first(urls: list[str], target: Path, offline: Optional[bool], progress: bool, weights: str) -> Path:
     """The first of `urls` the server has, at `target` (the options of a weights file, by either naming)."""
     for url in urls:
@@ -254,7 +242,7 @@ def _fetch_first(urls: list[str], target: Path, offline: Optional[bool], progres
         except NotOnServer:
             continue
     raise DownloadError(
-        f"{_shown(weights)}: no options found beside it ({' and '.join(_shown(u) for u in urls)} are not on the "
+        f"{shown_url(weights)}: no options found beside it ({' and '.join(shown_url(u) for u in urls)} are not on the "
         "server); give the URL of an archive, or download both files and give the folder"
     )
 
@@ -263,7 +251,7 @@ def _download(url: str, target: Path, sha256: Optional[str], progress: bool) -> 
     import pooch
     import requests
 
-    shown = _shown(url)
+    shown = shown_url(url)
     downloader = ResumingDownloader(url, shown, target.with_name(target.name + PARTIAL_SUFFIX), sha256, progress)
     downloader.fallback = scheme_fallback(url)
     fetcher = pooch.create(  # pooch logs the URL it is given: the one without credentials
@@ -304,20 +292,6 @@ def scheme_fallback(url: str) -> Optional[str]:
         return None
 
 
-@contextlib.contextmanager
-def _download_lock(target: Path) -> Iterator[None]:
-    """An exclusive flock on `.NAME.lock` beside `target` (`unpack.exclusive_lock`)."""
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:  # a file where a folder of the cache should be
-        raise DownloadError(
-            f"cannot make the cache folder {target.parent} ({err}); point {CACHE_ENV} (or --cache) at a folder "
-            "that can be written"
-        ) from None
-    with exclusive_lock(target.with_name(f".{target.name}.lock")):
-        yield
-
-
 def _record_digest(target: Path, sha256: str) -> None:
     atomic_write_text(target.with_name(target.name + DIGEST_SUFFIX), f"{sha256}  {target.name}\n")
 
@@ -351,26 +325,6 @@ def _check_cached(shown: str, target: Path, sha256: Optional[str]) -> None:
                 f"{target} (from {shown}) has no readable digest record ({record.name}) and {problem}; {again}"
             )
         _record_digest(target, actual)
-
-
-def _cache_path(url: str, root: Path) -> Path:
-    return _as_download_error(lambda: cache_path(url, root))
-
-
-def _normal(url: str) -> str:
-    return _as_download_error(lambda: normalise_url(url))
-
-
-def _shown(url: str) -> str:
-    return _as_download_error(lambda: shown_url(url))
-
-
-def _as_download_error(read: Callable[[], T]) -> T:
-    """`read()`, its ValueError about a URL (keys' refusal of one it cannot place) raised as a DownloadError."""
-    try:
-        return read()
-    except ValueError as err:
-        raise DownloadError(str(err)) from None
 
 
 def _scrub(message: str, url: str) -> str:

@@ -39,24 +39,28 @@ _TOKEN = re.compile(r"%[0-9A-Fa-f]{2}|[^A-Za-z0-9._~!$&'()*+,;=:@/?#\[\]-]")
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")
 
 
+class DownloadError(ValueError):
+    """A download refused or failed (here: a URL that cannot be placed); the message names the URL or the
+    cached file."""
+
+
 def normalise_url(url: str) -> str:
-    """`url` in its normal form (credentials kept: they are needed to fetch it); a ValueError naming the URL
+    """`url` in its normal form (credentials kept: they are needed to fetch it); a DownloadError naming the URL
     if it is not an http(s) URL with a host."""
     try:
         parts = urlsplit(url.strip())
         port = parts.port
     except ValueError as err:
-        raise ValueError(f"{_strip_userinfo(url)} is not a valid URL: {err}") from None
+        raise DownloadError(f"{_strip_userinfo(url)} is not a valid URL: {err}") from None
     scheme = parts.scheme.lower()
     if scheme not in DEFAULT_PORTS or not parts.hostname:
-        raise ValueError(f"{_strip_userinfo(url)} is not an http(s) URL with a host")
+        raise DownloadError(f"{_strip_userinfo(url)} is not an http(s) URL with a host")
     host = parts.hostname.lower()  # urlsplit lowercases it already; said for the reader
     if ":" in host:  # an IPv6 literal
         host = f"[{host}]"
-    userinfo = parts.netloc.rpartition("@")[0] if "@" in parts.netloc else ""
-    netloc = (
-        (f"{userinfo}@" if userinfo else "") + host + (f":{port}" if port and port != DEFAULT_PORTS[scheme] else "")
-    )
+    userinfo = parts.netloc.rpartition("@")[0]  # "" without one
+    shown_port = f":{port}" if port and port != DEFAULT_PORTS[scheme] else ""
+    netloc = (f"{userinfo}@" if userinfo else "") + host + shown_port
     path = _remove_dot_segments(_normalise_escapes(parts.path) or "/")
     return urlunsplit((scheme, netloc, path, _normalise_escapes(parts.query), ""))
 
@@ -87,14 +91,9 @@ def cache_path(url: str, root: Path) -> Path:
     port = parts.port
     host = _safe_name(parts.hostname or "", MAX_FOLDER_CHARS) + (f"_{port}" if port else "")
     *folders, last = parts.path.split("/")[1:]  # the path starts with "/"
-    name = file_name(unquote(last))
+    name = _safe_name(unquote(last) or "index", MAX_NAME_CHARS, keep_suffix=True)
     leaf = f"{_safe_name(name, MAX_FOLDER_CHARS, keep_suffix=True)}@{url_key(url)}"
     return root.joinpath(parts.scheme, host, *_folder_names(folders), leaf, name)
-
-
-def file_name(segment: str) -> str:
-    """A safe, short file name for a URL's last segment (already unescaped), keeping its suffix."""
-    return _safe_name(segment or "index", MAX_NAME_CHARS, keep_suffix=True)
 
 
 def _folder_names(segments: list[str]) -> list[str]:
@@ -119,12 +118,10 @@ def _safe_name(text: str, limit: int, keep_suffix: bool = False) -> str:
     if len(suffix) > MAX_SUFFIX_CHARS or _UNSAFE.search(suffix):
         suffix = ""
     stem = _UNSAFE.sub("_", text[: len(text) - len(suffix)] if suffix else text)
-    if stem.startswith(".") or not stem:
+    if not stem or stem.startswith(".") or stem.split(".")[0].lower() in DEVICE_NAMES:
         stem = "_" + stem
     if stem.endswith("."):  # Windows drops a trailing dot
         stem += "_"
-    if stem.split(".")[0].lower() in DEVICE_NAMES:
-        stem = "_" + stem
     if len(stem) + len(suffix) > limit:
         digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
         stem = stem[: max(limit - len(suffix) - 13, 1)] + "~" + digest

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from ..disk import atomic_write_text, file_hash
 from ..errors import first_line
 from .checks import claimed_by_name, format_problem, is_html
-from .keys import request_parts
+from .keys import DownloadError, request_parts
 
 if TYPE_CHECKING:
     import requests
@@ -29,10 +29,6 @@ CHUNK_BYTES = 1 << 20
 PARTIAL_SUFFIX = ".part"
 VALIDATOR_SUFFIX = ".validator"  # beside NAME.part: NAME.part.validator
 MISSING_STATUSES = (404, 410)  # the URL names nothing: another name for the file may (options.json)
-
-
-class DownloadError(ValueError):
-    """A download refused or failed: the message names the URL or the cached file."""
 
 
 class NotOnServer(DownloadError):
@@ -48,9 +44,7 @@ class Refused(Exception):
 
 
 class ResumingDownloader:
-    """A pooch downloader that writes `part` and hands it to pooch only when whole and checked (the
-    announced length; the catalog's digest, else the format the file claims). It resumes `part` only with
-    the validator the server sent for it (`If-Range`), so the bytes after the break are of the same file."""
+    """A pooch downloader that writes `part` and hands it to pooch only when whole and checked (see above)."""
 
     def __init__(self, url: str, shown: str, part: Path, sha256: Optional[str], progress: bool) -> None:
         self.url, self.shown, self.part, self.expected, self.progress = url, shown, part, sha256, progress
@@ -201,11 +195,8 @@ def read_validator(path: Path, shown: str) -> Optional[dict[str, Any]]:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not isinstance(record, dict) or record.get("url") != shown or not isinstance(record.get("if_range"), str):
-        return None
-    if not isinstance(record.get("length"), (int, type(None))):
-        return None
-    return record
+    valid = isinstance(record, dict) and record.get("url") == shown and isinstance(record.get("if_range"), str)
+    return record if valid and isinstance(record.get("length"), (int, type(None))) else None
 
 
 def _other_range(response: "requests.Response", have: int, validator: dict[str, Any]) -> bool:
@@ -218,11 +209,8 @@ def _other_range(response: "requests.Response", have: int, validator: dict[str, 
         return True
     if validator.get("length") is not None and match.group(3) != str(validator["length"]):
         return True
-    etag, modified = response.headers.get("ETag"), response.headers.get("Last-Modified")
-    return bool(
-        (etag and validator.get("etag") and etag != validator["etag"])
-        or (modified and validator.get("last_modified") and modified != validator["last_modified"])
-    )
+    fields = (("ETag", "etag"), ("Last-Modified", "last_modified"))  # a header, and its name in the validator
+    return any(response.headers.get(h) and validator.get(f) and response.headers[h] != validator[f] for h, f in fields)
 
 
 def _refuse_answer(shown: str, response: "requests.Response") -> None:

@@ -1,21 +1,18 @@
 """Tar archives (`.tar.gz`, `.tgz`, `.tar`, a TF-Hub module's compressed download) unpacked once into the
 cache, so that a model published as a tarball loads as the folder it holds.
 
-A tarball is unpacked only after it is whole and verified (a download's SHA-256 checked, a local file's
-computed), into `unpacked/<SHA-256 of the tarball>/` under the cache folder: keyed by content, so the same
-bytes from a URL or from a local path share one folder. It is written into a temporary sibling
-(`<digest>.tmp<pid>`) and renamed into place, so a folder under its final name is always complete; a killed
-unpack leaves only the temporary, which the next run (holding the same lock) removes before it starts again.
+A tarball is unpacked only once it is whole and verified, into `unpacked/<SHA-256 of the tarball>/` under the
+cache folder: keyed by content, so the same bytes from a URL or from a local path share one folder. It is
+written into a temporary sibling renamed into place, so a folder under its final name is always complete.
 The SHA-256 of every file unpacked is recorded beside the folder (`<digest>.files.json`) and checked at every
-reuse, as a downloaded file's is: a file changed, removed or added in the folder since is said on stderr and
-the folder unpacked again from the tarball, itself verified (the cache holds verified bytes only; copy the
-folder elsewhere to edit a model).
+reuse: a folder changed since is said on stderr and unpacked again (the cache holds verified bytes only; copy
+the folder elsewhere to edit a model).
 
 Each member is vetted before anything is written, beyond what tarfile's "data" extraction filter refuses: no
 absolute name, no `..`, no link whose target leaves the folder, no member reached through a link, no device,
 FIFO or repeated name; at most `MAX_MEMBERS` members and `MAX_TOTAL_BYTES` of content. A damaged or cut
-tarball (a bad gzip CRC, a stream that ends early) is refused as a `TarballError` naming the file. The same
-walk checks a freshly downloaded tarball before it is kept (`tar_problem`).
+tarball is refused as a `TarballError` naming the file. The same walk checks a freshly downloaded tarball
+before it is kept (`tar_problem`).
 """
 
 import bz2
@@ -30,7 +27,7 @@ import tarfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import IO, Callable, Optional, Protocol
+from typing import IO, Any, Callable, Optional
 
 from ..disk import atomic_directory, atomic_write_text, file_sha256, fsync_path, remove_stale_temporaries
 from ..errors import ModelFileError, first_line
@@ -41,7 +38,12 @@ MAX_MEMBERS = 10_000  # a bilm-tf model or a TF-Hub module has a handful
 MAX_TOTAL_BYTES = 32 << 30  # what the members may hold together (a published ELMo model is a few GB at most)
 BLOCK_BYTES = 1 << 20
 FILES_SUFFIX = ".files.json"  # beside unpacked/<digest>/: the SHA-256 of each file unpacked, checked at reuse
-GZIP_MAGIC, BZIP2_MAGIC, XZ_MAGIC = b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00"
+# a compressed stream's first bytes, and what reads it (each takes a file object)
+DECOMPRESSORS: dict[bytes, Callable[..., Any]] = {
+    b"\x1f\x8b": gzip.open,
+    b"BZh": bz2.open,
+    b"\xfd7zXZ\x00": lzma.open,
+}
 USTAR_MAGIC_AT = 257  # "ustar" in a tar header
 # what a damaged or cut stream raises (a bad gzip header or CRC is a BadGzipFile, an OSError)
 DAMAGE_ERRORS = (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile)
@@ -58,7 +60,7 @@ def is_tarball_name(name: str) -> bool:
 
 def looks_like_tarball(head: bytes) -> bool:
     """Whether a file's first bytes (at least 262) are those of a compressed stream or of a tar header."""
-    return head.startswith((GZIP_MAGIC, BZIP2_MAGIC, XZ_MAGIC)) or head[USTAR_MAGIC_AT:].startswith(b"ustar")
+    return head.startswith(tuple(DECOMPRESSORS)) or head[USTAR_MAGIC_AT:].startswith(b"ustar")
 
 
 def tar_problem(path: Path) -> Optional[str]:
@@ -184,12 +186,6 @@ def _unpack(tarball: Path, target: Path) -> None:
 HAS_DATA_FILTER = hasattr(tarfile, "data_filter")
 
 
-class _Readable(Protocol):
-    def read(self, size: int = -1, /) -> bytes: ...
-
-    def close(self) -> None: ...
-
-
 def _walk(tarball: Path) -> Iterator[tuple[tarfile.TarFile, tarfile.TarInfo]]:
     """Each member of `tarball` in order, vetted (see the module docstring), as the stream reaches it; then
     the stream is read to its end: a cut or corrupted compressed tail (its CRC) is refused, and so is a tar
@@ -197,12 +193,12 @@ def _walk(tarball: Path) -> Iterator[tuple[tarfile.TarFile, tarfile.TarInfo]]:
     with open(tarball, "rb") as raw:
         head = raw.read(USTAR_MAGIC_AT + 8)
         raw.seek(0)
-        opener = _decompressor(head)
+        opener = next((open_ for magic, open_ in DECOMPRESSORS.items() if head.startswith(magic)), None)
         if opener is None and not head[USTAR_MAGIC_AT:].startswith(b"ustar"):
             raise TarballError(f"{tarball}: not a tar archive (neither gzip, bzip2, xz nor a tar header)")
-        stream = _Counting(opener(raw) if opener else raw)
+        stream: IO[bytes] = opener(raw) if opener else raw
         try:
-            with tarfile.open(fileobj=stream, mode="r|") as tar:  # type: ignore[call-overload]
+            with tarfile.open(fileobj=stream, mode="r|") as tar:
                 vetting = _Vetting(tarball)
                 for member in tar:
                     vetting.check(member)
@@ -210,40 +206,16 @@ def _walk(tarball: Path) -> Iterator[tuple[tarfile.TarFile, tarfile.TarInfo]]:
                 end = tar.offset  # where the header that ended the archive was read
             while stream.read(BLOCK_BYTES):  # past the end-of-archive blocks: the rest of the stream, its CRC
                 pass
+            length = stream.tell()  # of the tar stream (decompressed), read to its end
         except DAMAGE_ERRORS as err:
             raise TarballError(f"{tarball}: a tar archive cut short or damaged: {first_line(err)}") from None
         finally:
             stream.close()
-        if stream.count < end + tarfile.BLOCKSIZE:
+        if length < end + tarfile.BLOCKSIZE:
             raise TarballError(
-                f"{tarball}: a tar archive cut short or damaged: its tar stream stops at byte {stream.count}, "
+                f"{tarball}: a tar archive cut short or damaged: its tar stream stops at byte {length}, "
                 "before the end-of-archive block"
             )
-
-
-class _Counting:
-    """A stream that counts the bytes read from it (the length of a tar stream, once read to its end)."""
-
-    def __init__(self, stream: _Readable) -> None:
-        self.stream, self.count = stream, 0
-
-    def read(self, size: int = -1) -> bytes:
-        data = self.stream.read(size)
-        self.count += len(data)
-        return data
-
-    def close(self) -> None:
-        self.stream.close()
-
-
-def _decompressor(head: bytes) -> Optional[Callable[[IO[bytes]], _Readable]]:
-    if head.startswith(GZIP_MAGIC):
-        return lambda raw: gzip.GzipFile(fileobj=raw, mode="rb")
-    if head.startswith(BZIP2_MAGIC):
-        return lambda raw: bz2.BZ2File(raw, mode="rb")
-    if head.startswith(XZ_MAGIC):
-        return lambda raw: lzma.LZMAFile(raw, mode="rb")
-    return None
 
 
 class _Vetting:

@@ -7,10 +7,9 @@ number, the protocol, the system's byte sizes, the object, its storages' keys; t
 element count and its little-endian bytes). The published matrices are legacy files holding a numpy array
 (MUSE's `torch.save(W, path)` of `mapping.weight.data.cpu().numpy()`, Python 3's protocol 2), so both a torch
 tensor and a numpy array are taken. The pickles are read by an unpickler that imports nothing: the few
-globals such files name (torch's tensor rebuilders and float storage types, numpy's array reconstruction and
-dtype, `_codecs.encode`, `collections.OrderedDict`) are replaced by inert stand-ins that only record their
-arguments; any other global (`os.system`, `builtins.eval`...) is refused, naming the file. Only a float
-matrix of shape [d, d] is accepted; it is returned as stored (bit for bit), as a native-order numpy array.
+globals such files name are inert stand-ins that only record their arguments; any other global (`os.system`,
+`builtins.eval`...) is refused, naming the file. Only a float matrix of shape [d, d] is accepted; it is
+returned as stored (bit for bit), as a native-order numpy array.
 
 AllenNLP 0.9 (`modules/token_embedders/elmo_token_embedder_multilang.py`) loads the matrix M as
 `torch.FloatTensor(torch.load(path))` (float32) into a bias-free `torch.nn.Linear(d, d)`'s weight and applies
@@ -25,13 +24,12 @@ import io
 import math
 import pickle
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal, Optional
 
 import numpy
 
-from ..disk import PathLike
 from ..errors import ModelFileError, SettingError
 
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C  # torch.serialization.MAGIC_NUMBER
@@ -51,13 +49,9 @@ class AlignmentError(ModelFileError):
     """An alignment file that is not a float [d, d] matrix saved by torch.save; the message names the file."""
 
 
-def read_alignment(path: PathLike) -> numpy.ndarray:
-    """The matrix in a `.pth` alignment file, as stored (float16, float32 or float64; bfloat16 as float32)."""
-    return _read(Path(path))[0]
-
-
-def _read(path: Path) -> tuple[numpy.ndarray, str]:
-    """The matrix and the SHA-256 of the very bytes it was read from."""
+def read_alignment(path: Path) -> tuple[numpy.ndarray, str]:
+    """The matrix in a `.pth` alignment file, as stored (float16, float32 or float64; bfloat16 as float32), and
+    the SHA-256 of the very bytes it was read from."""
     try:
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:
@@ -101,7 +95,7 @@ def load_alignment(setting: str, model: str, width: int) -> tuple[numpy.ndarray,
     (AllenNLP's FloatTensor), checked against the model's `width`, and the SHA-256 of the bytes read (what an
     output is bound to)."""
     path = alignment_file(setting, model)
-    matrix, sha256 = _read(path)
+    matrix, sha256 = read_alignment(path)
     if matrix.shape != (width, width):
         raise AlignmentError(f"{path}: a {matrix.shape[0]}-wide matrix, and the model's vectors are {width} wide")
     return matrix.astype(numpy.float32), sha256
@@ -160,10 +154,9 @@ class _Dtype:
 @dataclass
 class _Array:
     shape: tuple[int, ...] = ()
-    dtype: Optional[_Dtype] = None
+    dtype: Optional[_Dtype] = None  # None until the pickle's BUILD gives the state
     fortran: bool = False
     data: bytes = b""
-    built: bool = field(default=False, repr=False)
 
     def __setstate__(self, state: Any) -> None:  # (1, shape, dtype, is_fortran, raw bytes)
         if not (isinstance(state, tuple) and len(state) == 5 and isinstance(state[2], _Dtype)):
@@ -171,17 +164,13 @@ class _Array:
         if not isinstance(state[4], bytes):
             raise ValueError("a numpy array of objects, not of numbers")
         self.shape, self.dtype, self.fortran, self.data = tuple(state[1]), state[2], bool(state[3]), state[4]
-        self.built = True
 
 
-class _Ndarray:
-    """What `numpy.ndarray` stands for: only ever passed to _reconstruct."""
-
-    __slots__ = ()
+_NDARRAY = object()  # what `numpy.ndarray` stands for, only passed to _reconstruct (a BUILD on it fails)
 
 
 def _reconstruct(cls: object, shape: Any, code: Any) -> _Array:
-    if not isinstance(cls, _Ndarray):
+    if cls is not _NDARRAY:
         raise ValueError("numpy's _reconstruct of something other than an ndarray")
     return _Array()
 
@@ -209,10 +198,6 @@ def _rebuild_parameter(data: Any, *rest: Any) -> Any:
     return data
 
 
-def _ordered_dict(*items: Any) -> dict[Any, Any]:
-    return dict(*items)
-
-
 class _StandIn:
     """A global's stand-in, made afresh for each mention: a pickle's BUILD on it changes nothing shared."""
 
@@ -229,7 +214,7 @@ _FUNCTIONS: dict[tuple[str, str], Callable[..., Any]] = {
     ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor,
     ("torch._utils", "_rebuild_tensor"): _rebuild_tensor,
     ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
-    ("collections", "OrderedDict"): _ordered_dict,
+    ("collections", "OrderedDict"): dict,
     ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
     ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
     ("numpy", "dtype"): _dtype,
@@ -237,37 +222,29 @@ _FUNCTIONS: dict[tuple[str, str], Callable[..., Any]] = {
 }
 
 
-def _stand_in(module: str, name: str) -> Any:
-    """A fresh stand-in for the global `module.name`, or None for one an alignment file never names."""
-    if (module, name) in _FUNCTIONS:
-        return _StandIn(_FUNCTIONS[module, name])
-    if (module, name) == ("numpy", "ndarray"):
-        return _Ndarray()
-    if module == "torch" and name in STORAGE_DTYPES:
-        return _StorageType(name)
-    return None
-
-
 class _Unpickler(pickle.Unpickler):
-    """Imports nothing: a global is one of `_GLOBALS`' stand-ins or refused, naming the file."""
+    """Imports nothing: a global is a fresh stand-in or refused, naming the file."""
 
-    def __init__(self, path: Path, stream: io.BytesIO, storage: Optional[Callable[[tuple[Any, ...]], Any]]) -> None:
+    def __init__(self, path: Path, stream: io.BytesIO, storages: bool = False) -> None:
         super().__init__(stream)
-        self.path, self.storage = path, storage
+        self.path, self.storages = path, storages
 
     def find_class(self, module: str, name: str) -> Any:
-        stand_in = _stand_in(module, name)
-        if stand_in is None:
-            raise AlignmentError(
-                f"{self.path}: names {module}.{name}, which an alignment matrix never does (only a float tensor "
-                "or array is read; nothing was run)"
-            )
-        return stand_in
+        if (module, name) in _FUNCTIONS:
+            return _StandIn(_FUNCTIONS[module, name])
+        if (module, name) == ("numpy", "ndarray"):
+            return _NDARRAY
+        if module == "torch" and name in STORAGE_DTYPES:
+            return _StorageType(name)
+        raise AlignmentError(
+            f"{self.path}: names {module}.{name}, which an alignment matrix never does (only a float tensor "
+            "or array is read; nothing was run)"
+        )
 
     def persistent_load(self, pid: Any) -> Any:
-        if self.storage is None or not isinstance(pid, tuple) or not pid or pid[0] != "storage":
+        if not self.storages or not isinstance(pid, tuple) or not pid or pid[0] != "storage":
             raise ValueError(f"an unexpected persistent id {pid!r}")
-        return self.storage(pid)
+        return _storage(pid)
 
 
 def _storage(pid: tuple[Any, ...]) -> _Storage:
@@ -275,10 +252,6 @@ def _storage(pid: tuple[Any, ...]) -> _Storage:
     if len(pid) not in (5, 6) or not isinstance(pid[1], _StorageType) or (len(pid) == 6 and pid[5] is not None):
         raise ValueError(f"an unexpected storage {pid[:5]!r} (not a float storage, or a view of one)")
     return _Storage(str(pid[2]), STORAGE_DTYPES[pid[1].name], int(pid[4]))
-
-
-def _load(path: Path, stream: io.BytesIO, storages: bool = False) -> Any:
-    return _Unpickler(path, stream, _storage if storages else None).load()
 
 
 def _read_zip(path: Path, data: bytes) -> Any:
@@ -292,7 +265,7 @@ def _read_zip(path: Path, data: bytes) -> Any:
         order = archive.read(prefix + "byteorder").decode("ascii").strip() if stated else "little"
         if order not in ("little", "big"):
             raise AlignmentError(f"{path}: byteorder {order!r}")
-        value = _load(path, io.BytesIO(archive.read(pickles[0])), storages=True)
+        value = _Unpickler(path, io.BytesIO(archive.read(pickles[0])), storages=True).load()
 
         def raw(storage: _Storage) -> bytes:
             return archive.read(f"{prefix}data/{storage.key}")
@@ -302,16 +275,16 @@ def _read_zip(path: Path, data: bytes) -> Any:
 
 def _read_legacy(path: Path, data: bytes) -> Any:
     stream = io.BytesIO(data)
-    if _load(path, stream) != LEGACY_MAGIC:
+    if _Unpickler(path, stream).load() != LEGACY_MAGIC:
         raise AlignmentError(f"{path}: neither a zip archive nor a legacy torch.save file (no magic number)")
-    if _load(path, stream) != LEGACY_PROTOCOL:
+    if _Unpickler(path, stream).load() != LEGACY_PROTOCOL:
         raise AlignmentError(f"{path}: a legacy torch.save file of an unknown protocol")
-    _load(path, stream)  # the system's byte order and sizes: the storages are little-endian whatever it says
-    value = _load(path, stream, storages=True)
-    keys = _load(path, stream)
+    _Unpickler(path, stream).load()  # the system's byte order and sizes: storages are little-endian whatever it says
+    value = _Unpickler(path, stream, storages=True).load()
+    keys = _Unpickler(path, stream).load()
     if not isinstance(keys, list) or not all(isinstance(key, str) for key in keys):
         raise AlignmentError(f"{path}: its storage keys are not a list of names")
-    records = {storage.key: storage for storage in _storages(value)}
+    records = {value.storage.key: value.storage} if isinstance(value, _Tensor) else {}
     blobs: dict[str, bytes] = {}
     for key in keys:
         numel = int.from_bytes(_take(path, stream, 8), "little", signed=True)
@@ -329,10 +302,6 @@ def _take(path: Path, stream: io.BytesIO, n: int) -> bytes:
     if len(chunk) != n:
         raise AlignmentError(f"{path}: ends inside a storage (cut short?)")
     return chunk
-
-
-def _storages(value: Any) -> list[_Storage]:
-    return [value.storage] if isinstance(value, _Tensor) else []
 
 
 def _with_data(path: Path, value: Any, raw: Callable[[_Storage], bytes], order: Literal["<", ">"]) -> Any:
@@ -361,7 +330,7 @@ def _with_data(path: Path, value: Any, raw: Callable[[_Storage], bytes], order: 
 def _matrix(path: Path, value: Any) -> numpy.ndarray:
     """The float [d, d] matrix `value` holds; anything else is refused, naming the file."""
     if isinstance(value, _Array):
-        if not value.built or value.dtype is None:
+        if value.dtype is None:
             raise AlignmentError(f"{path}: a numpy array whose state is missing")
         dtype = numpy.dtype(value.dtype.code).newbyteorder(">" if value.dtype.order == ">" else "<")
         if len(value.data) != math.prod(value.shape) * dtype.itemsize:

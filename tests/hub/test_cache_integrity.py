@@ -149,9 +149,8 @@ def test_a_catalog_digest_vouches_for_a_body_of_no_length(server, cache, use_cat
     data = b"bytes no format check would pass, which the catalog's digest vouches for"
     server.files["m.bin"] = data
     server.no_length.add("m.bin")
-    use_catalog(
-        [{"name": "test/digest", "urls": {"archive": server.url("m.bin")}, "sha256": {"archive": sha256(data)}}]
-    )
+    entry = {"name": "test/digest", "urls": {"archive": server.url("m.bin")}, "sha256": {"archive": sha256(data)}}
+    use_catalog([entry])
     assert resolve_model_source("test/digest", progress=False).read_bytes() == data
     server.files["n.bin"] = data  # no digest: checked as what it claims, and it claims nothing
     server.no_length.add("n.bin")

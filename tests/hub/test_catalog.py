@@ -166,7 +166,7 @@ def test_tarballs_and_tfhub_modules_are_archives_their_sources_state():
 def test_allennlps_english_models_are_named_as_users_guess():
     for name in ("allennlp/small", "allennlp/medium", "allennlp/original", "allennlp/original-5.5b"):
         entry = CATALOG[name]
-        assert entry.language == "en" and entry.format == "bilm-tf" and entry.is_pair
+        assert entry.language == "en" and entry.format == "bilm-tf" and "archive" not in entry.urls
         assert entry.urls["weights"].startswith("https://allennlp.s3.amazonaws.com/models/elmo/2x")
         assert entry.urls["weights"].endswith("_weights.hdf5") and entry.urls["options"].endswith("_options.json")
     assert CATALOG["allennlp/pubmed"].urls["weights"].endswith("_weights_PubMed_only.hdf5")

@@ -17,7 +17,7 @@ from fixture_paths import ELMO_FIXTURE
 from http_files import zip_of
 from kills import at_call, run_killed
 from spacy_elmo.hub import download
-from spacy_elmo.hub.download import DownloadError, options_url_for, resolve_model_source
+from spacy_elmo.hub.download import DownloadError, options_urls_for, resolve_model_source
 from spacy_elmo.hub.keys import url_key
 from spacy_elmo.io.resolve import load_model
 
@@ -52,16 +52,8 @@ def test_a_url_is_cached_under_its_host_and_path(server, cache):
     url = server.url("a/b/model.zip")
     path = resolve_model_source(url, progress=False)
     # the layout of 0.2: SCHEME/HOST_PORT/FOLDERS/NAME@KEY/NAME, KEY a hash of the normalised URL
-    assert (
-        path
-        == cache
-        / "http"
-        / f"127.0.0.1_{server.httpd.server_port}"
-        / "a"
-        / "b"
-        / (f"model.zip@{url_key(url)}")
-        / "model.zip"
-    )
+    host = f"127.0.0.1_{server.httpd.server_port}"
+    assert path == cache.joinpath("http", host, "a", "b", f"model.zip@{url_key(url)}", "model.zip")
     assert path.read_bytes() == ARCHIVE
 
 
@@ -177,10 +169,10 @@ def test_a_weights_url_finds_its_options_by_the_publishers_naming(server, cache,
     assert (folder / "options.json").read_bytes() == (ELMO_FIXTURE / "options.json").read_bytes()
     assert server.hits("elmo/tiny/tiny_options.json") == [None]
     allennlp = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo/2x1024_128_2048cnn_1xhighway/"
-    assert options_url_for(allennlp + "elmo_2x1024_128_2048cnn_1xhighway_weights.hdf5") == (
+    assert options_urls_for(allennlp + "elmo_2x1024_128_2048cnn_1xhighway_weights.hdf5")[0] == (
         allennlp + "elmo_2x1024_128_2048cnn_1xhighway_options.json"
     )
-    assert options_url_for("https://example.org/m/model.hdf5?x=1") == "https://example.org/m/options.json"
+    assert options_urls_for("https://example.org/m/model.hdf5?x=1")[0] == "https://example.org/m/options.json"
 
 
 def test_a_weights_url_of_a_catalog_entry_takes_the_catalogs_options(server, cache, use_catalog):

@@ -56,12 +56,9 @@ def test_a_two_file_model_falls_back_file_by_file(server, cache, use_catalog):
 def test_an_answer_is_kept_whatever_it_says(server, cache, use_catalog, monkeypatch):
     monkeypatch.setattr(download, "RETRIES", 0)
     server.files["m/x.zip"] = ARCHIVE
-    use_catalog(
-        [
-            {"name": "test/missing", "urls": {"archive": server.url("m/gone.zip")}},
-            {"name": "test/other", "urls": {"archive": server.url("m/x.zip")}, "sha256": {"archive": "0" * 64}},
-        ]
-    )
+    missing = {"name": "test/missing", "urls": {"archive": server.url("m/gone.zip")}}
+    other = {"name": "test/other", "urls": {"archive": server.url("m/x.zip")}, "sha256": {"archive": "0" * 64}}
+    use_catalog([missing, other])
     with pytest.raises(NotOnServer, match="HTTP 404"):
         resolve_model_source("test/missing", progress=False)
     with pytest.raises(DownloadError, match="differs from the catalog's"):

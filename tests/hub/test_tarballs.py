@@ -126,9 +126,8 @@ def test_a_tfhub_module_by_name_loads_as_its_folder(server, cache, use_catalog, 
     use_catalog([{"name": f"test/{layout}", "format": "tfhub", "urls": {"archive": server.url(path)}}])
     by_name, local = load_model(f"test/{layout}"), load_model(folder)
     assert by_name.source.kind == "tfhub" and by_name.sha256 == local.sha256
-    assert all(
-        numpy.array_equal(a, b) for a, b in zip(by_name.bilm.state_dict().values(), local.bilm.state_dict().values())
-    )
+    pairs = zip(by_name.bilm.state_dict().values(), local.bilm.state_dict().values())
+    assert all(numpy.array_equal(a, b) for a, b in pairs)
 
 
 def test_a_half_unpack_left_behind_is_finished_by_the_next_run(cache, tmp_path, model_folder):
@@ -294,7 +293,7 @@ def test_an_alignment_matrix_is_fetched_beside_the_weights_and_the_folder_loads(
     ]
     assert load_model("test/aligned").sha256 == load_model(model_folder).sha256
     expected = numpy.frombuffer((FIXTURES / "alignment" / "matrix.f32le").read_bytes(), "<f4").reshape(8, 8)
-    assert numpy.array_equal(read_alignment(folder / "en_best_mapping.pth"), expected)
+    assert numpy.array_equal(read_alignment(folder / "en_best_mapping.pth")[0], expected)
     assert server.hits("ml/whatever.bin") == []
     assert download.is_cached(download.load_catalog()["test/aligned"])
     server.files["ml2/options.json"] = server.files["ml/options.json"]
