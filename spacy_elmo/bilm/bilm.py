@@ -81,17 +81,15 @@ class BiLM(nn.Module):
         """(B, T, chars) ids -> the token layer (B, T, P), zero at padding; each distinct token through the CNN
         once (`dedupe_tokens`), and at inference not again if in the `token_cache`."""
         mask = char_ids.gt(0).any(-1)
-        flat = char_ids[mask]
+        rows, inverse = char_ids[mask], None
         cache = self.token_cache if not self.training and not torch.is_grad_enabled() else None
         if cache is not None or self.dedupe_tokens:
-            unique, inverse = torch.unique(flat, dim=0, return_inverse=True)
-            if cache is not None:
-                vectors = cache.encode(unique, self.token_encoder, products)
-            else:
-                vectors = self.token_encoder(unique, products)
+            rows, inverse = torch.unique(rows, dim=0, return_inverse=True)
+        vectors = (
+            self.token_encoder(rows, products) if cache is None else cache.encode(rows, self.token_encoder, products)
+        )
+        if inverse is not None:
             vectors = vectors.index_select(0, inverse)
-        else:
-            vectors = self.token_encoder(flat, products)
         out = vectors.new_zeros(*mask.shape, vectors.shape[-1])
         out[mask] = vectors
         return out

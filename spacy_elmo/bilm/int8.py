@@ -80,11 +80,10 @@ class Int8Weight:
         self.zero_points = torch.zeros(self.columns, dtype=torch.int32)
         self.packed: Optional[torch.Tensor] = None
         self.fbgemm: Optional[object] = None
-        if pack:
-            with contextlib.suppress(RuntimeError):  # a CPU or build whose oneDNN cannot pack int8
+        with contextlib.suppress(RuntimeError):  # a CPU or build whose oneDNN or fbgemm cannot pack int8
+            if pack:
                 self.packed = _torch_private.pack_int8(rows)
-        elif fbgemm:
-            with contextlib.suppress(RuntimeError):
+            elif fbgemm:
                 self.fbgemm = _torch_private.pack_fbgemm(rows, self.scale)
         self.rows: Optional[torch.Tensor] = rows if self.packed is None and self.fbgemm is None else None
 
@@ -156,7 +155,6 @@ class Int8:
         if kernel not in KERNELS:
             raise ValueError(f"int8 kernel must be one of {', '.join(map(repr, KERNELS))}, got {kernel!r}")
         self.kernel = kernel
-        self.pack = kernel == "onednn"
         self.levels = weight_levels() if levels is None else levels
         # every kernel computes the same integers: the bits depend on the weights' levels only
         self.kernels = "int8" if self.levels == weight_levels() else f"int8-weights-{int(self.levels)}"
@@ -166,16 +164,15 @@ class Int8:
 
     def prepare(self, w: torch.Tensor) -> object:
         """w (K, N) as one `Int8Weight`, or w (D, K, N) as a list of D, one a direction."""
-        fbgemm = self.kernel == "fbgemm"
+        pack, fbgemm = self.kernel == "onednn", self.kernel == "fbgemm"
         if w.dim() == 3:
-            return [Int8Weight(d, self.pack, fbgemm, self.levels) for d in w]
-        return Int8Weight(w, self.pack, fbgemm, self.levels)
+            return [Int8Weight(d, pack, fbgemm, self.levels) for d in w]
+        return Int8Weight(w, pack, fbgemm, self.levels)
 
     def multiply(self, x: torch.Tensor, prepared: object, bias: Optional[torch.Tensor]) -> torch.Tensor:
         """[bias +] x (..., M, K) @ a weight, or x (D, M, K) @ D weights, float32."""
         if isinstance(prepared, Int8Weight):
-            flat = x.reshape(-1, x.shape[-1])
-            return int8_product(flat, prepared, bias).view(*x.shape[:-1], prepared.columns)
+            return int8_product(x.reshape(-1, x.shape[-1]), prepared, bias).view(*x.shape[:-1], prepared.columns)
         assert isinstance(prepared, list)
         # every direction quantized at once: the same operations per element, so the same bits
         out = x.new_empty(len(prepared), x.shape[1], prepared[0].columns, dtype=torch.float32)

@@ -73,27 +73,24 @@ class Lexicon:
         """The indexes, checked."""
         self._char_ids = _index(self.characters, self.character_aliases, "character")
         self._word_ids = _index(self.words, self.word_aliases, "word") if self.words is not None else None
-        self._roles = {
-            role: self._role_id(self._char_ids, self.character_roles, role, "character") for role in CHARACTER_ROLES
-        }
+        self._roles = self._role_ids(self._char_ids, self.character_roles, CHARACTER_ROLES, "character")
         for boundary in (self.sentence_start, self.sentence_end):
             if boundary not in self._char_ids:
                 raise LexiconError(f"the character vocabulary has no entry {boundary!r} (a sentence boundary)")
-        self._word_roles: dict[str, int] = {}
-        if self._word_ids is not None:
-            self._word_roles = {
-                role: self._role_id(self._word_ids, self.word_roles, role, "word") for role in WORD_ROLES
-            }
+        self._word_roles = (
+            {} if self._word_ids is None else self._role_ids(self._word_ids, self.word_roles, WORD_ROLES, "word")
+        )
         if self.max_characters_per_token < 3:
             raise LexiconError(f"max_characters_per_token must be >= 3, got {self.max_characters_per_token}")
 
     @staticmethod
-    def _role_id(ids: dict[str, int], roles: dict[str, str], role: str, what: str) -> int:
-        if role not in roles:
-            raise LexiconError(f"the {what} vocabulary's role {role!r} names no entry")
-        if roles[role] not in ids:
-            raise LexiconError(f"the {what} vocabulary has no entry {roles[role]!r} (its {role} entry)")
-        return ids[roles[role]]
+    def _role_ids(ids: dict[str, int], roles: dict[str, str], names: tuple[str, ...], what: str) -> dict[str, int]:
+        for role in names:
+            if role not in roles:
+                raise LexiconError(f"the {what} vocabulary's role {role!r} names no entry")
+            if roles[role] not in ids:
+                raise LexiconError(f"the {what} vocabulary has no entry {roles[role]!r} (its {role} entry)")
+        return {role: ids[roles[role]] for role in names}
 
     @property
     def width(self) -> int:

@@ -128,27 +128,21 @@ class BiLSTMStack(nn.Module):
         both = torch.stack([x, reverse_within_lengths(x, lengths_dev)])  # (2, B, T, P)
         frames = both.transpose(1, 2).contiguous()  # time-major (2, T, B, P)
         state = initial_state or self.zero_state(n_rows, tokens.device, tokens.dtype)
-        final_h: list[torch.Tensor] = []
-        final_c: list[torch.Tensor] = []
+        h0, c0 = state.h[:, :, order_dev], state.c[:, :, order_dev]
+        final = LSTMState(h0.clone(), c0.clone()) if return_final_state else None  # filled by `_run_layer`
+        dropout = dropout if self.training else 0.0
         layer_outputs: list[torch.Tensor] = []
         for layer in range(self.options.n_layers):
-            inputs = frames
-            if dropout > 0.0 and self.training:
-                inputs = nn.functional.dropout(inputs, dropout, training=True)
-            h0, c0 = state.h[layer][:, order_dev], state.c[layer][:, order_dev]
-            out, h_last, c_last = self._run_layer(layer, inputs, batch_sizes, h0, c0, return_final_state, products)
+            inputs = nn.functional.dropout(frames, dropout, training=True) if dropout > 0.0 else frames
+            out = self._run_layer(layer, inputs, batch_sizes, h0[layer], c0[layer], final, products)
             if self.options.use_skip_connections and layer > 0:
                 out = out + frames
             frames = out
             layer_outputs.append(out)
-            if h_last is not None and c_last is not None:
-                final_h.append(h_last)
-                final_c.append(c_last)
         unsort = torch.argsort(order_dev)
         results = [merge_directions(out, lengths_dev, tokens, unsort) for out in layer_outputs]
-        final = None
-        if return_final_state:
-            final = LSTMState(torch.stack(final_h)[:, :, unsort], torch.stack(final_c)[:, :, unsort])
+        if final is not None:
+            final = LSTMState(final.h[:, :, unsort], final.c[:, :, unsort])
         return results, final
 
     def forward_static(
@@ -273,24 +267,20 @@ class BiLSTMStack(nn.Module):
         batch_sizes: list[int],
         h: torch.Tensor,
         c: torch.Tensor,
-        track_final: bool,
+        final: Optional[LSTMState],
         products: Products = FP32,
-    ) -> tuple[torch.Tensor, Optional[torch.Tensor], Optional[torch.Tensor]]:
-        """One layer, both directions, from state (h, c): inputs (2, T, B, P) -> outputs, zero past each length."""
+    ) -> torch.Tensor:
+        """One layer, both directions, from state (h, c): inputs (2, T, B, P) -> outputs, zero past each length;
+        each row's state at its length written into the layer's entry of `final`, if given."""
         o = self.options
         _, n_steps, n_rows, P = inputs.shape
         w_in, w_rec, w_proj = self.input_w[layer], self.recurrent_w[layer], self.proj_w[layer]
         bias = self.layer_bias(layer)
-        final_h = h.clone() if track_final else None
-        final_c = c.clone() if track_final else None
         # Every product has at least MIN_GEMM_ROWS rows: a batch with fewer is padded once here, and rows
         # that run out of tokens leave the batch only down to that floor (rows kept past their end
         # compute on padding, are zeroed in the output, and their final state was taken when they ended).
         if n_rows < MIN_GEMM_ROWS:
-            missing = MIN_GEMM_ROWS - n_rows
-            inputs = nn.functional.pad(inputs, (0, 0, 0, missing))
-            h = nn.functional.pad(h, (0, 0, 0, missing))
-            c = nn.functional.pad(c, (0, 0, 0, missing))
+            inputs, h, c = (nn.functional.pad(t, (0, 0, 0, MIN_GEMM_ROWS - n_rows)) for t in (inputs, h, c))
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in (inputs, bias, h, c, w_in, w_rec, w_proj))
         pre_steps = self._input_products(inputs, w_in, bias, batch_sizes, grad, products)
         # The steps' products, their strategy chosen and weights prepared once for the loop.
@@ -302,9 +292,9 @@ class BiLSTMStack(nn.Module):
         for t in range(n_steps):
             n = batch_sizes[t]
             if n < running:
-                if final_h is not None and final_c is not None:
-                    final_h[:, n:running] = h[:, n:running]
-                    final_c[:, n:running] = c[:, n:running]
+                if final is not None:
+                    final.h[layer, :, n:running] = h[:, n:running]
+                    final.c[layer, :, n:running] = c[:, n:running]
                 running = n
                 if max(n, MIN_GEMM_ROWS) < h.shape[1]:
                     h, c = h[:, : max(n, MIN_GEMM_ROWS)], c[:, : max(n, MIN_GEMM_ROWS)]
@@ -315,11 +305,10 @@ class BiLSTMStack(nn.Module):
                 h = h.clamp(-proj_clip, proj_clip)
             # a view while every row runs (the stack below copies once); rows that ended: zeros
             steps.append(h[:, :n_rows] if n == n_rows else nn.functional.pad(h[:, :n], (0, 0, 0, n_rows - n)))
-        if final_h is not None and final_c is not None and n_steps:
-            final_h[:, :running] = h[:, :running]
-            final_c[:, :running] = c[:, :running]
-        out = torch.stack(steps, dim=1) if steps else inputs.new_zeros(2, 0, n_rows, P)
-        return out, final_h, final_c
+        if final is not None and n_steps:
+            final.h[layer, :, :running] = h[:, :running]
+            final.c[layer, :, :running] = c[:, :running]
+        return torch.stack(steps, dim=1) if steps else inputs.new_zeros(2, 0, n_rows, P)
 
     def _input_products(
         self,

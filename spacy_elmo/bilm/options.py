@@ -121,11 +121,9 @@ class Lstm(_Section):
     @classmethod
     def _bilm_tf_default(cls, data: Any) -> Any:
         """Absent skip connections are bilm-tf's default (none), and are written back."""
-        return (
-            {**data, "use_skip_connections": False}
-            if isinstance(data, dict) and "use_skip_connections" not in data
-            else data
-        )
+        if isinstance(data, dict) and "use_skip_connections" not in data:
+            return {**data, "use_skip_connections": False}
+        return data
 
 
 class _Flat(Generic[T]):

@@ -47,11 +47,9 @@ def check_device(precision: str, device: torch.device) -> None:
 def slower_than_fp32_here(precision: str) -> Optional[str]:
     """Why `precision` runs slower than fp32 on this CPU (torch's fallbacks: benchmarks/RESULTS.md, "Reduced
     precision without bf16/VNNI instructions"), or None."""
-    if precision == "bf16":
-        reason = _torch_private.linear_unavailable(torch.bfloat16)
-        if reason is None or _torch_private.linear_unavailable(torch.float32) is None:
-            return None
-        return reason
+    if precision == "bf16":  # without bf16 kernels, oneDNN's float32 ones run at fp32's speed
+        fp32_packs = _torch_private.linear_unavailable(torch.float32) is None
+        return None if fp32_packs else _torch_private.linear_unavailable(torch.bfloat16)
     capability = torch.backends.cpu.get_cpu_capability()
     if precision == "int8" and not capability.startswith("AVX512") and choose_kernel() == "int_mm":
         reason = _torch_private.fbgemm_unavailable() or "fbgemm's products are not exact here"

@@ -80,36 +80,6 @@ def torch_threads(n_threads: int, per_batch: bool = False) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-class CarriedState:
-    """The state stateful embedding carries: row i of a batch continues row i of the previous one (grown with
-    zero rows as needed; detached, so gradients never flow across batches)."""
-
-    def __init__(self) -> None:
-        self._state: Optional[LSTMState] = None
-
-    def reset(self) -> None:
-        self._state = None
-
-    def rows(self, lstm: BiLSTMStack, n_rows: int, device: torch.device) -> LSTMState:
-        """The initial state for a batch of `n_rows` rows (views into the carried state)."""
-        have = 0 if self._state is None else self._state.h.shape[2]
-        if self._state is None or have < n_rows:
-            grown = lstm.zero_state(n_rows, device)
-            if self._state is not None:
-                grown.h[:, :, :have] = self._state.h
-                grown.c[:, :, :have] = self._state.c
-            self._state = grown
-        return LSTMState(self._state.h[:, :, :n_rows], self._state.c[:, :, :n_rows])
-
-    def store(self, final: Optional[LSTMState]) -> None:
-        """Keep a batch's final state for the rows it had."""
-        if final is None or self._state is None:
-            raise ValueError("CarriedState.store needs the final state of a batch started with rows()")
-        n_rows = final.h.shape[2]
-        self._state.h[:, :, :n_rows] = final.h.detach()
-        self._state.c[:, :, :n_rows] = final.c.detach()
-
-
 class BiLMRunner(torch.nn.Module, SentenceRunner):
     """Runs a BiLM: `run` for a batch of character ids (the pipe), `embed_sentences` for words (numpy); the
     model given, or returned by `load` on first use."""
@@ -140,7 +110,8 @@ class BiLMRunner(torch.nn.Module, SentenceRunner):
         self.n_splits = 0  # batches split after running out of memory
         self._pid = os.getpid()
         self._forked = False
-        self._carried = CarriedState()
+        # stateful: row i of a batch continues row i of the previous one (detached: no gradient across batches)
+        self._carried: Optional[LSTMState] = None
         self._checked_cpu = False  # whether this precision's speed on this CPU was checked (once, then warned)
         if bilm is not None:
             self.set_bilm(bilm)
@@ -183,11 +154,11 @@ class BiLMRunner(torch.nn.Module, SentenceRunner):
             bilm.set_token_cache(self.token_cache_size)
         self.bilm = bilm.to(device) if device is not None else bilm
         self.products = products_for(self.precision)  # no prepared weights of a previous biLM kept alive
-        self._carried.reset()
+        self._carried = None
 
     def reset_state(self) -> None:
         """Stateful mode: forget the carried LSTM state."""
-        self._carried.reset()
+        self._carried = None
 
     def forward(self, batches: list[torch.Tensor]) -> list[torch.Tensor]:
         """Several batches in one call (the shim's entry: one backward pass for a whole doc batch)."""
@@ -216,7 +187,7 @@ class BiLMRunner(torch.nn.Module, SentenceRunner):
 
     def _forward(self, char_ids: torch.Tensor) -> torch.Tensor:
         bilm = self.load()
-        initial = self._carried.rows(bilm.lstm, char_ids.shape[0], char_ids.device) if self.stateful else None
+        initial = self._carried_rows(bilm.lstm, char_ids.shape[0], char_ids.device) if self.stateful else None
         check_device(self.precision, char_ids.device)
         if char_ids.device.type == "cpu" and not self._checked_cpu:
             self._checked_cpu = True
@@ -230,8 +201,27 @@ class BiLMRunner(torch.nn.Module, SentenceRunner):
         with torch_threads(0 if self._forked else self.n_threads, per_batch=True):
             output = bilm(char_ids, initial_state=initial, return_final_state=self.stateful, products=self.products)
         if self.stateful:
-            self._carried.store(output.final_state)
+            self._carry(output.final_state)
         return output.layers.float()
+
+    def _carried_rows(self, lstm: BiLSTMStack, n_rows: int, device: torch.device) -> LSTMState:
+        """A stateful batch's initial state: views into the carried state, grown with zero rows as needed."""
+        have = 0 if self._carried is None else self._carried.h.shape[2]
+        if self._carried is None or have < n_rows:
+            grown = lstm.zero_state(n_rows, device)
+            if self._carried is not None:
+                grown.h[:, :, :have] = self._carried.h
+                grown.c[:, :, :have] = self._carried.c
+            self._carried = grown
+        return LSTMState(self._carried.h[:, :, :n_rows], self._carried.c[:, :, :n_rows])
+
+    def _carry(self, final: Optional[LSTMState]) -> None:
+        """Keep a stateful batch's final state for the rows it had."""
+        if final is None or self._carried is None:
+            raise ValueError("BiLMRunner._carry needs the final state of a batch started with _carried_rows()")
+        n_rows = final.h.shape[2]
+        self._carried.h[:, :, :n_rows] = final.h.detach()
+        self._carried.c[:, :, :n_rows] = final.c.detach()
 
     @torch.no_grad()
     def embed_batch(self, sentences: Sequence[Sequence[str]]) -> list[numpy.ndarray]:
