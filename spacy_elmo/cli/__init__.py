@@ -40,15 +40,6 @@ def one_line_errors() -> Iterator[None]:
 from . import config, convert, embed, evaluate, export, models, pretrain, verify  # noqa: E402,F401
 
 
-def _upper_case_placeholders() -> None:
-    """Arguments shown as MODEL, INPUT_PATH in usage lines, as the commands' docstrings name them (typer's
-    default is the parameter's name, which reads as literal text: `{model} {input_path}`)."""
-    for command in elmo_cli.registered_commands:
-        for parameter in inspect.signature(command.callback).parameters.values():  # type: ignore[arg-type]
-            if isinstance(parameter.default, ArgumentInfo) and parameter.default.metavar is None:
-                parameter.default.metavar = parameter.name.upper()
-
-
 class _UsageCommand(TyperCommand):
     """A command whose usage line writes a required argument as `MODEL`, the convention of man pages and of
     the commands' docstrings (typer 0.29 writes `{MODEL}`, which reads as a literal or a choice)."""
@@ -82,9 +73,13 @@ def _naming_missing_packages(command: Callable[..., Any], name: str) -> Callable
 
 for _command in elmo_cli.registered_commands:
     if _command.callback is not None:
+        # arguments shown as MODEL, INPUT_PATH, as the commands' docstrings name them (typer's default is the
+        # parameter's name, which reads as literal text: `{model} {input_path}`)
+        for _parameter in inspect.signature(_command.callback).parameters.values():
+            if isinstance(_parameter.default, ArgumentInfo) and _parameter.default.metavar is None:
+                _parameter.default.metavar = _parameter.name.upper()
         _command.callback = _naming_missing_packages(_command.callback, str(_command.name))
     _command.cls = _UsageCommand
-_upper_case_placeholders()
 # the help text lists the commands as registered, so a new one cannot be left out of it
 elmo_cli.info.help = (
     f"ELMo biLMs for spaCy: {', '.join(str(command.name) for command in elmo_cli.registered_commands)}."

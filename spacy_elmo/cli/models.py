@@ -51,7 +51,8 @@ def models_cli(
             megabytes = entry.size_mb
             size = f"{megabytes:.0f}" if megabytes is not None else "-"
             columns = f"{entry.name:24} {entry.language:4} {entry.format:8} {entry.parameters or '-':7} {size:>6}"
-            typer.echo(f"{mark} {columns} {_short(entry.licence):12} {entry.description}")
+            short_licence = entry.licence if len(entry.licence) <= 12 else entry.licence[:11] + "~"
+            typer.echo(f"{mark} {columns} {short_licence:12} {entry.description}")
             if lang:
                 typer.echo(f"    source: {entry.page} ({entry.evidence})")
         typer.echo(f"{len(entries)} models; catalog: {catalog_path()}; cache: {folder}", err=True)
@@ -79,22 +80,10 @@ def _chosen(lang: Optional[str], format_: Optional[str], licence: Optional[str])
     return entries
 
 
-def _short(licence: str) -> str:
-    return licence if len(licence) <= 12 else licence[:11] + "~"
-
-
 def _as_record(entry: CatalogEntry, cached: bool) -> dict[str, object]:
+    keys = ("name", "language", "format", "licence", "parameters", "size", "size_mb", "description", "urls", "nlpl_id")
     return {
-        "name": entry.name,
-        "language": entry.language,
-        "format": entry.format,
-        "licence": entry.licence,
-        "parameters": entry.parameters,
-        "size": entry.size,
-        "size_mb": entry.size_mb,
-        "description": entry.description,
-        "urls": entry.urls,
-        "nlpl_id": entry.nlpl_id,
+        **{key: getattr(entry, key) for key in keys},
         "source": {key: entry.source.get(key) for key in ("page", "publisher", "evidence", "licence_note")},
         "cached": cached,
     }

@@ -7,13 +7,12 @@ incomparable). `average_ppl` is the geometric mean of the two perplexities.
 """
 
 import math
-from collections.abc import Iterable
 from typing import Optional
 
 import torch
 
 from ..bilm.bilm import BiLM
-from .batches import LMBatch, sentence_batches
+from .batches import sentence_batches
 from .corpus import TokenStream
 from .sampled_softmax import directional_nll
 from .vocab import UNK_ID, Vocab
@@ -24,12 +23,23 @@ class NoSoftmaxError(ValueError):
 
 
 @torch.no_grad()
-def perplexity_of_batches(bilm: BiLM, batches: Iterable[LMBatch]) -> dict[str, float]:
+def stream_perplexity(
+    bilm: BiLM,
+    stream: TokenStream,
+    vocab: Optional[Vocab] = None,
+    max_tokens: Optional[int] = None,
+) -> dict[str, float]:
+    """Perplexity over the sentences of a prepared corpus (the first `max_tokens` tokens' worth)."""
     if bilm.softmax is None:
         raise NoSoftmaxError(
             "this biLM has no softmax (language-model head), so its perplexity is undefined; "
             "bilm-tf/AllenNLP weight dumps leave it out: fine-tune with `spacy elmo pretrain --init-from`"
         )
+    if vocab is None:
+        if bilm.vocab is None:
+            raise NoSoftmaxError("this biLM has no vocabulary, so its softmax ids cannot be matched to words")
+        vocab = Vocab(bilm.vocab, source="model vocabulary")
+    batches = sentence_batches(stream.tokens, stream.type_chars(), stream.type_to_vocab(vocab), max_tokens=max_tokens)
     was_training = bilm.training
     bilm.eval()
     total_f = total_b = 0.0
@@ -57,20 +67,3 @@ def perplexity_of_batches(bilm: BiLM, batches: Iterable[LMBatch]) -> dict[str, f
         "n_tokens": n,
         "oov_rate": n_unk / n,
     }
-
-
-def stream_perplexity(
-    bilm: BiLM,
-    stream: TokenStream,
-    vocab: Optional[Vocab] = None,
-    max_tokens: Optional[int] = None,
-) -> dict[str, float]:
-    """Perplexity over the sentences of a prepared corpus (the first `max_tokens` tokens' worth)."""
-    if bilm.softmax is None:
-        perplexity_of_batches(bilm, [])  # raises NoSoftmaxError with the explanation
-    if vocab is None:
-        if bilm.vocab is None:
-            raise NoSoftmaxError("this biLM has no vocabulary, so its softmax ids cannot be matched to words")
-        vocab = Vocab(bilm.vocab, source="model vocabulary")
-    batches = sentence_batches(stream.tokens, stream.type_chars(), stream.type_to_vocab(vocab), max_tokens=max_tokens)
-    return perplexity_of_batches(bilm, batches)

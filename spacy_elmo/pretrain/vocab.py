@@ -14,7 +14,7 @@ from ..io.hdf5 import read_vocab
 
 BOS, EOS, UNK = "<S>", "</S>", "<UNK>"
 SPECIALS = (BOS, EOS, UNK)
-BOS_ID, EOS_ID, UNK_ID = 0, 1, 2
+UNK_ID = 2
 
 
 class VocabError(ValueError):
