@@ -1,10 +1,12 @@
 """CONTRIBUTING.md against the package: every top-level module and subpackage is given a layer in
 pyproject.toml's import-linter contracts (which `bash run.sh lint` checks with `lint-imports`) and a row
-in the module map; `import spacy_elmo` and every module import without h5py."""
+in the module map; `import spacy_elmo` and every module import without h5py; no module is over 400 lines and
+no area over the budget CONTRIBUTING.md gives it."""
 
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -80,3 +82,38 @@ def test_test_files_have_unique_basenames() -> None:
 
     names = Counter(path.name for path in (ROOT / "tests").rglob("test_*.py"))
     assert not [name for name, count in names.items() if count > 1]
+
+
+MAX_MODULE_LINES = 400
+
+
+def size_budgets() -> dict[str, int]:
+    """CONTRIBUTING.md's size table: an area's first `spacy_elmo/...` path -> its budget in lines."""
+    text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    start = text.index("## Size")
+    rows = re.findall(
+        r"^\| `(spacy_elmo/[^`]*)`[^|]*\| ([\d,]+) \|$", text[start : text.index("\n## ", start + 1)], re.M
+    )
+    return {area: int(lines.replace(",", "")) for area, lines in rows}
+
+
+def area_of(module: Path) -> str:
+    relative = module.relative_to(PACKAGE_DIR)
+    return "spacy_elmo/*.py" if len(relative.parts) == 1 else f"spacy_elmo/{relative.parts[0]}/"
+
+
+def test_no_module_is_over_400_lines_and_no_area_over_its_budget() -> None:
+    budgets = size_budgets()
+    sizes: dict[str, int] = {}
+    long_modules = []
+    for module in sorted(PACKAGE_DIR.rglob("*.py")):
+        lines = len(module.read_text(encoding="utf-8").splitlines())
+        sizes[area_of(module)] = sizes.get(area_of(module), 0) + lines
+        if lines > MAX_MODULE_LINES:
+            long_modules.append(f"{module.relative_to(ROOT)} ({lines})")
+    assert not long_modules, f"modules over {MAX_MODULE_LINES} lines: {long_modules}; split one by concern"
+    assert set(sizes) == set(budgets), (
+        f"CONTRIBUTING.md's size table lists {sorted(budgets)}, the package has {sorted(sizes)}"
+    )
+    over = {area: f"{sizes[area]} > {budget}" for area, budget in budgets.items() if sizes[area] > budget}
+    assert not over, f"areas over their budget in CONTRIBUTING.md's size table: {over}; cut, or raise it saying why"
