@@ -10,14 +10,20 @@ runs as it is: graphs are a speed-up, never a requirement.
 import warnings
 from collections import OrderedDict
 from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
 # The most shapes remembered as seen once (a stream of ever-new shapes must not grow the cache without bound).
 MAX_SEEN = 4096
-# A captured graph, the inputs it reads (a call copies its inputs in) and the outputs it writes.
-Captured = tuple["torch.cuda.CUDAGraph", tuple[torch.Tensor, ...], Any]
+
+
+@dataclass
+class CapturedGraph:
+    graph: "torch.cuda.CUDAGraph"
+    inputs: tuple[torch.Tensor, ...]  # the graph reads these: a call copies its inputs in
+    outputs: Any  # the graph writes these: valid until the next call of the cache
 
 
 class GraphCache:
@@ -29,7 +35,7 @@ class GraphCache:
         self.max_graphs = max_graphs
         self.enabled = True
         self.n_captures = 0
-        self._graphs: OrderedDict[Hashable, Captured] = OrderedDict()
+        self._graphs: OrderedDict[Hashable, CapturedGraph] = OrderedDict()
         self._seen: set[Hashable] = set()
 
     def clear(self) -> None:
@@ -57,13 +63,12 @@ class GraphCache:
             while len(self._graphs) > self.max_graphs:
                 self._graphs.popitem(last=False)
         self._graphs.move_to_end(key)
-        graph, static_inputs, outputs = captured
-        for static, given in zip(static_inputs, inputs):
+        for static, given in zip(captured.inputs, inputs):
             static.copy_(given)
-        graph.replay()
-        return outputs
+        captured.graph.replay()
+        return captured.outputs
 
-    def _capture(self, function: Callable[..., Any], inputs: tuple[torch.Tensor, ...]) -> Captured:
+    def _capture(self, function: Callable[..., Any], inputs: tuple[torch.Tensor, ...]) -> CapturedGraph:
         static = tuple(x.clone() for x in inputs)
         with torch.cuda.device(static[0].device):
             side = torch.cuda.Stream()
@@ -75,4 +80,4 @@ class GraphCache:
             with torch.cuda.graph(graph):
                 outputs = function(*static)
         self.n_captures += 1
-        return graph, static, outputs
+        return CapturedGraph(graph, static, outputs)

@@ -81,9 +81,17 @@ def _chosen(lang: Optional[str], format_: Optional[str], licence: Optional[str])
 
 
 def _as_record(entry: CatalogEntry, cached: bool) -> dict[str, object]:
-    keys = ("name", "language", "format", "licence", "parameters", "size", "size_mb", "description", "urls", "nlpl_id")
     return {
-        **{key: getattr(entry, key) for key in keys},
+        "name": entry.name,
+        "language": entry.language,
+        "format": entry.format,
+        "licence": entry.licence,
+        "parameters": entry.parameters,
+        "size": entry.size,
+        "size_mb": entry.size_mb,
+        "description": entry.description,
+        "urls": entry.urls,
+        "nlpl_id": entry.nlpl_id,
         "source": {key: entry.source.get(key) for key in ("page", "publisher", "evidence", "licence_note")},
         "cached": cached,
     }

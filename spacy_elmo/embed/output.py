@@ -6,6 +6,7 @@ the pipe windows docs, so memory stays bounded.
 """
 
 import contextlib
+import copy
 import itertools
 import multiprocessing
 import warnings
@@ -192,15 +193,18 @@ def _chunks(
     lines: Iterator[str], size: int, shard: Optional[Shard], read: list[int]
 ) -> Iterator[tuple[int, list[tuple[int, str]]]]:
     """(k, chunk k's (line index, text) pairs); `read[0]` counts the input lines read."""
-
-    def numbered() -> Iterator[tuple[int, str]]:
-        for index, text in enumerate(lines):
-            read[0] = index + 1
-            if _in_shard(index, shard):
-                yield index, text
-
-    kept = numbered()
-    return enumerate(iter(lambda: list(itertools.islice(kept, size)), []))
+    chunk: list[tuple[int, str]] = []
+    k = 0
+    for index, text in enumerate(lines):
+        read[0] = index + 1
+        if not _in_shard(index, shard):
+            continue
+        chunk.append((index, text))
+        if len(chunk) >= size:
+            yield k, chunk
+            chunk, k = [], k + 1
+    if chunk:
+        yield k, chunk
 
 
 def embed_file(
@@ -263,8 +267,10 @@ def embed_file(
                 _init_worker(settings, None, loaded, alignment)
                 results = ((k, _embed_chunk(chunk)) for k, chunk in todo)
             else:
-                spawn = RUNTIMES[settings.runtime].spawn_workers  # spawned workers are given the model loaded here
-                given = loaded if spawn else None  # forked ones each load it: this one is freed before they fork
+                spawn = RUNTIMES[settings.runtime].spawn_workers  # spawned workers are given the model loaded here:
+                # what pickling keeps of it (a copy: not what serves in this process, such as a session); forked
+                # ones each load it. This one is freed before they start.
+                given = copy.copy(loaded) if spawn else None
                 del loaded
                 context = multiprocessing.get_context("spawn") if spawn else None
                 initargs = (settings, 1, given, alignment)

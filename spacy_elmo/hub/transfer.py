@@ -44,7 +44,9 @@ class Refused(Exception):
 
 
 class ResumingDownloader:
-    """A pooch downloader that writes `part` and hands it to pooch only when whole and checked (see above)."""
+    """A pooch downloader that writes `part` and hands it to pooch only when whole and checked (the
+    announced length; the catalog's digest, else the format the file claims). It resumes `part` only with
+    the validator the server sent for it (`If-Range`), so the bytes after the break are of the same file."""
 
     def __init__(self, url: str, shown: str, part: Path, sha256: Optional[str], progress: bool) -> None:
         self.url, self.shown, self.part, self.expected, self.progress = url, shown, part, sha256, progress
@@ -195,8 +197,11 @@ def read_validator(path: Path, shown: str) -> Optional[dict[str, Any]]:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    valid = isinstance(record, dict) and record.get("url") == shown and isinstance(record.get("if_range"), str)
-    return record if valid and isinstance(record.get("length"), (int, type(None))) else None
+    if not isinstance(record, dict) or record.get("url") != shown or not isinstance(record.get("if_range"), str):
+        return None
+    if not isinstance(record.get("length"), (int, type(None))):
+        return None
+    return record
 
 
 def _other_range(response: "requests.Response", have: int, validator: dict[str, Any]) -> bool:
@@ -209,8 +214,11 @@ def _other_range(response: "requests.Response", have: int, validator: dict[str, 
         return True
     if validator.get("length") is not None and match.group(3) != str(validator["length"]):
         return True
-    fields = (("ETag", "etag"), ("Last-Modified", "last_modified"))  # a header, and its name in the validator
-    return any(response.headers.get(h) and validator.get(f) and response.headers[h] != validator[f] for h, f in fields)
+    etag, modified = response.headers.get("ETag"), response.headers.get("Last-Modified")
+    return bool(
+        (etag and validator.get("etag") and etag != validator["etag"])
+        or (modified and validator.get("last_modified") and modified != validator["last_modified"])
+    )
 
 
 def _refuse_answer(shown: str, response: "requests.Response") -> None:

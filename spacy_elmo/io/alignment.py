@@ -30,6 +30,7 @@ from typing import Any, Callable, Literal, Optional
 
 import numpy
 
+from ..disk import PathLike
 from ..errors import ModelFileError, SettingError
 
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C  # torch.serialization.MAGIC_NUMBER
@@ -49,9 +50,10 @@ class AlignmentError(ModelFileError):
     """An alignment file that is not a float [d, d] matrix saved by torch.save; the message names the file."""
 
 
-def read_alignment(path: Path) -> tuple[numpy.ndarray, str]:
+def read_alignment(file: PathLike) -> tuple[numpy.ndarray, str]:
     """The matrix in a `.pth` alignment file, as stored (float16, float32 or float64; bfloat16 as float32), and
     the SHA-256 of the very bytes it was read from."""
+    path = Path(file)
     try:
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:

@@ -9,9 +9,10 @@ holds a `BundleEntryProto` (dtype, shape, shard, offset, size, the masked CRC-32
 A tensor is read from its shard (memory-mapped: only what is read is paged in) and checked against that
 CRC (`crc32c.py`), so a flipped bit is refused rather than loaded.
 
-Damage, and what this reader does not read (a snappy-compressed block, which TensorFlow does not write for
-an index; a big-endian or newer bundle, a sliced variable, a dtype numpy cannot hold as stored), is refused
-as a `BundleError` naming the file and the variable.
+Refused, as a `BundleError` naming the file and the variable: a bad footer magic, a damaged block or entry
+(its CRC), a compressed block (TensorFlow writes bundle indexes uncompressed; snappy is not supported), a
+big-endian bundle, a newer bundle version, a truncated shard, a partitioned ("sliced") variable, a dtype
+numpy cannot hold as stored (bfloat16, strings, resources, quantized types).
 """
 
 import contextlib
@@ -224,14 +225,19 @@ class TensorBundle:
         for key, value in table_entries(memoryview(index), self.index_name):
             if key == b"":
                 header = value
-            elif not key.startswith(b"\x00"):  # "\x00...": a slice of a partitioned variable (name and extent)
-                name = key.decode("utf-8", "backslashreplace")
-                try:
-                    self.entries[name] = _entry(name, value)
-                except ValueError as err:
-                    raise BundleError(f"{self.index_name}: the entry of variable '{name}' is damaged ({err})") from None
+                continue
+            if key.startswith(b"\x00"):  # a slice of a partitioned variable (an encoded name and extent)
+                continue
+            name = key.decode("utf-8", "backslashreplace")
+            try:
+                self.entries[name] = _entry(name, value)
+            except ValueError as err:
+                raise BundleError(f"{self.index_name}: the entry of variable '{name}' is damaged ({err})") from None
         if header is None:
             raise BundleError(f"{self.index_name}: no bundle header (the empty key): not a TensorFlow checkpoint index")
+        self.n_shards = self._header(header)
+
+    def _header(self, header: memoryview) -> int:
         try:
             values = dict(field_values(header))
             version = values.get(_VERSION)
@@ -251,7 +257,7 @@ class TensorBundle:
         n_shards = values.get(_NUM_SHARDS, 0)
         if not isinstance(n_shards, int) or n_shards < 1 or n_shards > 99999:
             raise BundleError(f"{self.index_name}: the bundle header gives {n_shards} data shards: damaged")
-        self.n_shards = n_shards
+        return n_shards
 
     @classmethod
     def open(cls, prefix: Union[str, Path]) -> "TensorBundle":
@@ -280,6 +286,12 @@ class TensorBundle:
     def __exit__(self, *_: Any) -> None:
         self.close()
 
+    def data(self, shard: int) -> Buffer:
+        """Shard `shard`'s bytes (opened once)."""
+        if shard not in self._shards:
+            self._shards[shard] = self._open_file(self.shard_file(shard))
+        return self._shards[shard]
+
     def read(self, name: str) -> numpy.ndarray:
         """Variable `name` as TensorFlow stored it (dtype and shape), its size and CRC-32C checked."""
         entry = self.entries.get(name)
@@ -301,9 +313,7 @@ class TensorBundle:
                 f"{where} is recorded as {entry.size} bytes at byte {entry.offset}, but shape {entry.shape} of "
                 f"{entry.dtype} takes {expected}: the index is damaged"
             )
-        if entry.shard not in self._shards:  # each shard opened once
-            self._shards[entry.shard] = self._open_file(self.shard_file(entry.shard))
-        data, shard_name = self._shards[entry.shard], self._where(self.shard_file(entry.shard))
+        data, shard_name = self.data(entry.shard), self._where(self.shard_file(entry.shard))
         end = entry.offset + entry.size
         if end > len(data):
             raise BundleError(

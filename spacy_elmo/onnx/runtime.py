@@ -59,13 +59,23 @@ class LoadedGraph:
     n_threads: int = 0
 
     @functools.cached_property
-    def runner(self) -> "OnnxRunner":
-        """The graph's runner, made on first use: its session reads and checks the metadata, then serves it."""
-        return OnnxRunner(self.graph, source=self.source, n_threads=self.n_threads)
-
-    @property
     def metadata(self) -> GraphMetadata:
-        return self.runner.metadata
+        """Read and checked once, by the session of a runner kept for `take_runner` (one session, not two)."""
+        self.__dict__["_reader"] = reader = OnnxRunner(self.graph, source=self.source, n_threads=self.n_threads)
+        return reader.metadata
+
+    def take_runner(self, n_threads: int, token_budget: int) -> "OnnxRunner":
+        """A runner of its own for the caller: the first of this process with `n_threads` gets the one that read
+        the metadata (its session made already), the others a new one."""
+        reader = self.__dict__.pop("_reader", None)
+        if reader is None or reader.n_threads != n_threads:
+            return OnnxRunner(self.graph, source=self.source, n_threads=n_threads, token_budget=token_budget)
+        reader.token_budget = token_budget or DEFAULT_TOKEN_BUDGET
+        return reader
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the reader: its session is this process's; another makes its own, its threads."""
+        return {key: value for key, value in self.__dict__.items() if key != "_reader"}
 
     @property
     def options(self) -> BiLMOptions:

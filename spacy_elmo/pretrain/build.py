@@ -81,12 +81,10 @@ def build_loop(
     log: Log,
     accept_changed_data: bool = False,
 ) -> TrainingLoop:
-    """The run the config describes, ready to `run()`, in the state of the checkpoint resumed (or at the start).
-    Joins the process group under torchrun; only rank 0 logs. On resume, the data is checked against the
-    checkpoint before anything is written."""
-    T = settings.training
-    place = place_process(T.device)
-    amp_dtype = T.amp_dtype(place.device)  # fp16 on a CPU refused here
+    """The run the config describes, ready to `run()`. Joins the process group under torchrun; only rank 0
+    logs. On resume, the data is checked against the checkpoint before anything is written."""
+    place = place_process(settings.training.device)
+    amp_dtype = settings.training.amp_dtype(place.device)  # fp16 on a CPU refused here
     say = main_process_log(log, place.rank)
     found = find_resume_point(config, output_dir / "checkpoints", say) if resume else None
     digests = data_digests(settings)  # every process: each must refuse changed data on its own
@@ -94,73 +92,20 @@ def build_loop(
         found.data_changes = check_resume_data(found, digests, accept_changed_data, say)
     train, dev = prepare_data(settings, output_dir, place, say, digests)
     bilm, vocab = restore_or_start_model(settings, train, found, init_from or settings.paths.init_from, say)
-    bilm.to(place.device)
-    bilm.train()
-    optimizer = T.optimizer([p for p in bilm.parameters()])
-    sampler_rng = torch.Generator().manual_seed(T.seed + 1)
-    torch.manual_seed(T.seed + 2 + place.rank)  # dropout: each process its own
-    batcher = WindowBatcher(
-        train.tokens,
-        train.type_chars(),
-        train.type_to_vocab(vocab),
-        T.window,
-        T.batch_size,
-        T.seed,
-        place.rank,
-        place.world,
-    )
-    sampler = LogUniformSampler(len(vocab), T.n_negatives) if 0 < T.n_negatives < len(vocab) else None
-    optimization = Optimization(
-        bilm=bilm,
-        module=data_parallel(LanguageModelLoss(bilm), place.device, place.world),
-        optimizer=optimizer,
-        learn_rate=T.learn_rate(optimizer.defaults["lr"], batcher.steps_per_epoch),
-        sampler=sampler,
-        sampler_rng=sampler_rng,
-        settings=T,
-        amp_dtype=amp_dtype,
-        device=place.device,
-    )
-    checkpointer = Checkpointer(
-        output_dir / "checkpoints",
-        bilm,
-        optimizer,
-        sampler_rng,
-        place,
-        T.keep_checkpoints,
-        config.to_str(),
-        say,
-        digests,
-    )
-    state = checkpointer.restore(found.path, found.payload) if found is not None else TrainState()
-    if state.index >= batcher.steps_per_epoch:  # (accepted) changed training data with fewer batches an epoch
-        say(
-            f"epoch {state.epoch} of the changed training data has only {batcher.steps_per_epoch} batches: "
-            f"continuing with epoch {state.epoch + 1}"
-        )
-        state.epoch, state.index = state.epoch + 1, 0
-    evaluate = None
-    if dev is not None:
-        evaluate = partial(stream_perplexity, bilm, dev, vocab, max_tokens=settings.corpus.max_dev_tokens)
-    report = TrainingLog(output_dir / "metrics.jsonl", place.rank, say)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    report.truncate_after(state.step)
-    for change in found.data_changes if found is not None else []:
-        report.write(
-            {"type": "data_changed", "step": state.step, **asdict(change), "accepted_with": ACCEPT_CHANGED_DATA}
-        )
+    loop = assemble_loop(config, settings, amp_dtype, bilm, vocab, train, dev, digests, place, found, output_dir, say)
     config_file = output_dir / "config.cfg"  # the config of a new run, or of a resumed one whose settings changed
     if place.is_main and (found is None or found.changes or not config_file.exists()):
         config_file.write_text(config.to_str(), encoding="utf-8")
         if found is not None and found.changes:
             say(f"{config_file} updated with the changed settings ({', '.join(found.changes)})")
+    sampler = loop.optimization.sampler
     say(
         f"model: {sum(p.numel() for p in bilm.parameters()) / 1e6:.2f}M parameters (softmax {len(vocab)} x "
         f"{bilm.options.projection_dim}), device {place.device}, {place.world} process(es), "
-        f"{batcher.steps_per_epoch} steps an epoch, "
+        f"{loop.batcher.steps_per_epoch} steps an epoch, "
         f"{'sampled softmax with ' + str(sampler.n_samples) + ' negatives' if sampler else 'full softmax'}"
     )
-    return TrainingLoop(optimization, batcher, T, place, checkpointer, evaluate, report, output_dir, state)
+    return loop
 
 
 def place_process(device_name: str) -> Placement:
@@ -186,19 +131,21 @@ def prepare_data(
     first; the others then read its cache entry instead of tokenizing the same text again."""
     C = settings.corpus
     cache_dir = Path(C.cache_dir) if C.cache_dir else output_dir / "corpus-cache"
-    if not place.is_main:
-        barrier(place.world)  # until rank 0 has written the cache entry
-    t0 = time.perf_counter()
-    stream = prepare_corpus(C.train, C.settings(C.max_train_tokens), cache_dir, digests["train"])
-    say(
-        f"training corpus: {stream.n_words} words, {stream.n_sentences} sentences, {len(stream.types)} types "
-        f"({time.perf_counter() - t0:.1f}s, cache {stream.directory})"
-    )
+    train_settings = C.settings(C.max_train_tokens)
     if place.is_main:
-        barrier(place.world)
-    if not (C.dev and place.is_main):
-        return stream, None
-    return stream, prepare_corpus(C.dev, C.settings(C.max_dev_tokens), cache_dir, digests["dev"])
+        t0 = time.perf_counter()
+        stream = prepare_corpus(C.train, train_settings, cache_dir, digests["train"])
+        say(
+            f"training corpus: {stream.n_words} words, {stream.n_sentences} sentences, {len(stream.types)} types "
+            f"({time.perf_counter() - t0:.1f}s, cache {stream.directory})"
+        )
+    barrier(place.world)
+    if not place.is_main:
+        stream = prepare_corpus(C.train, train_settings, cache_dir, digests["train"])
+    dev = None
+    if C.dev and place.is_main:
+        dev = prepare_corpus(C.dev, C.settings(C.max_dev_tokens), cache_dir, digests["dev"])
+    return stream, dev
 
 
 def restore_or_start_model(
@@ -248,9 +195,86 @@ def build_model(
     weight = torch.randn(len(vocab), dim, generator=torch.Generator().manual_seed(seed + 17)) * dim**-0.5
     bias = numpy.zeros(len(vocab), dtype=numpy.float32)
     if bias_init == "unigram":
-        counts = numpy.bincount(stream.type_to_vocab(vocab), weights=stream.counts, minlength=len(vocab)) + 1.0
+        ids = stream.type_to_vocab(vocab)
+        counts = numpy.bincount(ids, weights=stream.counts, minlength=len(vocab)) + 1.0
         bias = numpy.log(counts / counts.sum()).astype(numpy.float32)
     arrays.update({"softmax/W": weight.numpy(), "softmax/b": bias})
     source.options.n_tokens_vocab = len(vocab)
     with reading(str(init_from or "new model")):
         return build_bilm(source.options, arrays, vocab=vocab.words), vocab
+
+
+def assemble_loop(
+    config: Config,
+    settings: PretrainSettings,
+    amp_dtype: Optional[torch.dtype],
+    bilm: BiLM,
+    vocab: Vocab,
+    train: TokenStream,
+    dev: Optional[TokenStream],
+    digests: DataDigests,
+    place: Placement,
+    found: Optional[ResumePoint],
+    output_dir: Path,
+    say: Log,
+) -> TrainingLoop:
+    """The model on its device, the optimizer, the random generators, the batches, the checkpointer and the
+    report, in the state of `found` (or at the start)."""
+    T = settings.training
+    bilm.to(place.device)
+    bilm.train()
+    module = data_parallel(LanguageModelLoss(bilm), place.device, place.world)
+    optimizer = T.optimizer([p for p in bilm.parameters()])
+    sampler_rng = torch.Generator().manual_seed(T.seed + 1)
+    torch.manual_seed(T.seed + 2 + place.rank)  # dropout: each process its own
+    batcher = WindowBatcher(
+        train.tokens,
+        train.type_chars(),
+        train.type_to_vocab(vocab),
+        T.window,
+        T.batch_size,
+        T.seed,
+        place.rank,
+        place.world,
+    )
+    sampler = LogUniformSampler(len(vocab), T.n_negatives) if 0 < T.n_negatives < len(vocab) else None
+    optimization = Optimization(
+        bilm=bilm,
+        module=module,
+        optimizer=optimizer,
+        learn_rate=T.learn_rate(optimizer.defaults["lr"], batcher.steps_per_epoch),
+        sampler=sampler,
+        sampler_rng=sampler_rng,
+        settings=T,
+        amp_dtype=amp_dtype,
+        device=place.device,
+    )
+    checkpointer = Checkpointer(
+        output_dir / "checkpoints",
+        bilm,
+        optimizer,
+        sampler_rng,
+        place,
+        T.keep_checkpoints,
+        config.to_str(),
+        say,
+        digests,
+    )
+    state = checkpointer.restore(found.path, found.payload) if found is not None else TrainState()
+    if state.index >= batcher.steps_per_epoch:  # (accepted) changed training data with fewer batches an epoch
+        say(
+            f"epoch {state.epoch} of the changed training data has only {batcher.steps_per_epoch} batches: "
+            f"continuing with epoch {state.epoch + 1}"
+        )
+        state.epoch, state.index = state.epoch + 1, 0
+    evaluate = None
+    if dev is not None:
+        evaluate = partial(stream_perplexity, bilm, dev, vocab, max_tokens=settings.corpus.max_dev_tokens)
+    report = TrainingLog(output_dir / "metrics.jsonl", place.rank, say)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    report.truncate_after(state.step)
+    for change in found.data_changes if found is not None else []:
+        report.write(
+            {"type": "data_changed", "step": state.step, **asdict(change), "accepted_with": ACCEPT_CHANGED_DATA}
+        )
+    return TrainingLoop(optimization, batcher, T, place, checkpointer, evaluate, report, output_dir, state)

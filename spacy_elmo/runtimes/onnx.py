@@ -1,10 +1,9 @@
 """The "onnxruntime" runtime: the exported graph in `OnnxRunner`, on the CPU, in fp32, stateless and frozen,
 with no torch where the model is an .onnx file."""
 
-from dataclasses import replace
 from typing import Callable, Optional, cast
 
-from ..bilm.batching import DEFAULT_TOKEN_BUDGET, SentenceRunner
+from ..bilm.batching import SentenceRunner
 from ..errors import SettingError, require
 from ..onnx.runtime import LoadedGraph, OnnxRunner, load_graph
 from . import Loaded, RunSettings
@@ -47,12 +46,7 @@ class OnnxRuntime:
         if loaded is None:
             loader = cast(Optional[Callable[[], LoadedGraph]], load)
             return OnnxRunner(load=loader, n_threads=run.n_threads, token_budget=run.token_budget)
-        graph = cast(LoadedGraph, loaded)
-        if graph.n_threads != run.n_threads:  # loaded for other threads (a worker's one): a runner of its own
-            graph = replace(graph, n_threads=run.n_threads)
-        runner = graph.runner  # the session that read and checked the metadata serves it: one a process
-        runner.token_budget = run.token_budget or DEFAULT_TOKEN_BUDGET
-        return runner
+        return cast(LoadedGraph, loaded).take_runner(run.n_threads, run.token_budget)
 
     def pin_threads(self, n_threads: int) -> None:
         """Nothing: each session is given its threads."""
