@@ -1,7 +1,7 @@
 """CONTRIBUTING.md against the package: every top-level module and subpackage is given a layer in
 pyproject.toml's import-linter contracts (which `bash run.sh lint` checks with `lint-imports`) and a row
 in the module map; `import spacy_elmo` and every module import without h5py; no module is over 400 lines and
-no area over the budget CONTRIBUTING.md gives it."""
+no area over the budget CONTRIBUTING.md gives it; no run of 6 lines repeats in the package."""
 
 import re
 import subprocess
@@ -117,3 +117,25 @@ def test_no_module_is_over_400_lines_and_no_area_over_its_budget() -> None:
     )
     over = {area: f"{sizes[area]} > {budget}" for area, budget in budgets.items() if sizes[area] > budget}
     assert not over, f"areas over their budget in CONTRIBUTING.md's size table: {over}; cut, or raise it saying why"
+
+
+REPEAT_LINES = 6  # the review's measure: no run of 6 lines repeats anywhere in spacy_elmo/
+REPEAT_MIN_CHARS = 150  # runs of short lines (closing brackets, `else:`, `return None`) are not code worth sharing
+
+
+def test_no_run_of_six_lines_repeats_in_the_package() -> None:
+    """The third leg of the size bound, which `duplicates` (outside the repository) checks more finely: a
+    repeated run of code is one implementation too many. Blank lines and comments are skipped."""
+    where: dict[tuple[str, ...], list[str]] = {}
+    for module in sorted(PACKAGE_DIR.rglob("*.py")):
+        lines = [
+            (number, text.strip())
+            for number, text in enumerate(module.read_text(encoding="utf-8").splitlines(), 1)
+            if text.strip() and not text.strip().startswith("#")
+        ]
+        for start in range(len(lines) - REPEAT_LINES + 1):
+            run = tuple(text for _, text in lines[start : start + REPEAT_LINES])
+            if sum(map(len, run)) >= REPEAT_MIN_CHARS:
+                where.setdefault(run, []).append(f"{module.relative_to(ROOT)}:{lines[start][0]}")
+    repeated = [places for places in where.values() if len(places) > 1]
+    assert not repeated, f"runs of {REPEAT_LINES} lines repeated (share one implementation): {repeated[:5]}"
