@@ -143,6 +143,22 @@ def atomic_directory(path: PathLike) -> Iterator[Path]:
     fsync_path(target.parent)
 
 
+@contextlib.contextmanager
+def exclusive_lock(lock_file: Path) -> Iterator[None]:
+    """An exclusive flock on `lock_file`, never removed (others may be waiting on it); none on Windows."""
+    try:
+        import fcntl
+    except ImportError:  # the rename into place still never shows a partial folder
+        yield
+        return
+    with open(lock_file, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def same_file(a: Path, b: Path) -> bool:
     """Whether two paths are one file as the filesystem sees it (False where either is not there)."""
     try:

@@ -6,7 +6,6 @@ the pipe windows docs, so memory stays bounded.
 """
 
 import contextlib
-import copy
 import itertools
 import multiprocessing
 import warnings
@@ -136,12 +135,12 @@ class Embedder:
             runtime.pin_threads(threads)
         self.settings = settings
         self.tokenize = make_tokenize(settings)
-        run = settings.run if threads is None else replace(settings.run, n_threads=threads)
-        loaded = load_embed_model(settings, run.n_threads) if loaded is None else loaded
+        loaded = load_embed_model(settings) if loaded is None else loaded
         self.shape = model_shape(settings, loaded)
         if settings.alignment and alignment is None:
             alignment = load_embed_alignment(settings, loaded)[0]
         self.alignment = alignment
+        run = settings.run if threads is None else replace(settings.run, n_threads=threads)
         self.runner = runtime.runner(run, loaded)
 
     def embed(self, tokenized: Sequence[Sequence[str]]) -> list[numpy.ndarray]:
@@ -155,10 +154,10 @@ class Embedder:
         return [array.astype(self.settings.dtype) for array in arrays]
 
 
-def load_embed_model(settings: EmbedSettings, n_threads: int) -> Loaded:
-    """The model, with every check and the pinned digest, for a runner of `n_threads`."""
+def load_embed_model(settings: EmbedSettings) -> Loaded:
+    """The model, with every check and the pinned digest."""
     with named_settings(**EMBED_NAMES):
-        return RUNTIMES[settings.runtime].load(settings.model, settings.sha256, n_threads)
+        return RUNTIMES[settings.runtime].load(settings.model, settings.sha256)
 
 
 def load_embed_alignment(settings: EmbedSettings, loaded: Loaded) -> tuple[numpy.ndarray, str]:
@@ -231,7 +230,7 @@ def embed_file(
     check_paths(input_path, output_path)
     check_text(input_path, settings.encoding, option="--encoding")  # all of it, before anything is written
     # the model first (every check, the pinned digest): a model that does not load leaves nothing behind
-    loaded = load_embed_model(settings, settings.n_threads)
+    loaded = load_embed_model(settings)
     numbers, alignment = settings.numbers(), None
     if settings.alignment:  # read and checked once, here: the workers are given it
         alignment, numbers["alignment_sha256"] = load_embed_alignment(settings, loaded)
@@ -267,10 +266,8 @@ def embed_file(
                 _init_worker(settings, None, loaded, alignment)
                 results = ((k, _embed_chunk(chunk)) for k, chunk in todo)
             else:
-                spawn = RUNTIMES[settings.runtime].spawn_workers  # spawned workers are given the model loaded here:
-                # what pickling keeps of it (a copy: not what serves in this process, such as a session); forked
-                # ones each load it. This one is freed before they start.
-                given = copy.copy(loaded) if spawn else None
+                spawn = RUNTIMES[settings.runtime].spawn_workers  # spawned workers are given the model loaded here
+                given = loaded if spawn else None  # forked ones each load it: this one is freed before they fork
                 del loaded
                 context = multiprocessing.get_context("spawn") if spawn else None
                 initargs = (settings, 1, given, alignment)

@@ -15,6 +15,7 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
+from ..errors import first_line
 from .unpack import is_tarball_name, looks_like_tarball, tar_problem
 
 ZIP, HDF5, JSON, TAR, PTH = "zip", "hdf5", "json", "tar", "pth"
@@ -103,7 +104,7 @@ def _hdf5_problem(path: Path) -> Optional[str]:
         with h5py.File(path, "r") as handle:
             handle.visit(lambda name: None)
     except (OSError, RuntimeError, KeyError, ValueError) as err:
-        return str(err).splitlines()[0] if str(err) else type(err).__name__
+        return first_line(err)
     return None
 
 

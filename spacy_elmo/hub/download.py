@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Optional
 from urllib.parse import urlsplit
 
-from ..disk import OPTIONS_FILE, WEIGHT_SUFFIXES, PathLike, atomic_write_text, file_sha256
+from ..disk import OPTIONS_FILE, WEIGHT_SUFFIXES, PathLike, atomic_write_text, exclusive_lock, file_sha256
 from .catalog import (
     ARCHIVE_ROLE,
     COMPANION_ROLES,
@@ -37,7 +37,7 @@ from .catalog import (
 from .checks import format_problem
 from .keys import cache_path, request_parts, shown_url
 from .transfer import PARTIAL_SUFFIX, DownloadError, NotOnServer, Refused, ResumingDownloader, read_validator
-from .unpack import exclusive_lock, intact, is_tarball_name, unpacked
+from .unpack import intact, is_tarball_name, unpacked
 
 CACHE_ENV = "SPACY_ELMO_CACHE"
 OFFLINE_ENV = "SPACY_ELMO_OFFLINE"

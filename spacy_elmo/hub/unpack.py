@@ -16,7 +16,6 @@ before it is kept (`tar_problem`).
 """
 
 import bz2
-import contextlib
 import gzip
 import json
 import lzma
@@ -29,7 +28,14 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import IO, Any, Callable, Optional
 
-from ..disk import atomic_directory, atomic_write_text, file_sha256, fsync_path, remove_stale_temporaries
+from ..disk import (
+    atomic_directory,
+    atomic_write_text,
+    exclusive_lock,
+    file_sha256,
+    fsync_path,
+    remove_stale_temporaries,
+)
 from ..errors import ModelFileError, first_line
 
 TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
@@ -64,13 +70,11 @@ def looks_like_tarball(head: bytes) -> bool:
 
 
 def tar_problem(path: Path) -> Optional[str]:
-    """What keeps `path` from being a whole, safe tarball, as a phrase; None if it is (every member read)."""
+    """What keeps `path` from being a whole, safe tarball, as a phrase; None if it is (the walk reads every
+    member's bytes on its way, and the stream to its end)."""
     try:
-        for tar, member in _walk(path):
-            if member.isfile():
-                stream = tar.extractfile(member)
-                while stream is not None and stream.read(BLOCK_BYTES):
-                    pass
+        for _ in _walk(path):
+            pass
     except TarballError as err:
         return str(err).removeprefix(f"{path}: ").removeprefix("a tar archive ")
     except (*DAMAGE_ERRORS, OSError) as err:
@@ -147,22 +151,6 @@ def model_folder(folder: Path) -> Path:
         folder = entries[0]
 
 
-@contextlib.contextmanager
-def exclusive_lock(lock_file: Path) -> Iterator[None]:
-    """An exclusive flock on `lock_file`, never removed (others may be waiting on it); none on Windows."""
-    try:
-        import fcntl
-    except ImportError:  # the rename into place still never shows a partial folder
-        yield
-        return
-    with open(lock_file, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _unpack(tarball: Path, target: Path) -> None:
     """Unpack into a temporary sibling renamed to `target` when whole (`disk.atomic_directory`), its files'
     record written first; the temporaries of killed runs are removed before."""
@@ -194,7 +182,7 @@ def _walk(tarball: Path) -> Iterator[tuple[tarfile.TarFile, tarfile.TarInfo]]:
         head = raw.read(USTAR_MAGIC_AT + 8)
         raw.seek(0)
         opener = next((open_ for magic, open_ in DECOMPRESSORS.items() if head.startswith(magic)), None)
-        if opener is None and not head[USTAR_MAGIC_AT:].startswith(b"ustar"):
+        if not looks_like_tarball(head):
             raise TarballError(f"{tarball}: not a tar archive (neither gzip, bzip2, xz nor a tar header)")
         stream: IO[bytes] = opener(raw) if opener else raw
         try:

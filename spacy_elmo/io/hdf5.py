@@ -164,8 +164,7 @@ def _dataset_names(handle: "h5py.File") -> list[str]:
 def weights_limit(options: BiLMOptions, options_name: str) -> Limit:
     """What a weight file can need: 8 bytes (float64) per weight the options describe, softmax included, and
     `WEIGHTS_SLACK`; never more than `WEIGHTS_LIMIT`."""
-    n_weights = sum(math.prod(shape) for shape in expected_shapes(options).values())
-    n_weights += options.n_tokens_vocab * (options.projection_dim + 1)
+    n_weights = sum(math.prod(shape) for shape in expected_shapes(options, options.n_tokens_vocab).values())
     size = 8 * n_weights + WEIGHTS_SLACK
     if size >= WEIGHTS_LIMIT.size:
         return WEIGHTS_LIMIT

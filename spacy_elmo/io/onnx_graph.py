@@ -1,19 +1,19 @@
 """What an exported graph says about itself, so that the `.onnx` file alone is a servable model: the biLM's
-options and lexicon as JSON under `spacy_elmo.*` metadata keys (read through ONNX Runtime: no torch, no
-`onnx`), and the SHA-256 of its own bytes, which its format requires, so a damaged weight is refused at load.
+options and lexicon as JSON under `spacy_elmo.*` metadata keys (read from its bytes: no torch, no `onnx`, no
+session), and the SHA-256 of its own bytes, which its format requires, so a damaged weight is refused at load.
 The ModelProto's top-level fields are walked in protobuf's wire format. This is no security: a pin is.
 """
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from ..bilm.lexicon import AnyLexicon, Lexicon, read_lexicon
 from ..bilm.options import FILE_KEYS, BiLMOptions
 from ..errors import ModelFileError
-from .protobuf import fields
+from .protobuf import field_values, fields, signed64
 
 FORMAT = "spacy-elmo.onnx.v2"  # what export writes: records GRAPH_SHA256_KEY, which loading then requires
 FORMAT_KEY = "spacy_elmo.format"
@@ -114,6 +114,7 @@ class GraphMetadata:
 # ModelProto's top-level fields: number -> wire type (0 varint, 2 length-delimited)
 _MODEL_FIELDS = {1: 0, 2: 2, 3: 2, 4: 2, 5: 0, 6: 2, 7: 2, 8: 2, 14: 2, 20: 2, 25: 2}
 _IR_VERSION, _GRAPH = 1, 7
+_GRAPH_INPUT, _GRAPH_OUTPUT = 11, 12  # GraphProto's repeated ValueInfoProto fields
 _MAX_MODEL_FIELDS = 4096  # an exported graph has a dozen top-level fields (its metadata among them)
 
 
@@ -132,23 +133,88 @@ def is_model_proto(data: memoryview) -> bool:
     return _GRAPH in seen
 
 
+def _top_fields(graph: bytes) -> Iterator[tuple[memoryview, Optional[tuple[str, str]]]]:
+    """Each top-level field's bytes, and its (key, value) where it is a metadata_props entry."""
+    data = memoryview(graph)
+    try:
+        for number, _, start, end, payload in fields(data):
+            entry = None
+            if number == _METADATA_PROPS:
+                parts = {key: bytes(value) for key, _, _, _, value in fields(payload)}  # key = 1, value = 2
+                entry = (parts.get(1, b"").decode("utf-8"), parts.get(2, b"").decode("utf-8"))
+            yield data[start:end], entry
+    except ValueError as err:  # UnicodeDecodeError included
+        raise OnnxModelError(f"not a readable ONNX graph ({err})") from None
+
+
 def graph_sha256(graph: bytes) -> tuple[str, Optional[str]]:
     """(the SHA-256 of the graph's bytes without its `GRAPH_SHA256_KEY` entry, the digest that entry
     records, or None for a graph without one)."""
-    data = memoryview(graph)
     digest = hashlib.sha256()
     recorded: Optional[str] = None
-    try:
-        for number, _, start, end, payload in fields(data):
-            if number == _METADATA_PROPS:
-                entry = {key: bytes(value) for key, _, _, _, value in fields(payload)}  # key = 1, value = 2
-                if entry.get(1) == GRAPH_SHA256_KEY.encode():
-                    recorded = entry.get(2, b"").decode("ascii", "replace")
-                    continue
-            digest.update(data[start:end])
-    except ValueError as err:
-        raise OnnxModelError(f"not a readable ONNX graph ({err})") from None
+    for field, entry in _top_fields(graph):
+        if entry is not None and entry[0] == GRAPH_SHA256_KEY:
+            recorded = entry[1]
+        else:
+            digest.update(field)
     return digest.hexdigest(), recorded
+
+
+def metadata_strings(graph: bytes) -> dict[str, str]:
+    """The graph's metadata_props (what ONNX Runtime's `custom_metadata_map` says), read from its bytes."""
+    return {entry[0]: entry[1] for _, entry in _top_fields(graph) if entry is not None}
+
+
+Dim = Union[int, str, None]  # a declared dimension: its size, its name (a dynamic one), or neither
+
+
+def _first(message: memoryview, number: int) -> memoryview:
+    """The payload of the message's first length-delimited field `number` (empty where there is none)."""
+    return next((payload for n, _, _, _, payload in fields(message) if n == number), memoryview(b""))
+
+
+def _value_infos(graph_proto: memoryview, number: int) -> list[tuple[str, list[Dim]]]:
+    """The (name, declared shape) of each ValueInfoProto in GraphProto field `number` (11 input, 12 output):
+    name = 1, type = 2 -> TypeProto.tensor_type = 1 -> shape = 2 -> dim = 1 {dim_value = 1, dim_param = 2}."""
+    infos = []
+    for n, _, _, _, info in fields(graph_proto):
+        if n == number:
+            dims: list[Dim] = []
+            for m, dim in field_values(_first(_first(_first(info, 2), 1), 2)):
+                if m == 1:
+                    values = dict(field_values(dim))  # type: ignore[arg-type]
+                    size, name = values.get(1), values.get(2)
+                    dims.append(
+                        signed64(size) if isinstance(size, int) else None if name is None else bytes(name).decode()
+                    )
+            infos.append((bytes(_first(info, 1)).decode(), dims))
+    return infos
+
+
+def declared_values(graph: bytes) -> tuple[list[tuple[str, list[Dim]]], list[tuple[str, list[Dim]]]]:
+    """The graph's inputs and outputs, each (name, declared shape), as ONNX Runtime's `get_inputs()` and
+    `get_outputs()` give them (a dim's size, its name, or None)."""
+    try:
+        graph_proto = _first(memoryview(graph), _GRAPH)
+        return _value_infos(graph_proto, _GRAPH_INPUT), _value_infos(graph_proto, _GRAPH_OUTPUT)
+    except ValueError as err:  # UnicodeDecodeError included
+        raise OnnxModelError(f"not a readable ONNX graph ({err})") from None
+
+
+def read_graph(graph: bytes) -> GraphMetadata:
+    """What a graph `spacy elmo export` wrote says of itself, every part checked from its bytes (no session):
+    its metadata, its one input and one output by name and declared shape, and the digest it records of
+    itself (the caller names the graph: `errors.reading`)."""
+    metadata = GraphMetadata.from_strings(metadata_strings(graph))
+    inputs, outputs = declared_values(graph)
+    if [name for name, _ in inputs] != [INPUT_NAME] or [name for name, _ in outputs] != [OUTPUT_NAME]:
+        raise OnnxModelError(
+            f"the graph takes {[name for name, _ in inputs]} and returns {[name for name, _ in outputs]}; a "
+            f"spacy-elmo graph takes [{INPUT_NAME!r}] and returns [{OUTPUT_NAME!r}]"
+        )
+    metadata.check_shapes(inputs[0][1], outputs[0][1])
+    check_graph_sha256(graph)
+    return metadata
 
 
 def check_graph_sha256(graph: bytes) -> None:

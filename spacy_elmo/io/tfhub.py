@@ -122,8 +122,9 @@ class TfHubFormat(Format):
         return listed
 
     def read(self, source: ModelSource, files: list[ModelFile]) -> LoadedModel:
-        with _bundle(source) as bundle:
+        with _bundle(source) as bundle:  # the load's parse, let go of with it
             options, arrays = read_module(bundle)
+        source.parsed.clear()
         with reading(bundle.index_name):
             bilm = build_bilm(options, arrays)
         return digested(bilm, source, files)

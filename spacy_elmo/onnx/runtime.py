@@ -30,8 +30,8 @@ from ..io.onnx_graph import (
     OUTPUT_NAME,
     GraphMetadata,
     OnnxModelError,
-    check_graph_sha256,
     names_onnx_graph,
+    read_graph,
 )
 
 # this process's sessions, by `OnnxRunner._key`; and those inherited through a fork, never freed (see above)
@@ -51,31 +51,21 @@ os.register_at_fork(after_in_child=_keep_inherited_sessions)
 @dataclass(frozen=True)
 class LoadedGraph:
     """A graph to serve, named by `source`; `exported_from`: what an output records of the model it was exported
-    from now, and its options (None: an .onnx file, whose own metadata says both); `n_threads`: its runner's."""
+    from now, and its options (None: an .onnx file, whose own metadata says both). Its metadata is read from the
+    bytes, with no session: each runner makes the one it serves with (and checks the graph's shapes there)."""
 
     graph: bytes
     source: str
     exported_from: Optional[tuple[dict[str, Any], BiLMOptions]] = None
-    n_threads: int = 0
+
+    @functools.cached_property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.graph).hexdigest()
 
     @functools.cached_property
     def metadata(self) -> GraphMetadata:
-        """Read and checked once, by the session of a runner kept for `take_runner` (one session, not two)."""
-        self.__dict__["_reader"] = reader = OnnxRunner(self.graph, source=self.source, n_threads=self.n_threads)
-        return reader.metadata
-
-    def take_runner(self, n_threads: int, token_budget: int) -> "OnnxRunner":
-        """A runner of its own for the caller: the first of this process with `n_threads` gets the one that read
-        the metadata (its session made already), the others a new one."""
-        reader = self.__dict__.pop("_reader", None)
-        if reader is None or reader.n_threads != n_threads:
-            return OnnxRunner(self.graph, source=self.source, n_threads=n_threads, token_budget=token_budget)
-        reader.token_budget = token_budget or DEFAULT_TOKEN_BUDGET
-        return reader
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickled without the reader: its session is this process's; another makes its own, its threads."""
-        return {key: value for key, value in self.__dict__.items() if key != "_reader"}
+        with reading(self.source, EXPORT_AGAIN):
+            return read_graph(self.graph)
 
     @property
     def options(self) -> BiLMOptions:
@@ -85,8 +75,12 @@ class LoadedGraph:
         """What an output records of the graph: the model it was exported from, else the .onnx file itself."""
         if self.exported_from is not None:
             return self.exported_from[0]
-        sha256, source_sha256 = hashlib.sha256(self.graph).hexdigest(), self.metadata.source_sha256
-        return {"path": self.source, "format": "onnx", "sha256": sha256, "source_sha256": source_sha256}
+        return {
+            "path": self.source,
+            "format": "onnx",
+            "sha256": self.sha256,
+            "source_sha256": self.metadata.source_sha256,
+        }
 
 
 def read_graph_file(path: Union[str, Path]) -> bytes:
@@ -96,13 +90,13 @@ def read_graph_file(path: Union[str, Path]) -> bytes:
     return file.read_bytes()
 
 
-def load_graph(path: str, sha256: Optional[str], n_threads: int = 0) -> LoadedGraph:
+def load_graph(path: str, sha256: Optional[str]) -> LoadedGraph:
     """The graph `path` serves, its `sha256` pin checked: an .onnx file as it is (no torch), any other model
     exported (torch and the [onnx] extra)."""
     if names_onnx_graph(path):
-        graph = read_graph_file(path)
-        check_pin(hashlib.sha256(graph).hexdigest(), sha256, path)
-        return LoadedGraph(graph, path, n_threads=n_threads)
+        loaded = LoadedGraph(read_graph_file(path), path)
+        check_pin(loaded.sha256, sha256, path)
+        return loaded
     try:
         from ..io.resolve import load_model
         from .export import export_bytes
@@ -112,9 +106,9 @@ def load_graph(path: str, sha256: Optional[str], n_threads: int = 0) -> LoadedGr
             f"and the [onnx] extra ({err}); or export it beforehand with `python -m spacy_elmo export` and give "
             "the .onnx file"
         ) from None
-    loaded = load_model(path, sha256)
-    graph = export_bytes(loaded.bilm, source_sha256=loaded.sha256)
-    return LoadedGraph(graph, str(loaded.source.path), (loaded.describe(), loaded.bilm.options), n_threads)
+    model = load_model(path, sha256)
+    graph = export_bytes(model.bilm, source_sha256=model.sha256)
+    return LoadedGraph(graph, str(model.source.path), (model.describe(), model.bilm.options))
 
 
 class OnnxRunner(SentenceRunner):
@@ -232,20 +226,12 @@ class OnnxRunner(SentenceRunner):
         return usable if usable < (os.cpu_count() or 1) else 0
 
     def _read_metadata(self) -> GraphMetadata:
-        """The graph's metadata, checked against its inputs, outputs and the digest it records of itself."""
+        """The graph's metadata, checked against its input, output and the digest it records of itself; its
+        session made now, which is the one it serves with (ONNX Runtime refuses a graph it cannot run here)."""
         assert self._graph is not None
-        session = self.session()
+        self.session()
         with reading(self.source, self.remedy):
-            metadata = GraphMetadata.from_strings(dict(session.get_modelmeta().custom_metadata_map))
-            inputs, outputs = session.get_inputs(), session.get_outputs()
-            if [i.name for i in inputs] != [INPUT_NAME] or [o.name for o in outputs] != [OUTPUT_NAME]:
-                raise OnnxModelError(
-                    f"the graph takes {[i.name for i in inputs]} and returns {[o.name for o in outputs]}; a "
-                    f"spacy-elmo graph takes [{INPUT_NAME!r}] and returns [{OUTPUT_NAME!r}]"
-                )
-            metadata.check_shapes(inputs[0].shape, outputs[0].shape)
-            check_graph_sha256(self._graph)
-        return metadata
+            return read_graph(self._graph)
 
     def batch_to_ids(self, sentences: Sequence[Sequence[str]]) -> numpy.ndarray:
         return self.lexicon.batch_to_ids(sentences)

@@ -61,9 +61,8 @@ class Runtime(Protocol):
     def check(self, run: RunSettings) -> None:
         """Refuse what this runtime cannot do (a `SettingError` of the setting it is about)."""
 
-    def load(self, path: str, sha256: Optional[str], n_threads: int = 0) -> Loaded:
-        """The model at `path`, its `sha256` pin checked (refusals are about settings `path` and `sha256`), for
-        a runner of `n_threads` in this process."""
+    def load(self, path: str, sha256: Optional[str]) -> Loaded:
+        """The model at `path`, its `sha256` pin checked (refusals are about settings `path` and `sha256`)."""
 
     def runner(
         self, run: RunSettings, loaded: Optional[Loaded] = None, load: Optional[Callable[[], Loaded]] = None

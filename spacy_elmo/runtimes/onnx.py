@@ -36,17 +36,21 @@ class OnnxRuntime:
             if wrong:
                 raise SettingError(why, setting)
 
-    def load(self, path: str, sha256: Optional[str], n_threads: int = 0) -> LoadedGraph:
+    def load(self, path: str, sha256: Optional[str]) -> LoadedGraph:
         require("the 'onnxruntime' runtime", "onnxruntime", extra="onnx")  # else only the first batch would need it
-        return load_graph(path, sha256, n_threads)
+        return load_graph(path, sha256)
 
     def runner(
         self, run: RunSettings, loaded: Optional[Loaded] = None, load: Optional[Callable[[], Loaded]] = None
     ) -> SentenceRunner:
-        if loaded is None:
-            loader = cast(Optional[Callable[[], LoadedGraph]], load)
-            return OnnxRunner(load=loader, n_threads=run.n_threads, token_budget=run.token_budget)
-        return cast(LoadedGraph, loaded).take_runner(run.n_threads, run.token_budget)
+        graph = cast(Optional[LoadedGraph], loaded)
+        return OnnxRunner(
+            None if graph is None else graph.graph,
+            load=cast(Optional[Callable[[], LoadedGraph]], load),
+            source="ONNX graph" if graph is None else graph.source,
+            n_threads=run.n_threads,
+            token_budget=run.token_budget,
+        )
 
     def pin_threads(self, n_threads: int) -> None:
         """Nothing: each session is given its threads."""

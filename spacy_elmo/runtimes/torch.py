@@ -70,7 +70,7 @@ class TorchRuntime:
                     err.args = (f"{err.args[0]} (cuda under a launcher is cuda:LOCAL_RANK, here {mine})",)
                 raise
 
-    def load(self, path: str, sha256: Optional[str], n_threads: int = 0) -> Loaded:
+    def load(self, path: str, sha256: Optional[str]) -> Loaded:
         from ..io.resolve import load_model
 
         return load_model(path, sha256)

@@ -27,6 +27,8 @@ from spacy_elmo.io.onnx_graph import (
     GRAPH_SHA256_KEY,
     OPTIONS_KEY,
     OnnxModelError,
+    declared_values,
+    metadata_strings,
 )
 from spacy_elmo.io.resolve import load_model
 from spacy_elmo.onnx.export import export_bytes
@@ -102,6 +104,18 @@ def test_a_full_size_model_serves_the_torch_layers():
     bilm.reset_parameters(0)
     served = OnnxRunner(export_bytes(bilm))
     assert_same_layers(served, bilm, [SENTENCES[0], SENTENCES[1], SENTENCES[3][:25], ["b"]])
+
+
+def test_the_metadata_read_from_the_bytes_is_what_onnx_runtime_reads(fixture_graph, efml_graph):
+    """`metadata_strings` and `declared_values` walk the graph's bytes (no session); ONNX Runtime's own reading
+    is the reference, non-ASCII vocabularies included."""
+    for graph in (fixture_graph[1].read_bytes(), efml_graph[1]):
+        session = onnxruntime.InferenceSession(graph, providers=["CPUExecutionProvider"])
+        assert metadata_strings(graph) == dict(session.get_modelmeta().custom_metadata_map)
+        inputs, outputs = declared_values(graph)
+        assert inputs == [(value.name, value.shape) for value in session.get_inputs()]
+        assert outputs == [(value.name, value.shape) for value in session.get_outputs()]
+    assert any(not text.isascii() for text in metadata_strings(efml_graph[1]).values())
 
 
 def test_a_sentence_gets_the_same_layers_alone_or_in_any_batch(fixture_graph):

@@ -1,9 +1,8 @@
-"""The "onnxruntime" runtime's sessions: the session that reads a graph's metadata serves the first runner of
-this process with its threads (one session a load, not two); every runner is the caller's own (its token
-budget untouched by another's); a copy or a pickle of the loaded graph (what `embed`'s spawned workers get)
-carries no session, so the parent frees its own and each worker makes one with its threads."""
+"""The "onnxruntime" runtime's sessions: loading a graph reads its metadata from the bytes, with no session;
+each runner is the caller's own, with the one session it serves with (its token budget untouched by another's);
+what `embed`'s spawned workers are given (the loaded graph, pickled) carries no session."""
 
-import copy
+import hashlib
 import pickle
 
 import onnxruntime
@@ -34,34 +33,32 @@ def settings(n_threads: int, token_budget: int) -> RunSettings:
     return RunSettings(runtime="onnxruntime", n_threads=n_threads, token_budget=token_budget)
 
 
-def test_the_session_that_read_the_metadata_serves_the_first_runner(fixture_graph_file, sessions):
-    loaded = RUNTIME.load(str(fixture_graph_file.path), None, 2)
-    assert loaded.options.output_dim > 0 and len(sessions) == 1  # the metadata, read by a session
+def test_a_load_reads_the_metadata_without_a_session(fixture_graph_file, sessions):
+    loaded = RUNTIME.load(str(fixture_graph_file.path), None)
+    described = loaded.describe()
+    assert loaded.options.output_dim > 0
+    assert described["sha256"] == hashlib.sha256(fixture_graph_file.path.read_bytes()).hexdigest()
+    assert sessions == []
+
+
+def test_each_runner_is_its_own_with_one_session(fixture_graph_file, sessions):
+    loaded = RUNTIME.load(str(fixture_graph_file.path), None)
     first = RUNTIME.runner(settings(2, 100), loaded)
     first.embed_sentences(SENTENCES)
     assert len(sessions) == 1
-    second = RUNTIME.runner(settings(2, 5000), loaded)
+    second = RUNTIME.runner(settings(3, 5000), loaded)
     assert second is not first and (first.token_budget, second.token_budget) == (100, 5000)
     second.embed_sentences(SENTENCES)
     assert len(sessions) == 2
+    assert second.session().get_session_options().intra_op_num_threads == 3
 
 
-def test_a_runner_of_other_threads_gets_a_session_of_its_own(fixture_graph_file, sessions):
-    loaded = RUNTIME.load(str(fixture_graph_file.path), None, 2)
+def test_a_pickled_graph_carries_no_session(fixture_graph_file, sessions):
+    loaded = RUNTIME.load(str(fixture_graph_file.path), None)
     loaded.describe()
-    runner = RUNTIME.runner(settings(3, 0), loaded)
+    given = pickle.loads(pickle.dumps(loaded))
+    assert given.options == loaded.options and sessions == []
+    runner = RUNTIME.runner(settings(1, 0), given)
     runner.embed_sentences(SENTENCES)
-    assert len(sessions) == 2
-    assert runner.session().get_session_options().intra_op_num_threads == 3
-
-
-@pytest.mark.parametrize("duplicate", [copy.copy, lambda graph: pickle.loads(pickle.dumps(graph))])
-def test_a_copy_or_pickle_carries_no_session(fixture_graph_file, sessions, duplicate):
-    loaded = RUNTIME.load(str(fixture_graph_file.path), None, 2)
-    assert loaded.options.output_dim > 0 and len(sessions) == 1
-    given = duplicate(loaded)
-    assert given.options == loaded.options and len(sessions) == 1  # the metadata travels, the session does not
-    runner = RUNTIME.runner(settings(2, 0), given)  # the same threads: still a session of its own
-    runner.embed_sentences(SENTENCES)
-    assert len(sessions) == 2
-    assert runner.session().get_session_options().intra_op_num_threads == 2
+    assert len(sessions) == 1
+    assert runner.session().get_session_options().intra_op_num_threads == 1
